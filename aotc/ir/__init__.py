@@ -1,0 +1,29 @@
+"""The IR: dtypes, symbolic integers, the op table, graphs and their verifier. Depends on numpy only."""
+
+from aotc.ir.builder import Builder
+from aotc.ir.dtypes import DType, dtype_of, promote
+from aotc.ir.graph import Graph, Guard, Symbol
+from aotc.ir.ops import OPS, Op, OpDef
+from aotc.ir.symbolic import SymExpr, sym
+from aotc.ir.types import Attrs, Node, TensorType, Value
+from aotc.ir.verify import verify
+
+__all__ = [
+    "Attrs",
+    "Builder",
+    "DType",
+    "Graph",
+    "Guard",
+    "Node",
+    "OPS",
+    "Op",
+    "OpDef",
+    "SymExpr",
+    "Symbol",
+    "TensorType",
+    "Value",
+    "dtype_of",
+    "promote",
+    "sym",
+    "verify",
+]

@@ -1,0 +1,80 @@
+"""Runs a graph with the op table's numpy references: the cpu backend and the tests' oracle."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from aotc.errors import ExecError
+from aotc.ir.graph import Graph
+from aotc.ir.ops import OPS, Op
+from aotc.ir.symbolic import SymExpr, evaluate
+from aotc.ir.types import Attrs, Node
+
+
+def concrete_attrs(attrs: Attrs, env: Mapping[str, int]) -> Attrs:
+    """Attrs with every symbolic dim evaluated; unchanged (no copy) when there are none."""
+    if not any(_has_sym(v) for v in attrs.values()):
+        return attrs
+    return Attrs({k: _resolve(v, env) for k, v in attrs.items()})
+
+
+def _has_sym(v: Any) -> bool:
+    return isinstance(v, SymExpr) or (isinstance(v, tuple) and any(isinstance(x, SymExpr) for x in v))
+
+
+def _resolve(v: Any, env: Mapping[str, int]) -> Any:
+    if isinstance(v, SymExpr):
+        return evaluate(v, env)
+    if isinstance(v, tuple):
+        return tuple(evaluate(x, env) if isinstance(x, SymExpr) else x for x in v)
+    return v
+
+
+class GraphRunner:
+    """Precomputes liveness once so each call frees intermediates after their last use.
+
+    Holds no per-call state, so one runner serves many threads at once.
+    """
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        last: dict[int, int] = {}
+        for i, node in enumerate(graph.nodes):
+            for v in node.inputs:
+                last[v.id] = i
+        keep = {o.id for o in graph.outputs}
+        self._free_after: list[tuple[int, ...]] = [() for _ in graph.nodes]
+        for vid, i in last.items():
+            if vid not in keep:
+                self._free_after[i] += (vid,)
+
+    def run(self, feeds: Sequence[np.ndarray], env: Mapping[str, int]) -> list[np.ndarray]:
+        g = self.graph
+        vals: dict[int, np.ndarray] = {v.id: x for v, x in zip(g.inputs, feeds)}
+        with np.errstate(all="ignore"):
+            for i, node in enumerate(g.nodes):
+                outs = self._run_node(node, vals, env)
+                for o, x in zip(node.outputs, outs):
+                    vals[o.id] = x
+                for vid in self._free_after[i]:
+                    vals.pop(vid, None)
+        return [vals[o.id] for o in g.outputs]
+
+    def _run_node(self, node: Node, vals: dict[int, np.ndarray], env: Mapping[str, int]) -> Sequence[np.ndarray]:
+        if node.op is Op.CONSTANT:
+            return (self.graph.constants[node.attrs["name"]],)
+        attrs = concrete_attrs(node.attrs, env)
+        try:
+            outs = OPS[node.op].ref([vals[v.id] for v in node.inputs], attrs)
+        except ExecError:
+            raise
+        except (ValueError, IndexError, TypeError, OverflowError, MemoryError) as e:
+            raise ExecError(f"{node.op.value}{' at ' + node.loc if node.loc else ''} failed: {e}") from e
+        return [np.asarray(x, dtype=o.type.dtype.np) for x, o in zip(outs, node.outputs)]
+
+
+def run_graph(graph: Graph, feeds: Sequence[np.ndarray], env: Mapping[str, int]) -> list[np.ndarray]:
+    return GraphRunner(graph).run(feeds, env)

@@ -1,0 +1,554 @@
+"""High-level ops: each has a direct numpy reference and a numerically stable decomposition to primitives."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from aotc.errors import ShapeError
+from aotc.ir.dtypes import DType
+from aotc.ir.ops.base import Op, OpDef, acc, one, require_float, same_dtype
+from aotc.ir.ops.elementwise import erf
+from aotc.ir.ops.layout import _gather_ref
+from aotc.ir.ops.reduce import _conv_infer, _conv_params, _conv_ref
+from aotc.ir.shapes import ShapeCtx, broadcast_shapes, norm_axes, norm_axis, numel
+from aotc.ir.symbolic import add, floordiv
+from aotc.ir.types import Attrs, TensorType, Value
+
+F32 = DType.float32
+B = Any  # aotc.ir.builder.Builder; not imported to keep the op table free of cycles
+
+
+def _up(b: B, x: Value) -> Value:
+    """Half inputs compute in float32 (norms, softmax, transcendental activations)."""
+    return b.cast(x, F32) if x.type.dtype in (DType.float16, DType.bfloat16) else x
+
+
+def _same_float_infer(ts: Sequence[TensorType], attrs: Attrs, ctx: ShapeCtx) -> tuple[TensorType, ...]:
+    require_float(ts[0], "activation")
+    return one(ts[0].dtype, ts[0].shape)
+
+
+def _f32(fn):  # noqa: ANN001, ANN202
+    def ref(xs: Sequence[np.ndarray], attrs: Attrs) -> tuple[np.ndarray, ...]:
+        return (np.asarray(fn(*[acc(x) for x in xs], attrs)).astype(xs[0].dtype),)
+
+    return ref
+
+
+# -- activations ------------------------------------------------------------------------
+
+
+def _relu_dec(b: B, xs: Sequence[Value], a: Attrs) -> tuple[Value, ...]:
+    x = xs[0]
+    return (b.op(Op.MAXIMUM, x, b.full(0, x.type.dtype)),)
+
+
+def _sigmoid(b: B, x: Value) -> Value:
+    # 1/(1+exp(-x)): exp overflows to inf for very negative x, giving exactly 0, never NaN.
+    one_ = b.full(1.0, x.type.dtype)
+    return b.op(Op.DIV, one_, b.op(Op.ADD, one_, b.op(Op.EXP, b.op(Op.NEG, x))))
+
+
+def _sigmoid_dec(b: B, xs: Sequence[Value], a: Attrs) -> tuple[Value, ...]:
+    x = _up(b, xs[0])
+    return (b.cast(_sigmoid(b, x), xs[0].type.dtype),)
+
+
+def _silu_dec(b: B, xs: Sequence[Value], a: Attrs) -> tuple[Value, ...]:
+    x = _up(b, xs[0])
+    return (b.cast(b.op(Op.MUL, x, _sigmoid(b, x)), xs[0].type.dtype),)
+
+
+def _gelu_dec(b: B, xs: Sequence[Value], a: Attrs) -> tuple[Value, ...]:
+    x = _up(b, xs[0])
+    dt = x.type.dtype
+    half, one_ = b.full(0.5, dt), b.full(1.0, dt)
+    if a.get("approximate", "none") == "tanh":
+        x3 = b.op(Op.MUL, b.op(Op.MUL, x, x), x)
+        inner = b.op(Op.ADD, x, b.op(Op.MUL, b.full(0.044715, dt), x3))
+        t = b.op(Op.TANH, b.op(Op.MUL, b.full(math.sqrt(2.0 / math.pi), dt), inner))
+    else:
+        t = b.op(Op.ERF, b.op(Op.MUL, x, b.full(1.0 / math.sqrt(2.0), dt)))
+    y = b.op(Op.MUL, b.op(Op.MUL, half, x), b.op(Op.ADD, one_, t))
+    return (b.cast(y, xs[0].type.dtype),)
+
+
+def _gelu_ref(x: np.ndarray, a: Attrs) -> np.ndarray:
+    x = x.astype(np.float64)
+    if a.get("approximate", "none") == "tanh":
+        return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+    return 0.5 * x * (1 + erf(x / math.sqrt(2)))
+
+
+def _gelu_infer(ts: Sequence[TensorType], attrs: Attrs, ctx: ShapeCtx) -> tuple[TensorType, ...]:
+    if attrs.get("approximate", "none") not in ("none", "tanh"):
+        raise ShapeError(f"gelu approximate must be 'none' or 'tanh', got {attrs.get('approximate')!r}")
+    return _same_float_infer(ts, attrs, ctx)
+
+
+# -- softmax family ----------------------------------------------------------------------
+
+
+def _axis_infer(ts: Sequence[TensorType], attrs: Attrs, ctx: ShapeCtx) -> tuple[TensorType, ...]:
+    require_float(ts[0], "softmax")
+    norm_axis(attrs.get("axis", -1), ts[0].rank)
+    return one(ts[0].dtype, ts[0].shape)
+
+
+def _shifted(b: B, x: Value, axis: int) -> Value:
+    m = b.op(Op.REDUCE_MAX, x, axes=(axis,), keepdim=True)
+    return b.op(Op.SUB, x, m)
+
+
+def _softmax_dec(b: B, xs: Sequence[Value], a: Attrs) -> tuple[Value, ...]:
+    x = _up(b, xs[0])
+    axis = norm_axis(a.get("axis", -1), x.type.rank)
+    e = b.op(Op.EXP, _shifted(b, x, axis))
+    y = b.op(Op.DIV, e, b.op(Op.REDUCE_SUM, e, axes=(axis,), keepdim=True))
+    return (b.cast(y, xs[0].type.dtype),)
+
+
+def _log_softmax_dec(b: B, xs: Sequence[Value], a: Attrs) -> tuple[Value, ...]:
+    x = _up(b, xs[0])
+    axis = norm_axis(a.get("axis", -1), x.type.rank)
+    s = _shifted(b, x, axis)
+    lse = b.op(Op.LOG, b.op(Op.REDUCE_SUM, b.op(Op.EXP, s), axes=(axis,), keepdim=True))
+    return (b.cast(b.op(Op.SUB, s, lse), xs[0].type.dtype),)
+
+
+def _softmax_np(x: np.ndarray, axis: int) -> np.ndarray:
+    s = x - np.max(x, axis=axis, keepdims=True)
+    e = np.exp(s)
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def _log_softmax_np(x: np.ndarray, axis: int) -> np.ndarray:
+    s = x - np.max(x, axis=axis, keepdims=True)
+    return s - np.log(np.sum(np.exp(s), axis=axis, keepdims=True))
+
+
+# -- normalization --------------------------------------------------------------------------
+
+
+def _norm_infer(ts: Sequence[TensorType], attrs: Attrs, ctx: ShapeCtx) -> tuple[TensorType, ...]:
+    x = ts[0]
+    require_float(x, "normalization")
+    n = attrs.get("ndim", 1)
+    if not isinstance(n, int) or not 1 <= n <= x.rank:
+        raise ShapeError(f"normalized ndim {n!r} is invalid for rank {x.rank}")
+    same_dtype(ts, "normalization")
+    for p in ts[1:]:
+        if p.rank != n:
+            raise ShapeError(f"norm weight/bias must have rank {n}, got {p}")
+        for d, e in zip(p.shape, x.shape[-n:]):
+            ctx.require_equal(d, e, "norm weight/bias shape differs from the normalized dims")
+    return one(x.dtype, x.shape)
+
+
+def _mean(b: B, x: Value, axes: tuple[int, ...]) -> Value:
+    s = b.op(Op.REDUCE_SUM, x, axes=axes, keepdim=True)
+    count = numel(tuple(x.type.shape[i] for i in axes))
+    return b.op(Op.DIV, s, b.full(count if not isinstance(count, int) else float(count), x.type.dtype))
+
+
+def _affine(b: B, y: Value, params: Sequence[Value], dtype: DType) -> Value:
+    if params:
+        y = b.op(Op.MUL, y, _up(b, params[0]))
+    if len(params) > 1:
+        y = b.op(Op.ADD, y, _up(b, params[1]))
+    return b.cast(y, dtype)
+
+
+def _layer_norm_dec(b: B, xs: Sequence[Value], a: Attrs) -> tuple[Value, ...]:
+    x = _up(b, xs[0])
+    axes = tuple(range(x.type.rank - a.get("ndim", 1), x.type.rank))
+    c = b.op(Op.SUB, x, _mean(b, x, axes))
+    var = _mean(b, b.op(Op.MUL, c, c), axes)
+    inv = b.op(Op.RSQRT, b.op(Op.ADD, var, b.full(float(a.get("eps", 1e-5)), F32)))
+    return (_affine(b, b.op(Op.MUL, c, inv), xs[1:], xs[0].type.dtype),)
+
+
+def _rms_norm_dec(b: B, xs: Sequence[Value], a: Attrs) -> tuple[Value, ...]:
+    x = _up(b, xs[0])
+    axes = tuple(range(x.type.rank - a.get("ndim", 1), x.type.rank))
+    ms = _mean(b, b.op(Op.MUL, x, x), axes)
+    inv = b.op(Op.RSQRT, b.op(Op.ADD, ms, b.full(float(a.get("eps", 1e-6)), F32)))
+    return (_affine(b, b.op(Op.MUL, x, inv), xs[1:], xs[0].type.dtype),)
+
+
+def _layer_norm_ref(xs: Sequence[np.ndarray], a: Attrs) -> tuple[np.ndarray, ...]:
+    x = xs[0].astype(np.float64)
+    axes = tuple(range(x.ndim - a.get("ndim", 1), x.ndim))
+    m = x.mean(axis=axes, keepdims=True)
+    y = (x - m) / np.sqrt(((x - m) ** 2).mean(axis=axes, keepdims=True) + a.get("eps", 1e-5))
+    return (_affine_np(y, xs[1:]).astype(xs[0].dtype),)
+
+
+def _rms_norm_ref(xs: Sequence[np.ndarray], a: Attrs) -> tuple[np.ndarray, ...]:
+    x = xs[0].astype(np.float64)
+    axes = tuple(range(x.ndim - a.get("ndim", 1), x.ndim))
+    y = x / np.sqrt((x * x).mean(axis=axes, keepdims=True) + a.get("eps", 1e-6))
+    return (_affine_np(y, xs[1:]).astype(xs[0].dtype),)
+
+
+def _affine_np(y: np.ndarray, params: Sequence[np.ndarray]) -> np.ndarray:
+    if params:
+        y = y * params[0].astype(np.float64)
+    if len(params) > 1:
+        y = y + params[1].astype(np.float64)
+    return y
+
+
+def _batch_norm_infer(ts: Sequence[TensorType], attrs: Attrs, ctx: ShapeCtx) -> tuple[TensorType, ...]:
+    x = ts[0]
+    require_float(x, "batch_norm")
+    same_dtype(ts, "batch_norm")
+    if x.rank < 2:
+        raise ShapeError(f"batch_norm needs (N, C, ...), got {x}")
+    for p in ts[1:]:
+        if p.rank != 1:
+            raise ShapeError(f"batch_norm statistics must be 1-D, got {p}")
+        ctx.require_equal(p.shape[0], x.shape[1], "batch_norm parameter size differs from channels")
+    return one(x.dtype, x.shape)
+
+
+def _channel(b: B, p: Value, rank: int) -> Value:
+    return b.reshape(_up(b, p), (p.type.shape[0],) + (1,) * (rank - 2))
+
+
+def _batch_norm_dec(b: B, xs: Sequence[Value], a: Attrs) -> tuple[Value, ...]:
+    x, rank = _up(b, xs[0]), xs[0].type.rank
+    mean, var = _channel(b, xs[1], rank), _channel(b, xs[2], rank)
+    inv = b.op(Op.RSQRT, b.op(Op.ADD, var, b.full(float(a.get("eps", 1e-5)), F32)))
+    y = b.op(Op.MUL, b.op(Op.SUB, x, mean), inv)
+    if len(xs) > 3:
+        y = b.op(Op.MUL, y, _channel(b, xs[3], rank))
+    if len(xs) > 4:
+        y = b.op(Op.ADD, y, _channel(b, xs[4], rank))
+    return (b.cast(y, xs[0].type.dtype),)
+
+
+def _batch_norm_ref(xs: Sequence[np.ndarray], a: Attrs) -> tuple[np.ndarray, ...]:
+    x = xs[0].astype(np.float64)
+    sh = (1, -1) + (1,) * (x.ndim - 2)
+    p = [v.astype(np.float64).reshape(sh) for v in xs[1:]]
+    y = (x - p[0]) / np.sqrt(p[1] + a.get("eps", 1e-5))
+    if len(p) > 2:
+        y = y * p[2]
+    if len(p) > 3:
+        y = y + p[3]
+    return (y.astype(xs[0].dtype),)
+
+
+# -- linear, embedding, attention ---------------------------------------------------------------------
+
+
+def _linear_infer(ts: Sequence[TensorType], attrs: Attrs, ctx: ShapeCtx) -> tuple[TensorType, ...]:
+    x, w = ts[0], ts[1]
+    same_dtype(ts, "linear")
+    if x.rank < 1 or w.rank != 2:
+        raise ShapeError(f"linear needs x (..., in) and weight (out, in), got {x} and {w}")
+    ctx.require_equal(x.shape[-1], w.shape[1], "linear: input features differ from weight")
+    if len(ts) > 2:
+        if ts[2].rank != 1:
+            raise ShapeError(f"linear bias must be 1-D, got {ts[2]}")
+        ctx.require_equal(ts[2].shape[0], w.shape[0], "linear: bias size differs from out features")
+    return one(x.dtype, x.shape[:-1] + (w.shape[0],))
+
+
+def _linear_dec(b: B, xs: Sequence[Value], a: Attrs) -> tuple[Value, ...]:
+    x, w = xs[0], xs[1]
+    x2 = b.reshape(x, (1, x.type.shape[0])) if x.type.rank == 1 else x
+    y = b.op(Op.MATMUL, x2, b.permute(w, (1, 0)))
+    if x.type.rank == 1:
+        y = b.reshape(y, (w.type.shape[0],))
+    if len(xs) > 2:
+        y = b.op(Op.ADD, y, xs[2])
+    return (y,)
+
+
+def _linear_ref(xs: Sequence[np.ndarray], a: Attrs) -> tuple[np.ndarray, ...]:
+    y = acc(xs[0]) @ acc(xs[1]).T
+    if len(xs) > 2:
+        y = y + acc(xs[2])
+    return (np.asarray(y).astype(xs[0].dtype),)
+
+
+def _embedding_infer(ts: Sequence[TensorType], attrs: Attrs, ctx: ShapeCtx) -> tuple[TensorType, ...]:
+    w, idx = ts
+    if w.rank != 2 or not idx.dtype.is_int:
+        raise ShapeError(f"embedding needs a 2-D weight and int indices, got {w} and {idx}")
+    return one(w.dtype, idx.shape + (w.shape[1],))
+
+
+def _sdpa_infer(ts: Sequence[TensorType], attrs: Attrs, ctx: ShapeCtx) -> tuple[TensorType, ...]:
+    q, k, v = ts[:3]
+    dt = same_dtype(ts[:3], "attention")
+    require_float(q, "attention")
+    if q.rank < 2 or k.rank != q.rank or v.rank != q.rank:
+        raise ShapeError(f"attention needs q, k, v of one rank >= 2, got {q}, {k}, {v}")
+    ctx.require_equal(q.shape[-1], k.shape[-1], "attention: q and k head dims differ")
+    ctx.require_equal(k.shape[-2], v.shape[-2], "attention: k and v lengths differ")
+    batch = broadcast_shapes(ctx, q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    if len(ts) > 3:
+        m = ts[3]
+        if m.dtype is not DType.bool and m.dtype is not dt:
+            raise ShapeError(f"attention mask must be bool or {dt.value}, got {m.dtype.value}")
+        broadcast_shapes(ctx, m.shape, batch + (q.shape[-2], k.shape[-2]))
+    if attrs.get("scale") is None and not isinstance(q.shape[-1], int):
+        raise ShapeError("attention with a symbolic head dim needs an explicit scale")
+    return one(dt, batch + (q.shape[-2], v.shape[-1]))
+
+
+def _sdpa_dec(b: B, xs: Sequence[Value], a: Attrs) -> tuple[Value, ...]:
+    q, k, v = xs[:3]
+    dt = q.type.dtype
+    scale = a.get("scale")
+    scale = 1.0 / math.sqrt(q.type.shape[-1]) if scale is None else float(scale)
+    rank = k.type.rank
+    kt = b.permute(k, tuple(range(rank - 2)) + (rank - 1, rank - 2))
+    s = _up(b, b.op(Op.MATMUL, q, kt))
+    s = b.op(Op.MUL, s, b.full(scale, F32))
+    neg_inf = b.full(-math.inf, F32)
+    if a.get("is_causal", False):
+        lq, lk = q.type.shape[-2], k.type.shape[-2]
+        row = b.op(Op.IOTA, shape=(lq, lk), axis=0, dtype=DType.int64)
+        col = b.op(Op.IOTA, shape=(lq, lk), axis=1, dtype=DType.int64)
+        s = b.op(Op.WHERE, b.op(Op.LE, col, row), s, neg_inf)
+    if len(xs) > 3:
+        m = xs[3]
+        s = b.op(Op.WHERE, m, s, neg_inf) if m.type.dtype is DType.bool else b.op(Op.ADD, s, _up(b, m))
+    (p,) = _softmax_dec(b, [s], Attrs(axis=-1))
+    return (b.op(Op.MATMUL, b.cast(p, dt), v),)
+
+
+def _sdpa_ref(xs: Sequence[np.ndarray], a: Attrs) -> tuple[np.ndarray, ...]:
+    q, k, v = (x.astype(np.float64) for x in xs[:3])
+    scale = a.get("scale")
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    s = (q @ np.swapaxes(k, -1, -2)) * scale
+    if a.get("is_causal", False):
+        lq, lk = q.shape[-2], k.shape[-2]
+        s = np.where(np.tril(np.ones((lq, lk), bool)), s, -np.inf)
+    if len(xs) > 3:
+        m = xs[3]
+        s = np.where(m, s, -np.inf) if m.dtype == np.bool_ else s + m.astype(np.float64)
+    return ((_softmax_np(s, -1) @ v).astype(xs[0].dtype),)
+
+
+# -- convolution and pooling ------------------------------------------------------------------------
+
+
+def _conv2d_infer(ts: Sequence[TensorType], attrs: Attrs, ctx: ShapeCtx) -> tuple[TensorType, ...]:
+    (out,) = _conv_infer(ts[:2], attrs, ctx)
+    if len(ts) > 2:
+        same_dtype(ts, "conv2d")
+        if ts[2].rank != 1:
+            raise ShapeError(f"conv bias must be 1-D, got {ts[2]}")
+        ctx.require_equal(ts[2].shape[0], ts[1].shape[0], "conv bias size differs from out channels")
+    return (out,)
+
+
+def _conv2d_dec(b: B, xs: Sequence[Value], a: Attrs) -> tuple[Value, ...]:
+    y = b.op(Op.CONV, xs[0], xs[1], **dict(a.items()))
+    if len(xs) > 2:
+        y = b.op(Op.ADD, y, b.reshape(xs[2], (xs[2].type.shape[0],) + (1,) * (y.type.rank - 2)))
+    return (y,)
+
+
+def _conv2d_ref(xs: Sequence[np.ndarray], a: Attrs) -> tuple[np.ndarray, ...]:
+    (y,) = _conv_ref(xs[:2], a)
+    if len(xs) > 2:
+        y = (acc(y) + acc(xs[2]).reshape((-1,) + (1,) * (y.ndim - 2))).astype(y.dtype)
+    return (y,)
+
+
+def _pool_params(attrs: Attrs, nsp: int) -> tuple[tuple, tuple, tuple]:
+    kernel = attrs.get("kernel")
+    if not isinstance(kernel, tuple) or len(kernel) != nsp or any(not isinstance(k, int) or k < 1 for k in kernel):
+        raise ShapeError(f"pool kernel must have {nsp} positive ints, got {kernel!r}")
+    strides, pads, _, _ = _conv_params(Attrs(strides=attrs.get("strides", kernel), pads=attrs.get("pads", (0,) * 2 * nsp)), nsp)
+    if any(pads[2 * i] > kernel[i] // 2 or pads[2 * i + 1] > kernel[i] // 2 for i in range(nsp)):
+        raise ShapeError("pool padding must be at most half the kernel size")
+    return kernel, strides, pads
+
+
+def _pool_infer(ts: Sequence[TensorType], attrs: Attrs, ctx: ShapeCtx) -> tuple[TensorType, ...]:
+    x = ts[0]
+    require_float(x, "pool")
+    if x.rank < 3:
+        raise ShapeError(f"pool needs (N, C, ...), got {x}")
+    kernel, strides, pads = _pool_params(attrs, x.rank - 2)
+    out = list(x.shape[:2])
+    for i, k in enumerate(kernel):
+        padded = add(add(x.shape[2 + i], pads[2 * i]), pads[2 * i + 1])
+        ctx.check_true(padded, ">=", k, f"pool: input dim {2 + i} smaller than the kernel")
+        out.append(add(floordiv(add(padded, -k), strides[i]), 1))
+    return one(x.dtype, tuple(out))
+
+
+def _pool_windows(b: B, x: Value, attrs: Attrs, pad_value: float) -> tuple[list[Value], tuple]:
+    """Every kernel offset as one strided slice of the padded input."""
+    nsp = x.type.rank - 2
+    kernel, strides, pads = _pool_params(attrs, nsp)
+    xp = b.op(Op.PAD, x, pads=(0, 0, 0, 0) + pads, value=pad_value) if any(pads) else x
+    (out_t,) = _pool_infer([x.type], attrs, b.ctx)
+    outs = []
+    for k in np.ndindex(*kernel):
+        starts = (0, 0) + tuple(int(k[i]) for i in range(nsp))
+        stops = tuple(xp.type.shape[:2]) + tuple(
+            add(int(k[i]) + 1, (out_t.shape[2 + i] - 1) * strides[i]) for i in range(nsp)
+        )
+        outs.append(b.op(Op.SLICE, xp, starts=starts, stops=stops, steps=(1, 1) + strides))
+    return outs, kernel
+
+
+def _max_pool_dec(b: B, xs: Sequence[Value], a: Attrs) -> tuple[Value, ...]:
+    wins, _ = _pool_windows(b, xs[0], a, -math.inf)
+    y = wins[0]
+    for w in wins[1:]:
+        y = b.op(Op.MAXIMUM, y, w)
+    return (y,)
+
+
+def _avg_pool_dec(b: B, xs: Sequence[Value], a: Attrs) -> tuple[Value, ...]:
+    x = _up(b, xs[0])
+    wins, kernel = _pool_windows(b, x, a, 0.0)
+    y = wins[0]
+    for w in wins[1:]:
+        y = b.op(Op.ADD, y, w)
+    if a.get("count_include_pad", True) or not any(a.get("pads", ())):
+        count = b.full(float(np.prod(kernel)), F32)
+    else:
+        ones = b.full(1.0, F32, x.type.shape)
+        cwins, _ = _pool_windows(b, ones, a, 0.0)
+        count = cwins[0]
+        for w in cwins[1:]:
+            count = b.op(Op.ADD, count, w)
+    return (b.cast(b.op(Op.DIV, y, count), xs[0].type.dtype),)
+
+
+def _pool_ref(kind: str):  # noqa: ANN202
+    def ref(xs: Sequence[np.ndarray], a: Attrs) -> tuple[np.ndarray, ...]:
+        x = acc(xs[0])
+        nsp = x.ndim - 2
+        kernel, strides, pads = _pool_params(a, nsp)
+        fill = -np.inf if kind == "max" else 0.0
+        widths = [(0, 0), (0, 0)] + [(pads[2 * i], pads[2 * i + 1]) for i in range(nsp)]
+        xp = np.pad(x, widths, constant_values=fill)
+        cnt = np.pad(np.ones_like(x), widths)
+        view = np.lib.stride_tricks.sliding_window_view(xp, kernel, axis=tuple(range(2, 2 + nsp)))
+        cview = np.lib.stride_tricks.sliding_window_view(cnt, kernel, axis=tuple(range(2, 2 + nsp)))
+        sl = (slice(None), slice(None)) + tuple(slice(None, None, s) for s in strides)
+        view, cview = view[sl], cview[sl]
+        red = tuple(range(-nsp, 0))
+        if kind == "max":
+            return (view.max(axis=red).astype(xs[0].dtype),)
+        total = view.sum(axis=red)
+        count = np.prod(kernel) if a.get("count_include_pad", True) else cview.sum(axis=red)
+        return ((total / count).astype(xs[0].dtype),)
+
+    return ref
+
+
+# -- small structural ops ------------------------------------------------------------------------------
+
+
+def _mean_infer(ts: Sequence[TensorType], attrs: Attrs, ctx: ShapeCtx) -> tuple[TensorType, ...]:
+    t = ts[0]
+    require_float(t, "mean")
+    axes = attrs.get("axes")
+    if not isinstance(axes, tuple) or norm_axes(axes, t.rank) != axes:
+        raise ShapeError(f"mean axes must be sorted, unique and non-negative, got {axes!r}")
+    keep = bool(attrs.get("keepdim", False))
+    shape = tuple(1 if i in axes else d for i, d in enumerate(t.shape)) if keep else tuple(d for i, d in enumerate(t.shape) if i not in axes)
+    return one(t.dtype, shape)
+
+
+def _mean_dec(b: B, xs: Sequence[Value], a: Attrs) -> tuple[Value, ...]:
+    x = _up(b, xs[0])
+    m = _mean(b, x, a["axes"])
+    if not a.get("keepdim", False):
+        m = b.reshape(m, tuple(d for i, d in enumerate(x.type.shape) if i not in a["axes"]))
+    return (b.cast(m, xs[0].type.dtype),)
+
+
+def _tri_infer(ts: Sequence[TensorType], attrs: Attrs, ctx: ShapeCtx) -> tuple[TensorType, ...]:
+    if ts[0].rank < 2 or not isinstance(attrs.get("k", 0), int):
+        raise ShapeError(f"tril/triu needs rank >= 2 and an int diagonal, got {ts[0]}")
+    return one(ts[0].dtype, ts[0].shape)
+
+
+def _tri_dec(lower: bool):  # noqa: ANN202
+    def dec(b: B, xs: Sequence[Value], a: Attrs) -> tuple[Value, ...]:
+        x = xs[0]
+        r, c = x.type.shape[-2:]
+        row = b.op(Op.IOTA, shape=(r, c), axis=0, dtype=DType.int64)
+        col = b.op(Op.IOTA, shape=(r, c), axis=1, dtype=DType.int64)
+        diff = b.op(Op.SUB, col, row)
+        k = b.full(int(a.get("k", 0)), DType.int64)
+        keep = b.op(Op.LE if lower else Op.GE, diff, k)
+        return (b.op(Op.WHERE, keep, x, b.full(False if x.type.dtype is DType.bool else 0, x.type.dtype)),)
+
+    return dec
+
+
+def _np(fn):  # noqa: ANN001, ANN202
+    return lambda xs, a: (np.asarray(fn(*xs, a)).astype(xs[0].dtype),)
+
+
+DEFS = [
+    OpDef(Op.LINEAR, _linear_infer, _linear_ref, (2, 3), _linear_dec, onnx="Gemm"),
+    OpDef(Op.RELU, _same_float_infer, _np(lambda x, a: np.maximum(x, 0)), (1, 1), _relu_dec, onnx="Relu"),
+    OpDef(Op.GELU, _gelu_infer, _f32(_gelu_ref), (1, 1), _gelu_dec, onnx="Gelu", attrs=("approximate",)),
+    OpDef(Op.SILU, _same_float_infer, _f32(lambda x, a: x / (1 + np.exp(-x.astype(np.float64)))), (1, 1), _silu_dec),
+    OpDef(Op.SIGMOID, _same_float_infer, _f32(lambda x, a: 1 / (1 + np.exp(-x.astype(np.float64)))), (1, 1), _sigmoid_dec, onnx="Sigmoid"),
+    OpDef(Op.SOFTMAX, _axis_infer, _f32(lambda x, a: _softmax_np(x, a.get("axis", -1))), (1, 1), _softmax_dec, onnx="Softmax", attrs=("axis",)),
+    OpDef(
+        Op.LOG_SOFTMAX,
+        _axis_infer,
+        _f32(lambda x, a: _log_softmax_np(x, a.get("axis", -1))),
+        (1, 1),
+        _log_softmax_dec,
+        onnx="LogSoftmax",
+        attrs=("axis",),
+    ),
+    OpDef(Op.LAYER_NORM, _norm_infer, _layer_norm_ref, (1, 3), _layer_norm_dec, onnx="LayerNormalization", attrs=("ndim", "eps")),
+    OpDef(Op.RMS_NORM, _norm_infer, _rms_norm_ref, (1, 2), _rms_norm_dec, onnx="RMSNormalization", attrs=("ndim", "eps")),
+    OpDef(
+        Op.EMBEDDING,
+        _embedding_infer,
+        lambda xs, a: _gather_ref(xs, Attrs(axis=0)),
+        (2, 2),
+        lambda b, xs, a: (b.op(Op.GATHER, xs[0], xs[1], axis=0),),
+        onnx="Gather",
+    ),
+    OpDef(Op.SDPA, _sdpa_infer, _sdpa_ref, (3, 4), _sdpa_dec, onnx="Attention", attrs=("is_causal", "scale")),
+    OpDef(Op.CONV2D, _conv2d_infer, _conv2d_ref, (2, 3), _conv2d_dec, onnx="Conv", attrs=("strides", "pads", "dilations", "groups")),
+    OpDef(Op.MAX_POOL2D, _pool_infer, _pool_ref("max"), (1, 1), _max_pool_dec, onnx="MaxPool", attrs=("kernel", "strides", "pads")),
+    OpDef(
+        Op.AVG_POOL2D,
+        _pool_infer,
+        _pool_ref("avg"),
+        (1, 1),
+        _avg_pool_dec,
+        onnx="AveragePool",
+        attrs=("kernel", "strides", "pads", "count_include_pad"),
+    ),
+    OpDef(Op.BATCH_NORM, _batch_norm_infer, _batch_norm_ref, (3, 5), _batch_norm_dec, onnx="BatchNormalization", attrs=("eps",)),
+    OpDef(
+        Op.REDUCE_MEAN,
+        _mean_infer,
+        _f32(lambda x, a: np.mean(x, axis=a["axes"], keepdims=bool(a.get("keepdim", False))) if a["axes"] else x),
+        (1, 1),
+        _mean_dec,
+        onnx="ReduceMean",
+        attrs=("axes", "keepdim"),
+    ),
+    OpDef(Op.TRIL, _tri_infer, _np(lambda x, a: np.tril(x, a.get("k", 0))), (1, 1), _tri_dec(True), onnx="Trilu", attrs=("k",)),
+    OpDef(Op.TRIU, _tri_infer, _np(lambda x, a: np.triu(x, a.get("k", 0))), (1, 1), _tri_dec(False), onnx="Trilu", attrs=("k",)),
+]

@@ -1,0 +1,469 @@
+"""Symbolic integers: normalized sums of products over named symbols.
+
+An expression is a polynomial with integer coefficients whose atoms are
+symbols, floor-divisions and remainders by positive constants, and min/max.
+Construction always normalizes, so two equal-looking expressions compare
+equal structurally and an expression with no symbols is a plain ``int``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from aotc.errors import ShapeError
+
+Dim = "int | SymExpr"
+
+
+@dataclass(frozen=True, slots=True)
+class Atom:
+    """A factor of a monomial: ``sym`` (name), ``fdiv``/``mod`` (expr, int), ``min``/``max`` (a, b)."""
+
+    kind: str
+    name: str = ""
+    args: tuple = ()
+
+    def key(self) -> str:
+        return _atom_sexpr(self)
+
+
+Monomial = tuple[Atom, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SymExpr:
+    """sum(coeff * prod(atoms)) + const. Build through ``sym()`` and operators only."""
+
+    terms: tuple[tuple[Monomial, int], ...]
+    const: int = 0
+
+    # -- arithmetic -------------------------------------------------------
+    def __add__(self, other: int | SymExpr) -> int | SymExpr:
+        return add(self, other)
+
+    __radd__ = __add__
+
+    def __neg__(self) -> int | SymExpr:
+        return mul(self, -1)
+
+    def __sub__(self, other: int | SymExpr) -> int | SymExpr:
+        return add(self, mul(other, -1))
+
+    def __rsub__(self, other: int | SymExpr) -> int | SymExpr:
+        return add(other, mul(self, -1))
+
+    def __mul__(self, other: int | SymExpr) -> int | SymExpr:
+        return mul(self, other)
+
+    __rmul__ = __mul__
+
+    def __floordiv__(self, other: int) -> int | SymExpr:
+        return floordiv(self, other)
+
+    def __mod__(self, other: int) -> int | SymExpr:
+        return mod(self, other)
+
+    # -- queries ----------------------------------------------------------
+    def free_symbols(self) -> frozenset[str]:
+        out: set[str] = set()
+        for mono, _ in self.terms:
+            for atom in mono:
+                out |= _atom_symbols(atom)
+        return frozenset(out)
+
+    def is_symbol(self) -> bool:
+        return (
+            self.const == 0
+            and len(self.terms) == 1
+            and self.terms[0][1] == 1
+            and len(self.terms[0][0]) == 1
+            and self.terms[0][0][0].kind == "sym"
+        )
+
+    @property
+    def symbol_name(self) -> str:
+        if not self.is_symbol():
+            raise ShapeError(f"{self} is not a single symbol")
+        return self.terms[0][0][0].name
+
+    def __str__(self) -> str:
+        return to_infix(self)
+
+    def __repr__(self) -> str:
+        return f"SymExpr({to_infix(self)})"
+
+
+# -- construction -------------------------------------------------------------
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def sym(name: str) -> SymExpr:
+    if not _NAME.match(name) or name in ("min", "max"):
+        raise ShapeError(f"invalid symbol name {name!r}: use letters, digits and _")
+    return SymExpr(((( Atom("sym", name),), 1),))
+
+
+def _as_poly(x: int | SymExpr) -> SymExpr:
+    if isinstance(x, SymExpr):
+        return x
+    if isinstance(x, bool) or not isinstance(x, int):
+        raise ShapeError(f"expected an int or symbolic int, got {type(x).__name__}")
+    return SymExpr((), x)
+
+
+def _make(coeffs: dict[Monomial, int], const: int) -> int | SymExpr:
+    terms = tuple(sorted(((m, c) for m, c in coeffs.items() if c != 0), key=lambda t: _mono_key(t[0])))
+    if not terms:
+        return const
+    return SymExpr(terms, const)
+
+
+def _mono_key(m: Monomial) -> str:
+    return "*".join(a.key() for a in m)
+
+
+def add(a: int | SymExpr, b: int | SymExpr) -> int | SymExpr:
+    if isinstance(a, int) and isinstance(b, int):
+        return a + b
+    pa, pb = _as_poly(a), _as_poly(b)
+    coeffs = dict(pa.terms)
+    for m, c in pb.terms:
+        coeffs[m] = coeffs.get(m, 0) + c
+    return _make(coeffs, pa.const + pb.const)
+
+
+def mul(a: int | SymExpr, b: int | SymExpr) -> int | SymExpr:
+    if isinstance(a, int) and isinstance(b, int):
+        return a * b
+    pa, pb = _as_poly(a), _as_poly(b)
+    coeffs: dict[Monomial, int] = {}
+    ta = list(pa.terms) + ([((), pa.const)] if pa.const else [])
+    tb = list(pb.terms) + ([((), pb.const)] if pb.const else [])
+    const = 0
+    for ma, ca in ta:
+        for mb, cb in tb:
+            m = tuple(sorted(ma + mb, key=Atom.key))
+            if m:
+                coeffs[m] = coeffs.get(m, 0) + ca * cb
+            else:
+                const += ca * cb
+    return _make(coeffs, const)
+
+
+def _split(e: SymExpr, d: int) -> tuple[int | SymExpr, int | SymExpr]:
+    """e == d*q + r with every coefficient of r in [0, d)."""
+    q: dict[Monomial, int] = {}
+    r: dict[Monomial, int] = {}
+    for m, c in e.terms:
+        q[m], r[m] = divmod(c, d)
+    qc, rc = divmod(e.const, d)
+    return _make(q, qc), _make(r, rc)
+
+
+def _check_divisor(d: object, op: str) -> int:
+    if isinstance(d, SymExpr):
+        raise ShapeError(f"symbolic divisor in {op} is not supported")
+    if not isinstance(d, int) or isinstance(d, bool) or d <= 0:
+        raise ShapeError(f"{op} needs a positive int divisor, got {d!r}")
+    return d
+
+
+def _content(e: SymExpr, d: int) -> int:
+    g = math.gcd(d, e.const)
+    for _, c in e.terms:
+        g = math.gcd(g, c)
+    return g
+
+
+def _divide_exact(e: SymExpr, g: int) -> int | SymExpr:
+    return _make({m: c // g for m, c in e.terms}, e.const // g)
+
+
+def floordiv(a: int | SymExpr, d: int) -> int | SymExpr:
+    d = _check_divisor(d, "//")
+    if isinstance(a, int):
+        return a // d
+    if d == 1:
+        return a
+    q, r = _split(a, d)
+    if isinstance(r, int):
+        return add(q, r // d)
+    g = _content(r, d)
+    if g > 1:  # (g*x) // (g*d) == x // d
+        return add(q, floordiv(_divide_exact(r, g), d // g))
+    # (x // a) // b == x // (a*b) for positive a, b
+    if r.const == 0 and len(r.terms) == 1 and r.terms[0][1] == 1 and len(r.terms[0][0]) == 1:
+        atom = r.terms[0][0][0]
+        if atom.kind == "fdiv":
+            return add(q, floordiv(atom.args[0], atom.args[1] * d))
+    return add(q, SymExpr((((Atom("fdiv", args=(r, d)),), 1),)))
+
+
+def mod(a: int | SymExpr, d: int) -> int | SymExpr:
+    d = _check_divisor(d, "%")
+    if isinstance(a, int):
+        return a % d
+    if d == 1:
+        return 0
+    _, r = _split(a, d)
+    if isinstance(r, int):
+        return r % d
+    g = _content(r, d)
+    if g > 1:  # (g*x) % (g*d) == g * (x % d)
+        return mul(g, mod(_divide_exact(r, g), d // g))
+    if r.const == 0 and len(r.terms) == 1 and r.terms[0][1] == 1 and len(r.terms[0][0]) == 1:
+        atom = r.terms[0][0][0]
+        if atom.kind == "mod" and atom.args[1] % d == 0:
+            return mod(atom.args[0], d)
+    return SymExpr((((Atom("mod", args=(r, d)),), 1),))
+
+
+def _minmax(kind: str, a: int | SymExpr, b: int | SymExpr) -> int | SymExpr:
+    if isinstance(a, int) and isinstance(b, int):
+        return min(a, b) if kind == "min" else max(a, b)
+    if a == b:
+        return a
+    diff = add(a, mul(b, -1))
+    if isinstance(diff, int):  # a and b differ by a constant
+        return (b if diff > 0 else a) if kind == "min" else (a if diff > 0 else b)
+    x, y = sorted((_as_poly(a), _as_poly(b)), key=to_sexpr)
+    return SymExpr((((Atom(kind, args=(x, y)),), 1),))
+
+
+def smin(a: int | SymExpr, b: int | SymExpr) -> int | SymExpr:
+    return _minmax("min", a, b)
+
+
+def smax(a: int | SymExpr, b: int | SymExpr) -> int | SymExpr:
+    return _minmax("max", a, b)
+
+
+# -- evaluation and ranges -----------------------------------------------------
+
+
+def evaluate(e: int | SymExpr, env: Mapping[str, int]) -> int:
+    """The value of e with every symbol bound in env."""
+    if isinstance(e, int):
+        return e
+    total = e.const
+    for m, c in e.terms:
+        p = c
+        for atom in m:
+            p *= _eval_atom(atom, env)
+        total += p
+    return total
+
+
+def _eval_atom(a: Atom, env: Mapping[str, int]) -> int:
+    if a.kind == "sym":
+        try:
+            return env[a.name]
+        except KeyError:
+            raise ShapeError(f"symbol {a.name!r} is not bound") from None
+    if a.kind == "fdiv":
+        return evaluate(a.args[0], env) // a.args[1]
+    if a.kind == "mod":
+        return evaluate(a.args[0], env) % a.args[1]
+    x, y = evaluate(a.args[0], env), evaluate(a.args[1], env)
+    return min(x, y) if a.kind == "min" else max(x, y)
+
+
+Range = tuple[int, int]
+
+
+def bounds(
+    e: int | SymExpr,
+    ranges: Mapping[str, Range],
+    multiples: Mapping[str, int] | None = None,
+) -> Range:
+    """An interval holding e for every binding of its symbols within ranges."""
+    if isinstance(e, int):
+        return (e, e)
+    lo = hi = e.const
+    for m, c in e.terms:
+        tlo, thi = c, c
+        for atom in m:
+            alo, ahi = _atom_bounds(atom, ranges, multiples or {})
+            cands = (tlo * alo, tlo * ahi, thi * alo, thi * ahi)
+            tlo, thi = min(cands), max(cands)
+        lo += tlo
+        hi += thi
+    return lo, hi
+
+
+def _atom_bounds(a: Atom, ranges: Mapping[str, Range], multiples: Mapping[str, int]) -> Range:
+    if a.kind == "sym":
+        try:
+            return ranges[a.name]
+        except KeyError:
+            raise ShapeError(f"symbol {a.name!r} has no range") from None
+    if a.kind == "fdiv":
+        lo, hi = bounds(a.args[0], ranges, multiples)
+        return lo // a.args[1], hi // a.args[1]
+    if a.kind == "mod":
+        num, d = a.args
+        if divisor(num, multiples) % d == 0:
+            return (0, 0)
+        lo, hi = bounds(num, ranges, multiples)
+        if 0 <= lo and hi < d:
+            return lo, hi
+        return (0, d - 1)
+    (xlo, xhi), (ylo, yhi) = (bounds(x, ranges, multiples) for x in a.args)
+    if a.kind == "min":
+        return min(xlo, ylo), min(xhi, yhi)
+    return max(xlo, ylo), max(xhi, yhi)
+
+
+def divisor(e: int | SymExpr, multiples: Mapping[str, int]) -> int:
+    """A positive int known to divide e for every binding (0 divides nothing: e == 0 gives 0)."""
+    if isinstance(e, int):
+        return abs(e)
+    g = abs(e.const)
+    for m, c in e.terms:
+        t = abs(c)
+        for atom in m:
+            t *= multiples.get(atom.name, 1) if atom.kind == "sym" else 1
+        g = math.gcd(g, t)
+    return g
+
+
+# -- text forms ------------------------------------------------------------------
+
+
+def to_sexpr(e: int | SymExpr) -> str:
+    """Canonical prefix form, used for serialization: ``(+ 3 (* 2 batch) (// seq 4))``."""
+    if isinstance(e, int):
+        return str(e)
+    parts = [_mono_sexpr(m, c) for m, c in e.terms]
+    if e.const:
+        parts.append(str(e.const))
+    return parts[0] if len(parts) == 1 else "(+ " + " ".join(parts) + ")"
+
+
+def _mono_sexpr(m: Monomial, c: int) -> str:
+    factors = ([str(c)] if c != 1 else []) + [_atom_sexpr(a) for a in m]
+    return factors[0] if len(factors) == 1 else "(* " + " ".join(factors) + ")"
+
+
+def _atom_sexpr(a: Atom) -> str:
+    if a.kind == "sym":
+        return a.name
+    op = {"fdiv": "//", "mod": "%"}.get(a.kind, a.kind)
+    return f"({op} {to_sexpr(a.args[0])} {to_sexpr(a.args[1])})"
+
+
+def _atom_symbols(a: Atom) -> set[str]:
+    if a.kind == "sym":
+        return {a.name}
+    out: set[str] = set()
+    for x in a.args:
+        if isinstance(x, SymExpr):
+            out |= x.free_symbols()
+    return out
+
+
+def to_infix(e: int | SymExpr) -> str:
+    """Readable form for messages: ``2*batch + seq//4``."""
+    if isinstance(e, int):
+        return str(e)
+    out = ""
+    for i, (m, c) in enumerate(e.terms):
+        wrap = len(m) > 1 or c not in (1, -1)
+        body = "*".join(f"({_atom_infix(a)})" if wrap and a.kind in ("fdiv", "mod") else _atom_infix(a) for a in m)
+        if c == 1:
+            term = body
+        elif c == -1:
+            term = "-" + body
+        else:
+            term = f"{c}*{body}"
+        out += term if i == 0 else (f" - {term[1:]}" if term.startswith("-") else f" + {term}")
+    if e.const:
+        out += f" - {-e.const}" if e.const < 0 else f" + {e.const}"
+    return out
+
+
+def _atom_infix(a: Atom) -> str:
+    if a.kind == "sym":
+        return a.name
+    x, y = (to_infix(v) for v in a.args)
+    if a.kind in ("fdiv", "mod"):
+        op = "//" if a.kind == "fdiv" else "%"
+        inner = x if a.args[0].is_symbol() else f"({x})"
+        return f"{inner}{op}{y}"
+    return f"{a.kind}({x}, {y})"
+
+
+_TOKEN = re.compile(r"\s*(\(|\)|-?\d+|[A-Za-z_][A-Za-z0-9_]*|//|%|\+|\*)")
+
+
+def parse(text: str) -> int | SymExpr:
+    """Inverse of ``to_sexpr``; raises ShapeError on anything malformed."""
+    tokens: list[str] = []
+    pos = 0
+    text = text.strip()
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
+        if not m:
+            raise ShapeError(f"bad symbolic expression {text!r} at {pos}")
+        tokens.append(m.group(1))
+        pos = m.end()
+    if not tokens or len(tokens) > 10_000:
+        raise ShapeError(f"bad symbolic expression {text!r}")
+    value, end = _parse_at(tokens, 0, 0)
+    if end != len(tokens):
+        raise ShapeError(f"trailing tokens in symbolic expression {text!r}")
+    return value
+
+
+def _parse_at(tokens: list[str], i: int, depth: int) -> tuple[int | SymExpr, int]:
+    if depth > 64 or i >= len(tokens):
+        raise ShapeError("bad symbolic expression: unbalanced or too deep")
+    tok = tokens[i]
+    if tok == "(":
+        if i + 1 >= len(tokens):
+            raise ShapeError("bad symbolic expression: unbalanced")
+        op = tokens[i + 1]
+        args: list[int | SymExpr] = []
+        j = i + 2
+        while j < len(tokens) and tokens[j] != ")":
+            v, j = _parse_at(tokens, j, depth + 1)
+            args.append(v)
+        if j >= len(tokens) or not args:
+            raise ShapeError("bad symbolic expression: unbalanced")
+        return _apply(op, args), j + 1
+    if tok.lstrip("-").isdigit():
+        return int(tok), i + 1
+    if _NAME.match(tok) and tok not in ("min", "max"):
+        return sym(tok), i + 1
+    raise ShapeError(f"bad symbolic expression token {tok!r}")
+
+
+def _apply(op: str, args: list[int | SymExpr]) -> int | SymExpr:
+    if op == "+":
+        out: int | SymExpr = 0
+        for a in args:
+            out = add(out, a)
+        return out
+    if op == "*":
+        out = 1
+        for a in args:
+            out = mul(out, a)
+        return out
+    if len(args) != 2:
+        raise ShapeError(f"bad symbolic expression: {op} takes 2 arguments")
+    a, b = args
+    if op in ("//", "%"):
+        if not isinstance(b, int):
+            raise ShapeError("bad symbolic expression: symbolic divisor")
+        return floordiv(a, b) if op == "//" else mod(a, b)
+    if op in ("min", "max"):
+        return _minmax(op, a, b)
+    raise ShapeError(f"bad symbolic expression operator {op!r}")
+
+
+def is_sym(x: object) -> bool:
+    return isinstance(x, SymExpr)
