@@ -44,7 +44,7 @@ class Value:
 class Attrs(Mapping[str, Any]):
     """A frozen, hashable, ordered attribute map (values: int, float, bool, str, DType, SymExpr, tuples)."""
 
-    __slots__ = ("_items", "_hash")
+    __slots__ = ("_hash", "_items")
 
     def __init__(self, items: Mapping[str, Any] | None = None, **kw: Any) -> None:
         merged = dict(items or {}, **kw)
@@ -76,12 +76,15 @@ class Attrs(Mapping[str, Any]):
         return Attrs(dict(self._items), **kw)
 
 
+EMPTY_ATTRS = Attrs()
+
+
 @dataclass(frozen=True, slots=True)
 class Node:
     op: Any  # aotc.ir.ops.Op; typed loosely to keep this module free of the op table
     inputs: tuple[Value, ...]
     outputs: tuple[Value, ...]
-    attrs: Attrs = Attrs()
+    attrs: Attrs = EMPTY_ATTRS
     loc: str = ""
 
     def replace(self, **changes: Any) -> Node:
@@ -98,7 +101,7 @@ def _attr_str(v: Any) -> str:
     if isinstance(v, SymExpr):
         return to_infix(v)
     if isinstance(v, tuple):
-        return "(" + ", ".join(_attr_str(x) for x in v) + ")"
+        return "(" + ", ".join(_attr_str(x) for x in v) + ("," if len(v) == 1 else "") + ")"
     if isinstance(v, DType):
         return v.value
     return repr(v)

@@ -70,7 +70,7 @@ def _slice_infer(ts: Sequence[TensorType], attrs: Attrs, ctx: ShapeCtx) -> tuple
 
 def _slice_ref(xs: Sequence[np.ndarray], attrs: Attrs) -> tuple[np.ndarray, ...]:
     idx = tuple(slice(a, max(a, b), c) for a, b, c in zip(attrs["starts"], attrs["stops"], attrs["steps"]))
-    return (np.ascontiguousarray(xs[0][idx]),)
+    return (np.asarray(xs[0][idx], order="C"),)
 
 
 def _pad_infer(ts: Sequence[TensorType], attrs: Attrs, ctx: ShapeCtx) -> tuple[TensorType, ...]:
@@ -152,7 +152,7 @@ def _iota_ref(xs: Sequence[np.ndarray], attrs: Attrs) -> tuple[np.ndarray, ...]:
     ar = np.arange(shape[axis], dtype=attrs["dtype"].np)
     view = [1] * len(shape)
     view[axis] = shape[axis]
-    return (np.ascontiguousarray(np.broadcast_to(ar.reshape(view), shape)),)
+    return (np.asarray(np.broadcast_to(ar.reshape(view), shape), order="C"),)
 
 
 def _full_infer(ts: Sequence[TensorType], attrs: Attrs, ctx: ShapeCtx) -> tuple[TensorType, ...]:
@@ -179,7 +179,7 @@ DEFS = [
     OpDef(
         Op.PERMUTE,
         _permute_infer,
-        lambda xs, a: (np.ascontiguousarray(np.transpose(xs[0], a["perm"])),),
+        lambda xs, a: (np.asarray(np.transpose(xs[0], a["perm"]), order="C"),),
         (1, 1),
         onnx="Transpose",
         attrs=("perm",),
@@ -187,7 +187,7 @@ DEFS = [
     OpDef(
         Op.BROADCAST,
         _broadcast_infer,
-        lambda xs, a: (np.ascontiguousarray(np.broadcast_to(xs[0], a["shape"])),),
+        lambda xs, a: (np.asarray(np.broadcast_to(xs[0], a["shape"]), order="C"),),
         (1, 1),
         onnx="Expand",
         attrs=("shape",),
@@ -195,7 +195,7 @@ DEFS = [
     OpDef(Op.SLICE, _slice_infer, _slice_ref, (1, 1), onnx="Slice", attrs=("starts", "stops", "steps")),
     OpDef(Op.PAD, _pad_infer, _pad_ref, (1, 1), onnx="Pad", attrs=("pads", "value")),
     OpDef(Op.CONCAT, _concat_infer, lambda xs, a: (np.concatenate(xs, axis=a.get("axis", 0)),), (1, None), onnx="Concat", attrs=("axis",)),
-    OpDef(Op.FLIP, _flip_infer, lambda xs, a: (np.ascontiguousarray(np.flip(xs[0], a.get("axes", ()))),), (1, 1), attrs=("axes",)),
+    OpDef(Op.FLIP, _flip_infer, lambda xs, a: (np.asarray(np.flip(xs[0], a.get("axes", ())), order="C"),), (1, 1), attrs=("axes",)),
     OpDef(Op.GATHER, _gather_infer, _gather_ref, (2, 2), onnx="Gather", attrs=("axis",)),
     OpDef(Op.IOTA, _iota_infer, _iota_ref, (0, 0), attrs=("shape", "axis", "dtype")),
     OpDef(

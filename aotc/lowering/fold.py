@@ -1,0 +1,77 @@
+"""Constant folding: nodes whose inputs are all known at compile time become constants."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from aotc.ir.graph import Graph
+from aotc.ir.ops import OPS, SOURCES, Op
+from aotc.ir.types import Node, Value
+from aotc.lowering.rewrite import Rewriter, rewrite
+
+
+def fold_constants(graph: Graph, max_bytes: int = 1 << 16) -> Graph:
+    constants = dict(graph.constants)
+    known: dict[int, np.ndarray] = {}
+
+    def value_of(rw: Rewriter, v: Value) -> np.ndarray | None:
+        if v.id in known:
+            return known[v.id]
+        src = rw.producer(v)
+        if src is None or not v.type.is_static():
+            return None
+        if src.op is Op.CONSTANT:
+            arr = constants[src.attrs["name"]]
+        elif src.op in (Op.FULL, Op.IOTA) and not _symbolic(src):
+            arr = OPS[src.op].ref([], src.attrs)[0]
+        else:
+            return None
+        known[v.id] = arr
+        return arr
+
+    def fold(rw: Rewriter, node: Node, inputs: Sequence[Value]) -> Sequence[Value] | None:
+        if node.op in SOURCES or not inputs or not all(o.type.is_static() for o in node.outputs):
+            return None
+        arrays = [value_of(rw, v) for v in inputs]
+        if any(a is None for a in arrays):
+            return None
+        out_bytes = sum(int(np.prod(o.type.shape)) * o.type.dtype.itemsize for o in node.outputs)
+        # Don't blow a cheap broadcast of a scalar up into a large stored weight.
+        if out_bytes > max(max_bytes, sum(a.nbytes for a in arrays)):
+            return None
+        with np.errstate(all="ignore"):
+            results = OPS[node.op].ref(arrays, node.attrs)
+        outs = []
+        for o, r in zip(node.outputs, results):
+            name = _fresh_name(constants, o.id)
+            arr = np.asarray(r, dtype=o.type.dtype.np, order="C")
+            constants[name] = arr
+            v = rw.b.op(Op.CONSTANT, name=name, shape=o.type.shape, dtype=o.type.dtype)
+            known[v.id] = arr
+            outs.append(v)
+        return outs
+
+    folded = rewrite(graph, [(None, fold)])
+    return folded.replace(constants=constants)
+
+
+def _symbolic(node: Node) -> bool:
+    return any(not isinstance(d, int) for d in node.attrs["shape"]) or not isinstance(
+        node.attrs.get("value", 0), (int, float, bool)
+    )
+
+
+def _fresh_name(constants: dict[str, np.ndarray], vid: int) -> str:
+    name, k = f"_folded.{vid}", 0
+    while name in constants:
+        k += 1
+        name = f"_folded.{vid}.{k}"
+    return name
+
+
+def prune_constants(graph: Graph) -> Graph:
+    """Drop constants no node refers to (after DCE removed their users)."""
+    used = {n.attrs["name"] for n in graph.nodes if n.op is Op.CONSTANT}
+    return graph.replace(constants={k: v for k, v in graph.constants.items() if k in used})

@@ -1,0 +1,59 @@
+"""The lowering pipeline: a named, ordered list of Graph -> Graph stages, each dumpable and verified."""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from aotc.ir.graph import Graph
+from aotc.ir.verify import verify
+from aotc.lowering.cse import cse, dce
+from aotc.lowering.decompose import decompose
+from aotc.lowering.fold import fold_constants
+from aotc.lowering.options import CompileOptions
+from aotc.lowering.simplify import simplify
+
+Stage = tuple[str, Callable[[Graph], Graph]]
+
+
+def stages(options: CompileOptions) -> list[Stage]:
+    out: list[Stage] = [("decompose", decompose), ("simplify", simplify)]
+    # CSE before folding too: two equal folds would otherwise store two equal constants.
+    if options.cse:
+        out.append(("cse", cse))
+    if options.fold_constants:
+        out.append(("fold_constants", functools.partial(fold_constants, max_bytes=options.max_fold_bytes)))
+        if options.cse:
+            out.append(("cse_2", cse))
+    out += [("simplify_2", simplify), ("dce", dce)]
+    return out
+
+
+STAGES: list[Stage] = stages(CompileOptions())
+
+
+def lower(
+    graph: Graph,
+    options: CompileOptions | None = None,
+    dump_dir: str | os.PathLike | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Graph:
+    """High-level graph -> verified primitive graph. ``progress(stage)`` is called before each stage."""
+    options = options or CompileOptions()
+    dump = Path(dump_dir) if dump_dir is not None else None
+    if dump is not None:
+        dump.mkdir(parents=True, exist_ok=True)
+        (dump / "00-input.txt").write_text(str(graph) + "\n")
+    verify(graph, stage="input")
+    for i, (name, fn) in enumerate(stages(options), start=1):
+        if progress is not None:
+            progress(name)
+        graph = fn(graph)
+        if options.verify_each_stage:
+            verify(graph, stage=name)
+        if dump is not None:
+            (dump / f"{i:02d}-{name}.txt").write_text(str(graph) + "\n")
+    verify(graph, stage="lowered", primitive_only=True)
+    return graph
