@@ -9,13 +9,13 @@ from aotc.ir.types import Attrs, Node, TensorType, Value
 from aotc.ir.verify import verify
 
 __all__ = [
+    "OPS",
     "Attrs",
     "Builder",
     "DType",
     "Graph",
     "Guard",
     "Node",
-    "OPS",
     "Op",
     "OpDef",
     "SymExpr",

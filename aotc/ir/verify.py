@@ -37,7 +37,8 @@ def verify(graph: Graph, stage: str = "", primitive_only: bool = False) -> None:
     for g in graph.guards:
         if g.rel not in RELATIONS:
             raise fail(f"guard {g} has unknown relation")
-        _check_symbols((g.lhs, g.rhs), symbols, lambda m: fail(f"guard {g}: {m}"))
+        if bad := _unknown_symbols((g.lhs, g.rhs), symbols):
+            raise fail(f"guard {g}: uses undeclared symbols {bad}")
     if len(set(graph.input_names)) != len(graph.input_names) or len(graph.input_names) != len(graph.inputs):
         raise fail("input names must be unique, one per input")
     for name in graph.input_names:
@@ -49,7 +50,8 @@ def verify(graph: Graph, stage: str = "", primitive_only: bool = False) -> None:
     for v in graph.inputs:
         if v.id in defined:
             raise fail(f"value {v} defined twice")
-        _check_symbols(v.type.shape, symbols, lambda m: fail(f"input {v}: {m}"))
+        if bad := _unknown_symbols(v.type.shape, symbols):
+            raise fail(f"input {v}: uses undeclared symbols {bad}")
         defined[v.id] = v.type
     for i, node in enumerate(graph.nodes):
         if node.op not in OPS:
@@ -62,7 +64,8 @@ def verify(graph: Graph, stage: str = "", primitive_only: bool = False) -> None:
                 raise fail(f"input {v} is used before it is defined", node, i)
             if defined[v.id] != v.type:
                 raise fail(f"input {v} has type {v.type} but was defined as {defined[v.id]}", node, i)
-        _check_symbols(_attr_leaves(node.attrs), symbols, lambda m: fail(m, node, i))
+        if bad := _unknown_symbols(_attr_leaves(node.attrs), symbols):
+            raise fail(f"uses undeclared symbols {bad}", node, i)
         try:
             lo, hi = d.arity
             if len(node.inputs) < lo or (hi is not None and len(node.inputs) > hi):
@@ -73,8 +76,10 @@ def verify(graph: Graph, stage: str = "", primitive_only: bool = False) -> None:
         if len(types) != len(node.outputs):
             raise fail(f"has {len(node.outputs)} outputs, rule says {len(types)}", node, i)
         for o, t in zip(node.outputs, types):
-            if o.type.dtype is not t.dtype or len(o.type.shape) != len(t.shape) or not all(
-                ctx.known_equal(a, b) for a, b in zip(o.type.shape, t.shape)
+            if (
+                o.type.dtype is not t.dtype
+                or len(o.type.shape) != len(t.shape)
+                or not all(ctx.known_equal(a, b) for a, b in zip(o.type.shape, t.shape))
             ):
                 raise fail(f"output {o} is recorded as {o.type} but the rule gives {t}", node, i)
             if o.id in defined:
@@ -106,9 +111,9 @@ def _attr_leaves(attrs: Attrs) -> list[Any]:
     return out
 
 
-def _check_symbols(dims: Any, symbols: set[str], fail: Any) -> None:
+def _unknown_symbols(dims: Any, symbols: set[str]) -> list[str]:
+    unknown: set[str] = set()
     for d in dims:
         if isinstance(d, SymExpr):
-            unknown = d.free_symbols() - symbols
-            if unknown:
-                raise fail(f"uses undeclared symbols {sorted(unknown)}")
+            unknown |= d.free_symbols() - symbols
+    return sorted(unknown)

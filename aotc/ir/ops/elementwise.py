@@ -141,7 +141,7 @@ def _cast_infer(ts: Sequence[TensorType], attrs: Attrs, ctx: ShapeCtx) -> tuple[
 
 def _cast_ref(xs: Sequence[np.ndarray], attrs: Attrs) -> tuple[np.ndarray, ...]:
     x, dt = xs[0], attrs["dtype"]
-    if dt.is_int and x.dtype.kind == "f" or (dt.is_int and is_half(x.dtype)):
+    if (dt.is_int and x.dtype.kind == "f") or (dt.is_int and is_half(x.dtype)):
         # float -> int truncates toward zero like torch; NaN/inf become 0 instead of UB.
         xf = np.nan_to_num(x.astype(np.float64), nan=0.0, posinf=0.0, neginf=0.0)
         info = np.iinfo(dt.np)

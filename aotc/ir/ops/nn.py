@@ -32,7 +32,7 @@ def _same_float_infer(ts: Sequence[TensorType], attrs: Attrs, ctx: ShapeCtx) -> 
     return one(ts[0].dtype, ts[0].shape)
 
 
-def _f32(fn):  # noqa: ANN001, ANN202
+def _f32(fn):
     def ref(xs: Sequence[np.ndarray], attrs: Attrs) -> tuple[np.ndarray, ...]:
         return (np.asarray(fn(*[acc(x) for x in xs], attrs)).astype(xs[0].dtype),)
 
@@ -432,7 +432,7 @@ def _avg_pool_dec(b: B, xs: Sequence[Value], a: Attrs) -> tuple[Value, ...]:
     return (b.cast(b.op(Op.DIV, y, count), xs[0].type.dtype),)
 
 
-def _pool_ref(kind: str):  # noqa: ANN202
+def _pool_ref(kind: str):
     def ref(xs: Sequence[np.ndarray], a: Attrs) -> tuple[np.ndarray, ...]:
         x = acc(xs[0])
         nsp = x.ndim - 2
@@ -483,7 +483,7 @@ def _tri_infer(ts: Sequence[TensorType], attrs: Attrs, ctx: ShapeCtx) -> tuple[T
     return one(ts[0].dtype, ts[0].shape)
 
 
-def _tri_dec(lower: bool):  # noqa: ANN202
+def _tri_dec(lower: bool):
     def dec(b: B, xs: Sequence[Value], a: Attrs) -> tuple[Value, ...]:
         x = xs[0]
         r, c = x.type.shape[-2:]
@@ -497,7 +497,7 @@ def _tri_dec(lower: bool):  # noqa: ANN202
     return dec
 
 
-def _np(fn):  # noqa: ANN001, ANN202
+def _np(fn):
     return lambda xs, a: (np.asarray(fn(*xs, a)).astype(xs[0].dtype),)
 
 

@@ -30,7 +30,7 @@ def _reduce_infer(ts: Sequence[TensorType], attrs: Attrs, ctx: ShapeCtx) -> tupl
     return one(t.dtype, _reduced_shape(t, axes, bool(attrs.get("keepdim", False))))
 
 
-def _reducer(fn):  # noqa: ANN001, ANN202 - numpy ufunc reduce methods
+def _reducer(fn):
     def ref(xs: Sequence[np.ndarray], attrs: Attrs) -> tuple[np.ndarray, ...]:
         x = xs[0]
         axes, keep = attrs["axes"], bool(attrs.get("keepdim", False))
@@ -42,7 +42,7 @@ def _reducer(fn):  # noqa: ANN001, ANN202 - numpy ufunc reduce methods
     return ref
 
 
-def _extreme(ufunc: np.ufunc, fill_from_min: bool):  # noqa: ANN202
+def _extreme(ufunc: np.ufunc, fill_from_min: bool):
     def fn(x: np.ndarray, axis: tuple, keepdims: bool) -> np.ndarray:
         if x.size == 0:
             info = np.finfo(x.dtype) if x.dtype.kind == "f" else np.iinfo(x.dtype)
@@ -61,7 +61,7 @@ def _arg_infer(ts: Sequence[TensorType], attrs: Attrs, ctx: ShapeCtx) -> tuple[T
     return one(DType.int64, _reduced_shape(t, (axis,), bool(attrs.get("keepdim", False))))
 
 
-def _arg_ref(fn):  # noqa: ANN001, ANN202
+def _arg_ref(fn):
     def ref(xs: Sequence[np.ndarray], attrs: Attrs) -> tuple[np.ndarray, ...]:
         x = acc(xs[0])
         axis = attrs.get("axis", 0) % max(x.ndim, 1)
@@ -128,7 +128,7 @@ def _conv_ref(xs: Sequence[np.ndarray], attrs: Attrs) -> tuple[np.ndarray, ...]:
     nsp = x.ndim - 2
     strides, pads, dil, groups = _conv_params(attrs, nsp)
     x = np.pad(x, [(0, 0), (0, 0)] + [(pads[2 * i], pads[2 * i + 1]) for i in range(nsp)])
-    n, cin = x.shape[:2]
+    n = x.shape[0]
     cout, cin_g = w.shape[:2]
     ksz = w.shape[2:]
     out_sp = [(x.shape[2 + i] - dil[i] * (ksz[i] - 1) - 1) // strides[i] + 1 for i in range(nsp)]
