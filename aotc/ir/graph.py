@@ -52,7 +52,7 @@ def _frozen(d: Mapping[str, np.ndarray] | None) -> Mapping[str, np.ndarray]:
     return MappingProxyType(dict(d or {}))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # identity equality: constants are arrays, which don't compare to one bool
 class Graph:
     """A whole model. ``output_tree`` is a JSON-able structure whose int leaves index ``outputs``:
     an int, ``{"tuple": [...]}``, ``{"list": [...]}`` or ``{"dict": [[key, sub], ...]}``."""

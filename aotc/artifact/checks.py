@@ -1,0 +1,60 @@
+"""Graph-level checks the writer and the reader share."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aotc.artifact.layout import MAX_TREE_DEPTH
+from aotc.ir.graph import Graph
+
+
+def interface_mismatch(a: Graph, b: Graph) -> str:
+    """Why two variants of one model don't share a calling interface ('' when they do)."""
+    if a.input_names != b.input_names:
+        return f"inputs {list(b.input_names)} != {list(a.input_names)}"
+    for name, x, y in zip(a.input_names, a.inputs, b.inputs):
+        if x.type.dtype is not y.type.dtype or x.type.rank != y.type.rank:
+            return f"input {name!r} is {y.type}, expected the dtype and rank of {x.type}"
+    if len(a.outputs) != len(b.outputs) or json.dumps(a.output_tree) != json.dumps(b.output_tree):
+        return "the outputs differ"
+    for i, (x, y) in enumerate(zip(a.outputs, b.outputs)):
+        if x.type.dtype is not y.type.dtype or x.type.rank != y.type.rank:
+            return f"output {i} is {y.type}, expected the dtype and rank of {x.type}"
+    return ""
+
+
+def check_output_tree(tree: Any, n_outputs: int, error: type[Exception], what: str) -> None:
+    """Raise ``error`` unless tree is a well-formed output structure indexing every output exactly once."""
+    leaves: list[int] = []
+
+    def walk(t: Any, depth: int) -> None:
+        if depth > MAX_TREE_DEPTH:
+            raise error(f"{what}: output tree nests deeper than {MAX_TREE_DEPTH} levels")
+        if isinstance(t, int) and not isinstance(t, bool):
+            if not 0 <= t < n_outputs:
+                raise error(f"{what}: output tree leaf {t} is not an output index (there are {n_outputs})")
+            leaves.append(t)
+            return
+        if not (isinstance(t, dict) and len(t) == 1):
+            raise error(f"{what}: bad output tree node {t!r}")
+        ((kind, items),) = t.items()
+        if kind not in ("tuple", "list", "dict") or not isinstance(items, (list, tuple)):
+            raise error(f"{what}: bad output tree node {t!r}")
+        if kind != "dict":
+            for sub in items:
+                walk(sub, depth + 1)
+            return
+        keys = set()
+        for item in items:
+            if not (isinstance(item, (list, tuple)) and len(item) == 2):
+                raise error(f"{what}: dict entry {item!r} is not a [key, value] pair")
+            key, sub = item
+            if not isinstance(key, (str, int)) or isinstance(key, bool) or key in keys:
+                raise error(f"{what}: dict key {key!r} is not a unique str or int")
+            keys.add(key)
+            walk(sub, depth + 1)
+
+    walk(tree, 0)
+    if sorted(leaves) != list(range(n_outputs)):
+        raise error(f"{what}: output tree does not name every output exactly once")

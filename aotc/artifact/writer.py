@@ -1,0 +1,178 @@
+"""Writes artifacts: verified graphs into a FlatBuffer, constants into 4096-aligned data segments."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from aotc import __version__
+from aotc.artifact.checks import check_output_tree, interface_mismatch
+from aotc.artifact.encode import ConstantEntry, Header, SegmentEntry, encode_artifact
+from aotc.artifact.layout import FORMAT_VERSION, PREAMBLE_SIZE, SCHEMA_VERSION, Preamble, align_up, checksum
+from aotc.errors import ArtifactError, ShapeError
+from aotc.ir.dtypes import DType, dtype_of
+from aotc.ir.graph import Graph
+from aotc.ir.verify import verify
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """Everything that goes into the file, in order: the head (preamble + FlatBuffer) and the segments."""
+
+    head: bytes
+    segments: tuple[tuple[int, memoryview], ...]  # (offset, bytes)
+    file_length: int
+
+    def chunks(self) -> Iterator[bytes | memoryview]:
+        yield self.head
+        pos = len(self.head)
+        for offset, data in self.segments:
+            if offset > pos:
+                yield bytes(offset - pos)
+            yield data
+            pos = offset + len(data)
+
+
+def write_artifact(
+    variants: Sequence[Graph],
+    *,
+    source: Graph | None = None,
+    meta: Mapping[str, Any] | None = None,
+) -> bytes:
+    """The artifact for ``variants`` (lowered, primitive-only graphs of one model) as bytes.
+
+    ``source`` is the model's high-level graph, kept for ONNX export. ``meta`` must be JSON-able.
+    Raises VerifyError for an invalid graph and ArtifactError for anything that can't be stored.
+    """
+    return b"".join(_plan(variants, source, meta).chunks())
+
+
+def save_artifact(
+    path: str | os.PathLike[str],
+    variants: Sequence[Graph],
+    *,
+    source: Graph | None = None,
+    meta: Mapping[str, Any] | None = None,
+) -> None:
+    """Write the artifact to ``path``, streaming the segments (no copy of the weights in memory).
+
+    The file appears atomically: it is written next to ``path`` and renamed into place.
+    """
+    plan = _plan(variants, source, meta)
+    path = os.fspath(path)
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            for chunk in plan.chunks():
+                f.write(chunk)
+        os.replace(tmp, path)
+    except OSError as e:
+        raise ArtifactError(f"cannot write artifact {path}: {e}") from e
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+# -- planning ------------------------------------------------------------------------------------
+
+
+def _plan(variants: Sequence[Graph], source: Graph | None, meta: Mapping[str, Any] | None) -> _Plan:
+    variants = _check_graphs(variants, source)
+    arrays = _collect_constants([*variants, *([source] if source is not None else [])])
+    names = list(arrays)
+    datas = [_bytes_of(arrays[n]) for n in names]
+    checksums = [checksum(d) for d in datas]
+    constants = [
+        ConstantEntry(n, dtype_of(arrays[n].dtype), tuple(int(d) for d in arrays[n].shape), i)
+        for i, n in enumerate(names)
+    ]
+    header = Header(SCHEMA_VERSION, __version__, variants[0].name, _meta_json(meta))
+
+    # Segment offsets depend on the FlatBuffer's length, which is stored ahead of them. With
+    # force_defaults the length does not depend on the offset values, so a second pass settles it.
+    fb_length = 0
+    for _ in range(3):
+        offsets = _segment_offsets(PREAMBLE_SIZE + fb_length, [len(d) for d in datas])
+        segments = [SegmentEntry(o, len(d), c) for o, d, c in zip(offsets, datas, checksums)]
+        fb = encode_artifact(header, variants, source, constants, segments)
+        if len(fb) == fb_length:
+            break
+        fb_length = len(fb)
+    else:  # pragma: no cover - the FlatBuffer size is independent of the offsets
+        raise ArtifactError("artifact layout did not converge")
+
+    end = segments[-1].offset + segments[-1].length if segments else PREAMBLE_SIZE + len(fb)
+    preamble = Preamble(FORMAT_VERSION, SCHEMA_VERSION, PREAMBLE_SIZE, len(fb), end, checksum(fb))
+    return _Plan(preamble.pack() + fb, tuple(zip(offsets, datas)), end)
+
+
+def _segment_offsets(start: int, lengths: Sequence[int]) -> list[int]:
+    out, pos = [], start
+    for n in lengths:
+        pos = align_up(pos)
+        out.append(pos)
+        pos += n
+    return out
+
+
+def _check_graphs(variants: Sequence[Graph], source: Graph | None) -> list[Graph]:
+    if isinstance(variants, Graph) or not isinstance(variants, Sequence) or not variants:
+        raise ArtifactError("write_artifact needs a non-empty sequence of graphs (the variants)")
+    for i, g in enumerate([*variants, source]):
+        if g is None:
+            continue
+        if not isinstance(g, Graph):
+            raise ArtifactError(f"expected a Graph, got {type(g).__name__}")
+        what = "source graph" if i == len(variants) else f"variant {i}"
+        verify(g, stage=f"artifact writer ({what})", primitive_only=i < len(variants))
+        check_output_tree(g.output_tree, len(g.outputs), ArtifactError, what)
+    first = variants[0]
+    for i, g in enumerate(variants[1:], 1):
+        problem = interface_mismatch(first, g)
+        if problem:
+            raise ArtifactError(f"variant {i} does not match variant 0: {problem}")
+    return list(variants)
+
+
+def _collect_constants(graphs: Sequence[Graph]) -> dict[str, np.ndarray]:
+    """One table of constants shared by name across graphs; a name must mean the same array everywhere."""
+    out: dict[str, np.ndarray] = {}
+    for g in graphs:
+        for name, arr in g.constants.items():
+            if not isinstance(name, str) or not isinstance(arr, np.ndarray):
+                raise ArtifactError(f"graph {g.name!r} constant {name!r} must be a numpy array under a str name")
+            try:
+                dtype_of(arr.dtype)
+            except ShapeError as e:
+                raise ArtifactError(f"constant {name!r}: {e}") from None
+            prev = out.get(name)
+            if prev is None:
+                out[name] = arr
+            elif prev is not arr and not _same_array(prev, arr):
+                raise ArtifactError(f"constant {name!r} holds different arrays in different graphs")
+    return out
+
+
+def _same_array(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and bytes(_bytes_of(a)) == bytes(_bytes_of(b))
+
+
+def _bytes_of(arr: np.ndarray) -> memoryview:
+    """The array's bytes, little-endian in C order, without a copy when it already is."""
+    dt: DType = dtype_of(arr.dtype)
+    data = np.ascontiguousarray(arr, dtype=dt.np.newbyteorder("<"))
+    return memoryview(data.reshape(-1).view(np.uint8))
+
+
+def _meta_json(meta: Mapping[str, Any] | None) -> str:
+    if meta is not None and not isinstance(meta, Mapping):
+        raise ArtifactError(f"meta must be a mapping, got {type(meta).__name__}")
+    try:
+        return json.dumps(dict(meta or {}), allow_nan=False, sort_keys=True)
+    except (TypeError, ValueError) as e:
+        raise ArtifactError(f"meta is not JSON-serializable: {e}") from None

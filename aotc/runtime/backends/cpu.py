@@ -1,0 +1,39 @@
+"""The cpu backend: the op table's numpy references run over the primitive graph."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from aotc.ir.evaluate import GraphRunner
+from aotc.ir.graph import Graph
+
+
+class CpuBackend:
+    name = "cpu"
+
+    def prepare(self, graph: Graph) -> CpuProgram:
+        return CpuProgram(graph)
+
+
+class CpuProgram:
+    def __init__(self, graph: Graph) -> None:
+        self._runner = GraphRunner(graph)
+
+    def run(self, feeds: Sequence[np.ndarray], env: Mapping[str, int]) -> list[np.ndarray]:
+        return owned(self._runner.run(feeds, env), feeds)
+
+
+def owned(outs: Sequence[np.ndarray], feeds: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Outputs the caller may keep and write to.
+
+    The references may hand back a constant (a read-only view of the mapped file), a view of it, a
+    caller's input, or one array for two outputs; each of those is copied.
+    """
+    result: list[np.ndarray] = []
+    for x in outs:
+        if not x.flags.writeable or any(np.may_share_memory(x, y) for y in (*feeds, *result)):
+            x = x.copy()
+        result.append(x)
+    return result

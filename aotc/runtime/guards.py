@@ -1,0 +1,252 @@
+"""Input checks that run before anything else: names, arrays, dtypes, ranks, static dims, symbols, guards.
+
+Each failure raises GuardError naming the input, the dim, the value and the broken constraint, e.g.
+``input 'x' dim 1 (seq) = 4096 is outside [1, 2048]``. Binders hold only what they precompute at load
+time, so one binder serves many threads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from aotc.errors import ArtifactError, GuardError
+from aotc.ir.dtypes import DType
+from aotc.ir.graph import Graph, Guard
+from aotc.ir.symbolic import SymExpr, evaluate, sym, to_infix
+from aotc.ir.types import Shape, ShapeDim
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One model input as callers see it: name, dtype and symbolic shape."""
+
+    name: str
+    dtype: DType
+    shape: Shape
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.dtype.value}[{', '.join(to_infix(d) for d in self.shape)}]"
+
+
+def input_specs(graph: Graph) -> tuple[InputSpec, ...]:
+    return tuple(InputSpec(n, v.type.dtype, v.type.shape) for n, v in zip(graph.input_names, graph.inputs))
+
+
+def gather_inputs(specs: Sequence[InputSpec], args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[np.ndarray]:
+    """Arrays in input order from positional and keyword arguments, each of the exact dtype and rank.
+
+    Anything ``np.asarray`` accepts is taken, but never cast: a float64 array for a float32 input is an error.
+    """
+    names = [s.name for s in specs]
+    if len(args) > len(specs):
+        raise GuardError(f"got {len(args)} positional inputs, but the model takes {len(specs)}: {', '.join(names)}")
+    given = dict(zip(names, args))
+    for key, value in kwargs.items():
+        if key in given:
+            raise GuardError(f"input {key!r} is given both by position and by name")
+        given[key] = value
+    unknown = [k for k in given if k not in names]
+    if unknown:
+        raise GuardError(f"unknown input(s) {', '.join(map(repr, unknown))}; the model takes {', '.join(names)}")
+    missing = [n for n in names if n not in given]
+    if missing:
+        raise GuardError(f"missing input(s) {', '.join(map(repr, missing))}; the model takes {', '.join(names)}")
+    return [_as_array(s, given[s.name]) for s in specs]
+
+
+def _as_array(spec: InputSpec, value: Any) -> np.ndarray:
+    if isinstance(value, np.ndarray):
+        arr = value
+    else:
+        try:
+            arr = np.asarray(value)
+        except Exception as e:  # np.asarray raises many kinds for ragged or exotic objects
+            raise GuardError(f"input {spec.name!r} is not an array: {type(value).__name__} ({e})") from None
+    if arr.ndim != len(spec.shape):
+        raise GuardError(f"input {spec.name!r} has rank {arr.ndim}, expected {len(spec.shape)} {_fmt(spec.shape)}")
+    if arr.dtype != spec.dtype.np:
+        raise GuardError(f"input {spec.name!r} has dtype {arr.dtype.name}, expected {spec.dtype.value}")
+    return arr
+
+
+def _fmt(shape: Shape) -> str:
+    return "(" + ", ".join(to_infix(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+# -- binding symbols -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Static:
+    input: int
+    dim: int
+    value: int
+
+
+@dataclass(frozen=True)
+class _Bind:
+    """Bind ``symbol`` from ``(value - offset) / scale`` of one input dim; a pure symbol has scale 1, offset 0."""
+
+    input: int
+    dim: int
+    expr: ShapeDim
+    symbol: str
+    scale: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class _Check:
+    """A dim whose expression is known once its symbols are bound."""
+
+    input: int
+    dim: int
+    expr: SymExpr
+
+
+class Binder:
+    """Binds a variant's symbols from input shapes and checks every fact it records about them."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.names = graph.input_names
+        self._symbols = {s.name: s for s in graph.symbols}
+        self._steps: list[_Static | _Bind | _Check] = []
+        self._plan()
+
+    def _plan(self) -> None:
+        # Static dims first, then pure symbols, then expressions that one unbound symbol solves, then
+        # expressions over bound symbols: the cheapest and clearest message for each mistake comes first.
+        exprs: list[tuple[int, int, SymExpr]] = []
+        bound: set[str] = set()
+        for i, v in enumerate(self.graph.inputs):
+            for d, e in enumerate(v.type.shape):
+                if isinstance(e, int):
+                    self._steps.append(_Static(i, d, e))
+                else:
+                    exprs.append((i, d, e))
+        pending: list[tuple[int, int, SymExpr]] = []
+        for i, d, e in exprs:
+            if e.is_symbol():
+                self._steps.append(_Bind(i, d, e, e.symbol_name, 1, 0))
+                bound.add(e.symbol_name)
+            else:
+                pending.append((i, d, e))
+        while pending:
+            progress, rest = False, []
+            for i, d, e in pending:
+                free = e.free_symbols() - bound
+                solved = _linear(e, next(iter(free))) if len(free) == 1 else None
+                if not free:
+                    self._steps.append(_Check(i, d, e))
+                    progress = True
+                elif solved:
+                    self._steps.append(_Bind(i, d, e, *solved))
+                    bound.add(solved[0])
+                    progress = True
+                else:
+                    rest.append((i, d, e))
+            if not progress:
+                break
+            pending = rest
+        needed = _used_symbols(self.graph) - bound
+        if needed:
+            raise ArtifactError(
+                f"variant {self.graph.name!r}: symbol(s) {', '.join(sorted(needed))} can't be bound from the input shapes"
+            )
+
+    def bind(self, arrays: Sequence[np.ndarray]) -> dict[str, int]:
+        """The symbol values for these inputs; GuardError if any fact about them does not hold."""
+        env: dict[str, int] = {}
+        seen: dict[str, tuple[int, int]] = {}
+        for step in self._steps:
+            value = int(arrays[step.input].shape[step.dim])
+            if isinstance(step, _Static):
+                if value != step.value:
+                    raise GuardError(f"{self._where(step.input, step.dim)} = {value}, expected {step.value}")
+            elif isinstance(step, _Check):
+                want = evaluate(step.expr, env)
+                if value != want:
+                    raise GuardError(
+                        f"{self._where(step.input, step.dim)} = {value}, expected {to_infix(step.expr)} = {want}"
+                    )
+            else:
+                self._bind(step, value, env, seen)
+        for g in self.graph.guards:
+            if not g.holds(env):
+                raise GuardError(self._broken(g, env, seen))
+        return env
+
+    def _bind(self, step: _Bind, value: int, env: dict[str, int], seen: dict[str, tuple[int, int]]) -> None:
+        where = self._where(step.input, step.dim, to_infix(step.expr))
+        name = step.symbol
+        if name in env:
+            want = evaluate(step.expr, env)
+            if value != want:
+                first = self._where(*seen[name], name)
+                raise GuardError(f"{where} = {value}, but {first} = {env[name]}")
+            return
+        if (value - step.offset) % step.scale:
+            raise GuardError(f"{where} = {value}, which is {to_infix(step.expr)} for no integer {name}")
+        x = (value - step.offset) // step.scale
+        s = self._symbols.get(name)
+        got = f"{where} = {value}" + (f" gives {name} = {x}, which" if step.scale != 1 or step.offset else "")
+        if s is not None and not s.min <= x <= s.max:
+            raise GuardError(f"{got} is outside [{s.min}, {s.max}]")
+        if s is not None and x % s.multiple_of:
+            raise GuardError(f"{got} is not a multiple of {s.multiple_of}")
+        env[name] = x
+        seen[name] = (step.input, step.dim)
+
+    def _where(self, input_index: int, dim: int, label: str = "") -> str:
+        return f"input {self.names[input_index]!r} dim {dim}" + (f" ({label})" if label else "")
+
+    def _broken(self, g: Guard, env: Mapping[str, int], seen: Mapping[str, tuple[int, int]]) -> str:
+        parts = []
+        for name in sorted(_free(g.lhs) | _free(g.rhs), key=lambda s: seen[s]):
+            i, d = seen[name]
+            dim = self.graph.inputs[i].type.shape[d]
+            label = name if isinstance(dim, SymExpr) and dim.is_symbol() else f"{to_infix(dim)}, {name} = {env[name]}"
+            parts.append(f"{self._where(i, d, label)} = {int(evaluate(dim, env))}")
+        at = f" (recorded at {g.loc})" if g.loc else ""
+        subject = ", ".join(parts) if parts else "the inputs"
+        return f"{subject} breaks guard {to_infix(g.lhs)} {g.rel} {to_infix(g.rhs)}{at}"
+
+
+def _linear(e: SymExpr, name: str) -> tuple[str, int, int] | None:
+    """(name, scale, offset) when e == scale*name + offset with scale != 0."""
+    offset = evaluate(e, {name: 0})
+    scale = evaluate(e, {name: 1}) - offset
+    if scale == 0 or e != scale * sym(name) + offset:
+        return None
+    return name, scale, offset
+
+
+def _free(e: ShapeDim) -> frozenset[str]:
+    return e.free_symbols() if isinstance(e, SymExpr) else frozenset()
+
+
+def _used_symbols(g: Graph) -> set[str]:
+    """Symbols the graph needs a value for: in guards, value shapes and attrs."""
+    used: set[str] = set()
+    for gd in g.guards:
+        used |= _free(gd.lhs) | _free(gd.rhs)
+    for v in g.inputs:
+        used |= _leaf_symbols(v.type.shape)
+    for n in g.nodes:
+        for o in n.outputs:
+            used |= _leaf_symbols(o.type.shape)
+        used |= _leaf_symbols(tuple(n.attrs.values()))
+    return used
+
+
+def _leaf_symbols(x: Any) -> frozenset[str]:
+    if isinstance(x, SymExpr):
+        return x.free_symbols()
+    if isinstance(x, tuple):
+        return frozenset().union(*(_leaf_symbols(v) for v in x))
+    return frozenset()

@@ -1,0 +1,128 @@
+"""Writes the golden artifact of the current schema version and its expected outputs.
+
+    .venv/bin/python tests/golden/make_golden.py            # writes tests/golden/v<SCHEMA_VERSION>_mlp.{aotc,npz}
+
+Run it once per schema version, when SCHEMA_VERSION is bumped, and check both files in. Never
+regenerate an older version's files: they prove that files written by earlier aotc versions still load.
+The model touches most of the schema: symbols with ranges and multiple_of, a guard with its source
+location, float32/int64/bool constants, attrs of every kind, a nested output tree and a source graph.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from aotc.artifact import SCHEMA_VERSION, save_artifact
+from aotc.ir import Builder, DType, Graph, Guard, Op, Symbol, TensorType, Value, sym, verify
+from aotc.ir.evaluate import run_graph
+from aotc.ir.ops import OPS
+from aotc.ir.verify import graph_ctx
+
+HERE = Path(__file__).resolve().parent
+F32, I64 = DType.float32, DType.int64
+
+
+def source_graph() -> Graph:
+    rng = np.random.default_rng(20250601)
+    consts = {
+        "embed.weight": rng.standard_normal((10, 16)).astype(np.float32),
+        "fc1.weight": (rng.standard_normal((32, 16)) * 0.3).astype(np.float32),
+        "fc1.bias": (rng.standard_normal(32) * 0.1).astype(np.float32),
+        "fc2.weight": (rng.standard_normal((16, 32)) * 0.3).astype(np.float32),
+        "ln.weight": (1 + 0.1 * rng.standard_normal(16)).astype(np.float32),
+        "keep": np.arange(16) % 3 != 0,
+        "offsets": np.array([0, 1, 2], dtype=np.int64),
+    }
+    batch, seq = sym("batch"), sym("seq")
+    symbols = (Symbol("batch", 1, 8), Symbol("seq", 2, 64, multiple_of=2))
+    guards = (Guard(seq, "<=", 48, "model.py:12"),)
+    stub = Graph((), (), (), (), {"tuple": []}, symbols, guards)
+    b = Builder(graph_ctx(stub), loc="model.py:20")
+    x = b.new_value(TensorType(F32, (batch, seq, 16)))
+    ids = b.new_value(TensorType(I64, (batch, seq)))
+
+    def c(name: str) -> Value:
+        arr = consts[name]
+        return b.op(Op.CONSTANT, name=name, shape=arr.shape, dtype=DType(arr.dtype.name))
+
+    h = b.op(
+        Op.ADD,
+        x,
+        b.op(
+            Op.EMBEDDING,
+            c("embed.weight"),
+            b.op(Op.ADD, ids, b.op(Op.REDUCE_SUM, c("offsets"), axes=(0,), keepdim=False)),
+        ),
+    )
+    h = b.op(Op.LAYER_NORM, h, c("ln.weight"), ndim=1, eps=1e-5)
+    b.loc = "model.py:21"
+    y = b.op(
+        Op.LINEAR,
+        b.op(Op.GELU, b.op(Op.LINEAR, h, c("fc1.weight"), c("fc1.bias")), approximate="tanh"),
+        c("fc2.weight"),
+    )
+    y = b.op(Op.WHERE, c("keep"), b.op(Op.ADD, x, y), b.full(-0.0, F32))
+    probs = b.op(Op.SOFTMAX, y, axis=2)
+    first_half = b.op(Op.SLICE, y, starts=(0, 0, 0), stops=(batch, seq // 2, 16), steps=(1, 1, 2))
+    total = b.op(Op.REDUCE_MAX, first_half, axes=(1, 2), keepdim=True)
+    flags = b.op(Op.CAST, b.op(Op.GT, total, b.full(float("inf"), F32)), dtype=I64)
+    outputs = (y, probs, total, flags)
+    tree = {"tuple": [{"dict": [["y", 0], ["probs", 1]]}, {"list": [2, 3]}]}
+    return Graph((x, ids), ("x", "ids"), tuple(b.nodes), outputs, tree, symbols, guards, consts, "golden_mlp")
+
+
+def lower(g: Graph) -> Graph:
+    """Decompose every high-level op, one level per pass (a stand-in for the lowering pipeline)."""
+    while any(not OPS[n.op].primitive for n in g.nodes):
+        b = Builder(graph_ctx(g), next_id=g.max_value_id() + 1)
+        env = {v.id: v for v in g.inputs}
+        for n in g.nodes:
+            ins = [env[v.id] for v in n.inputs]
+            d = OPS[n.op]
+            b.loc = n.loc
+            outs = b.emit(n.op, ins, n.attrs) if d.primitive else d.decompose(b, ins, n.attrs)
+            env.update({o.id: new for o, new in zip(n.outputs, outs)})
+        g = g.replace(nodes=tuple(b.nodes), outputs=tuple(env[o.id] for o in g.outputs))
+    return g
+
+
+def sample_inputs() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(7)
+    return {
+        "x": rng.standard_normal((3, 10, 16)).astype(np.float32),
+        "ids": rng.integers(0, 7, size=(3, 10)).astype(np.int64),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--force", action="store_true", help="overwrite this version's files")
+    args = parser.parse_args()
+    stem = HERE / f"v{SCHEMA_VERSION}_mlp"
+    if stem.with_suffix(".aotc").exists() and not args.force:
+        print(f"{stem}.aotc exists; golden files of a released schema version must not change (--force to overwrite)")
+        return 1
+    src = source_graph()
+    variant = lower(src)
+    verify(src)
+    verify(variant, primitive_only=True)
+    save_artifact(
+        stem.with_suffix(".aotc"), [variant], source=src, meta={"golden": True, "schema_version": SCHEMA_VERSION}
+    )
+    feeds = sample_inputs()
+    outs = run_graph(variant, list(feeds.values()), {"batch": 3, "seq": 10})
+    np.savez(
+        stem.with_suffix(".npz"),
+        **{f"in_{k}": v for k, v in feeds.items()},
+        **{f"out_{i}": o for i, o in enumerate(outs)},
+    )
+    print(f"wrote {stem}.aotc and {stem}.npz")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
