@@ -63,7 +63,7 @@ def dtype_of(x: object) -> DType:
             raise ShapeError(f"unknown dtype {x!r}; expected one of {[d.value for d in DType]}") from None
     try:
         npd = np.dtype(x)
-    except TypeError:
+    except (TypeError, ValueError):  # e.g. a malformed structured-dtype spec raises ValueError
         raise ShapeError(f"unknown dtype {x!r}") from None
     if npd.name == "bfloat16":
         return DType.bfloat16

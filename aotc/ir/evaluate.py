@@ -53,6 +53,8 @@ class GraphRunner:
 
     def run(self, feeds: Sequence[np.ndarray], env: Mapping[str, int]) -> list[np.ndarray]:
         g = self.graph
+        if len(feeds) != len(g.inputs):
+            raise ExecError(f"graph {g.name} takes {len(g.inputs)} inputs, got {len(feeds)}")
         vals: dict[int, np.ndarray] = {v.id: x for v, x in zip(g.inputs, feeds)}
         with np.errstate(all="ignore"):
             for i, node in enumerate(g.nodes):

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
+from fractions import Fraction
 
 from aotc.errors import ShapeError
-from aotc.ir.symbolic import Range, SymExpr, add, bounds, mul, to_infix
+from aotc.ir.symbolic import Range, SymExpr, add, bounds, floordiv, mul, to_infix
 from aotc.ir.types import Shape, ShapeDim
 
 
@@ -22,10 +24,41 @@ class ShapeCtx:
         ranges: Mapping[str, Range] | None = None,
         multiples: Mapping[str, int] | None = None,
         equalities: Iterable[tuple[ShapeDim, ShapeDim]] = (),
+        facts: Iterable[tuple[ShapeDim, str, ShapeDim]] = (),
     ) -> None:
         self.ranges = dict(ranges or {})
         self.multiples = dict(multiples or {})
         self.equal_pairs = {frozenset((a, b)) for a, b in equalities}
+        # Guards the runtime checks before anything runs, kept as "e >= 0" and "e == 0" forms.
+        self._nonneg: list[ShapeDim] = []
+        self._zero: list[ShapeDim] = []
+        for a, b in equalities:
+            self.add_fact(a, "==", b)
+        for lhs, rel, rhs in facts:
+            self.add_fact(lhs, rel, rhs)
+
+    def add_fact(self, lhs: ShapeDim, rel: str, rhs: ShapeDim) -> None:
+        """Assume ``lhs rel rhs`` (a recorded guard) in later decisions."""
+        d = add(lhs, mul(rhs, -1))
+        if rel == "==":
+            self.equal_pairs.add(frozenset((lhs, rhs)))
+            self._zero.append(d)
+            self._nonneg += [d, mul(d, -1)]
+            self._add_divisibility(d)
+        elif rel in (">=", ">", "<=", "<"):
+            self._nonneg.append(_nonneg_form(lhs, rel, rhs))
+
+    def _add_divisibility(self, d: ShapeDim) -> None:
+        # c * (y % k) == 0 also means y == k * (y // k), the form a reshape's element count takes.
+        if not isinstance(d, SymExpr) or d.const or len(d.terms) != 1 or len(d.terms[0][0]) != 1:
+            return
+        atom = d.terms[0][0][0]
+        if atom.kind != "mod":
+            return
+        y, k = atom.args
+        self._zero.append(add(y, mul(floordiv(y, k), -k)))
+        if isinstance(y, SymExpr) and y.is_symbol():
+            self.multiples[y.symbol_name] = math.lcm(self.multiples.get(y.symbol_name, 1), k)
 
     def bounds(self, d: ShapeDim) -> Range:
         try:
@@ -33,10 +66,19 @@ class ShapeCtx:
         except ShapeError:
             return (-(2**62), 2**62)
 
+    def proves_nonneg(self, e: ShapeDim) -> bool:
+        """``e >= 0`` for every binding allowed by the ranges and the facts."""
+        if self.bounds(e)[0] >= 0:
+            return True
+        return any(self.bounds(add(e, mul(f, -1)))[0] >= 0 for f in self._nonneg)
+
     def known_equal(self, a: ShapeDim, b: ShapeDim) -> bool:
         if a == b or frozenset((a, b)) in self.equal_pairs:
             return True
-        return self.bounds(add(a, mul(b, -1))) == (0, 0)
+        d = add(a, mul(b, -1))
+        if self.bounds(d) == (0, 0) or any(_is_multiple(d, z) for z in self._zero):
+            return True
+        return bool(self._nonneg) and self.proves_nonneg(d) and self.proves_nonneg(mul(d, -1))
 
     def require_equal(self, a: ShapeDim, b: ShapeDim, what: str) -> None:
         if not self.known_equal(a, b):
@@ -51,16 +93,30 @@ class ShapeCtx:
 
     def check_true(self, lhs: ShapeDim, rel: str, rhs: ShapeDim, what: str) -> None:
         """Require ``lhs rel rhs`` for every binding; the tracer may record it as a guard instead."""
-        lo, hi = self.bounds(add(lhs, mul(rhs, -1)))
-        ok = {
-            "==": lo == hi == 0,
-            ">=": lo >= 0,
-            ">": lo > 0,
-            "<=": hi <= 0,
-            "<": hi < 0,
-        }[rel]
+        ok = self.known_equal(lhs, rhs) if rel == "==" else self.proves_nonneg(_nonneg_form(lhs, rel, rhs))
         if not ok:
             raise ShapeError(f"{what}: cannot prove {to_infix(lhs)} {rel} {to_infix(rhs)}")
+
+
+def _nonneg_form(lhs: ShapeDim, rel: str, rhs: ShapeDim) -> ShapeDim:
+    """An expression that is >= 0 exactly when ``lhs rel rhs`` holds (dims are integers)."""
+    d = add(lhs, mul(rhs, -1))
+    return {">=": d, ">": add(d, -1), "<=": mul(d, -1), "<": add(mul(d, -1), -1)}[rel]
+
+
+def _is_multiple(d: ShapeDim, z: ShapeDim) -> bool:
+    """d == c * z for a rational c, so z == 0 implies d == 0."""
+    if not isinstance(d, SymExpr) or not isinstance(z, SymExpr):
+        return False
+    dt, zt = dict(d.terms), dict(z.terms)
+    if dt.keys() != zt.keys():
+        return False
+    ratios = {Fraction(c, zt[m]) for m, c in dt.items()}
+    if z.const:
+        ratios.add(Fraction(d.const, z.const))
+    elif d.const:
+        return False
+    return len(ratios) == 1
 
 
 DEFAULT_CTX = ShapeCtx()

@@ -66,6 +66,12 @@ class SymExpr:
     def __mod__(self, other: int) -> int | SymExpr:
         return mod(self, other)
 
+    def __rfloordiv__(self, other: int) -> int | SymExpr:
+        return floordiv(other, self)  # raises: symbolic divisors are not supported
+
+    def __rmod__(self, other: int) -> int | SymExpr:
+        return mod(other, self)
+
     # -- queries ----------------------------------------------------------
     def free_symbols(self) -> frozenset[str]:
         out: set[str] = set()
@@ -100,11 +106,16 @@ class SymExpr:
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
+# Limits that keep hostile input (e.g. a corrupted artifact) from expanding a product of sums
+# into millions of terms; real shape expressions stay far below them.
+MAX_TERMS = 4096
+MAX_DEGREE = 64
+
 
 def sym(name: str) -> SymExpr:
-    if not _NAME.match(name) or name in ("min", "max"):
+    if not isinstance(name, str) or not _NAME.match(name) or name in ("min", "max"):
         raise ShapeError(f"invalid symbol name {name!r}: use letters, digits and _")
-    return SymExpr(((( Atom("sym", name),), 1),))
+    return SymExpr((((Atom("sym", name),), 1),))
 
 
 def _as_poly(x: int | SymExpr) -> SymExpr:
@@ -143,6 +154,8 @@ def mul(a: int | SymExpr, b: int | SymExpr) -> int | SymExpr:
     coeffs: dict[Monomial, int] = {}
     ta = list(pa.terms) + ([((), pa.const)] if pa.const else [])
     tb = list(pb.terms) + ([((), pb.const)] if pb.const else [])
+    if len(ta) * len(tb) > MAX_TERMS or _degree(ta) + _degree(tb) > MAX_DEGREE:
+        raise ShapeError("symbolic expression is too large")
     const = 0
     for ma, ca in ta:
         for mb, cb in tb:
@@ -152,6 +165,10 @@ def mul(a: int | SymExpr, b: int | SymExpr) -> int | SymExpr:
             else:
                 const += ca * cb
     return _make(coeffs, const)
+
+
+def _degree(terms: list[tuple[Monomial, int]]) -> int:
+    return max((len(m) for m, _ in terms), default=0)
 
 
 def _split(e: SymExpr, d: int) -> tuple[int | SymExpr, int | SymExpr]:
@@ -230,7 +247,8 @@ def _minmax(kind: str, a: int | SymExpr, b: int | SymExpr) -> int | SymExpr:
     diff = add(a, mul(b, -1))
     if isinstance(diff, int):  # a and b differ by a constant
         return (b if diff > 0 else a) if kind == "min" else (a if diff > 0 else b)
-    x, y = sorted((_as_poly(a), _as_poly(b)), key=to_sexpr)
+    _as_poly(a), _as_poly(b)  # type check; plain ints stay ints inside the atom
+    x, y = sorted((a, b), key=to_sexpr)
     return SymExpr((((Atom(kind, args=(x, y)),), 1),))
 
 
@@ -283,16 +301,41 @@ def bounds(
     """An interval holding e for every binding of its symbols within ranges."""
     if isinstance(e, int):
         return (e, e)
+    lo, hi = _interval(e, ranges, multiples or {})
+    # Interval arithmetic sees h and h//2 as unrelated, so h - 2*(h//2) looks like it may be
+    # negative. The same value written with h%2 instead of the floor-division is bounded
+    # tightly; both intervals hold e, so their intersection does too.
+    alt = _floordivs_as_mods(e)
+    if alt is not None:
+        alo, ahi = (alt, alt) if isinstance(alt, int) else _interval(alt, ranges, multiples or {})
+        lo, hi = max(lo, alo), min(hi, ahi)
+    return lo, hi
+
+
+def _interval(e: SymExpr, ranges: Mapping[str, Range], multiples: Mapping[str, int]) -> Range:
     lo = hi = e.const
     for m, c in e.terms:
         tlo, thi = c, c
         for atom in m:
-            alo, ahi = _atom_bounds(atom, ranges, multiples or {})
+            alo, ahi = _atom_bounds(atom, ranges, multiples)
             cands = (tlo * alo, tlo * ahi, thi * alo, thi * ahi)
             tlo, thi = min(cands), max(cands)
         lo += tlo
         hi += thi
     return lo, hi
+
+
+def _floordivs_as_mods(e: SymExpr) -> int | SymExpr | None:
+    """e with each term c*(r//d) split as (c - q*d)*(r//d) + q*(r - r%d), q = c//d; None if no term splits."""
+    out: int | SymExpr = e
+    for m, c in e.terms:
+        if len(m) != 1 or m[0].kind != "fdiv" or c // m[0].args[1] == 0:
+            continue
+        r, d = m[0].args
+        q = c // d
+        term = SymExpr(((m, 1),))
+        out = add(add(out, mul(term, -q * d)), mul(add(r, mul(mod(r, d), -1)), q))
+    return None if out is e else out
 
 
 def _atom_bounds(a: Atom, ranges: Mapping[str, Range], multiples: Mapping[str, int]) -> Range:
@@ -397,7 +440,7 @@ def _atom_infix(a: Atom) -> str:
     return f"{a.kind}({x}, {y})"
 
 
-_TOKEN = re.compile(r"\s*(\(|\)|-?\d+|[A-Za-z_][A-Za-z0-9_]*|//|%|\+|\*)")
+_TOKEN = re.compile(r"\s*(\(|\)|-?[0-9]+|[A-Za-z_][A-Za-z0-9_]*|//|%|\+|\*)")
 
 
 def parse(text: str) -> int | SymExpr:
@@ -436,6 +479,8 @@ def _parse_at(tokens: list[str], i: int, depth: int) -> tuple[int | SymExpr, int
             raise ShapeError("bad symbolic expression: unbalanced")
         return _apply(op, args), j + 1
     if tok.lstrip("-").isdigit():
+        if len(tok) > 40:  # far past int64; also below Python's limit on int() of long strings
+            raise ShapeError(f"bad symbolic expression: integer {tok[:20]}... is too long")
         return int(tok), i + 1
     if _NAME.match(tok) and tok not in ("min", "max"):
         return sym(tok), i + 1

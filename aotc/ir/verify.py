@@ -5,8 +5,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import numpy as np
+
 from aotc.errors import AotcError, VerifyError
-from aotc.ir.graph import RELATIONS, Graph, flatten_tree
+from aotc.ir.graph import RELATIONS, Graph
 from aotc.ir.ops import OPS, Op
 from aotc.ir.shapes import ShapeCtx
 from aotc.ir.symbolic import SymExpr
@@ -16,8 +18,8 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
 
 
 def graph_ctx(graph: Graph) -> ShapeCtx:
-    eqs = [(g.lhs, g.rhs) for g in graph.guards if g.rel == "=="]
-    return ShapeCtx(graph.ranges, graph.multiples, eqs)
+    # Every guard holds before the graph runs, so shape rules may rely on all of them.
+    return ShapeCtx(graph.ranges, graph.multiples, facts=[(g.lhs, g.rel, g.rhs) for g in graph.guards])
 
 
 def verify(graph: Graph, stage: str = "", primitive_only: bool = False) -> None:
@@ -25,7 +27,8 @@ def verify(graph: Graph, stage: str = "", primitive_only: bool = False) -> None:
     where = f" after stage '{stage}'" if stage else ""
 
     def fail(msg: str, node: Node | None = None, index: int | None = None) -> VerifyError:
-        at = f" at node {index} ({node.op.value}{', ' + node.loc if node.loc else ''})" if node is not None else ""
+        op = getattr(node.op, "value", repr(node.op)) if node is not None else ""
+        at = f" at node {index} ({op}{', ' + node.loc if node.loc else ''})" if node is not None else ""
         return VerifyError(f"invalid graph{where}{at}: {msg}")
 
     symbols = {s.name for s in graph.symbols}
@@ -71,8 +74,9 @@ def verify(graph: Graph, stage: str = "", primitive_only: bool = False) -> None:
             if len(node.inputs) < lo or (hi is not None and len(node.inputs) > hi):
                 raise VerifyError(f"takes {lo}..{hi} inputs, got {len(node.inputs)}")
             types = d.infer([v.type for v in node.inputs], node.attrs, ctx)
-        except AotcError as e:
-            raise fail(str(e), node, i) from None
+        except (AotcError, TypeError, ValueError, IndexError, KeyError, AttributeError) as e:
+            # A rule that chokes on malformed attrs still means the node is invalid, not a crash.
+            raise fail(str(e) or type(e).__name__, node, i) from None
         if len(types) != len(node.outputs):
             raise fail(f"has {len(node.outputs)} outputs, rule says {len(types)}", node, i)
         for o, t in zip(node.outputs, types):
@@ -90,18 +94,48 @@ def verify(graph: Graph, stage: str = "", primitive_only: bool = False) -> None:
             arr = graph.constants.get(name)
             if arr is None:
                 raise fail(f"constant {name!r} is missing", node, i)
+            if not isinstance(arr, np.ndarray):
+                raise fail(f"constant {name!r} is a {type(arr).__name__}, not a numpy array", node, i)
             out = node.outputs[0].type
             if arr.dtype != out.dtype.np or tuple(arr.shape) != out.shape:
                 raise fail(f"constant {name!r} is {arr.dtype}{arr.shape}, node says {out}", node, i)
     for o in graph.outputs:
         if o.id not in defined:
             raise fail(f"output {o} is not defined")
-    try:
-        leaves = flatten_tree(graph.output_tree)
-    except (TypeError, ValueError, AttributeError):
-        raise fail(f"bad output tree {graph.output_tree!r}") from None
+        if defined[o.id] != o.type:
+            raise fail(f"output {o} has type {o.type} but was defined as {defined[o.id]}")
+    leaves: list[int] = []
+    if not _tree_leaves(graph.output_tree, leaves, 0):
+        raise fail(f"bad output tree {graph.output_tree!r}")
     if sorted(leaves) != list(range(len(graph.outputs))):
         raise fail("output tree does not index every output exactly once")
+
+
+_TREE_KINDS = ("tuple", "list", "dict")
+
+
+def _tree_leaves(tree: Any, out: list[int], depth: int) -> bool:
+    """Collect the int leaves of a well-formed output tree; False if any part is malformed.
+
+    Stricter than graph.flatten_tree, which trusts its input: unflatten_tree must never meet a
+    kind it does not know, a bool leaf, or a dict key that is not a unique string.
+    """
+    if depth > 64:
+        return False
+    if isinstance(tree, int) and not isinstance(tree, bool):
+        out.append(tree)
+        return True
+    if not isinstance(tree, dict) or len(tree) != 1:
+        return False
+    ((kind, items),) = tree.items()
+    if kind not in _TREE_KINDS or not isinstance(items, (list, tuple)):
+        return False
+    if kind != "dict":
+        return all(_tree_leaves(sub, out, depth + 1) for sub in items)
+    keys = [item[0] for item in items if isinstance(item, (list, tuple)) and len(item) == 2]
+    if len(keys) != len(items) or not all(isinstance(k, str) for k in keys) or len(set(keys)) != len(keys):
+        return False
+    return all(_tree_leaves(sub, out, depth + 1) for _, sub in items)
 
 
 def _attr_leaves(attrs: Attrs) -> list[Any]:

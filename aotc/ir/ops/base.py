@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -143,6 +144,18 @@ def same_dtype(types: Sequence[TensorType], what: str) -> DType:
 def require_float(t: TensorType, what: str) -> None:
     if not t.dtype.is_float:
         raise ShapeError(f"{what} needs a floating-point input, got {t.dtype.value}")
+
+
+def number_attr(attrs: Attrs, key: str, default: float | None, finite: bool = True) -> float | None:
+    """A real-valued attr (eps, scale, pad value): an int or float, finite unless allowed otherwise."""
+    v = attrs.get(key, default)
+    if v is None and default is None:
+        return None
+    if isinstance(v, bool) and not finite:
+        return v  # a bool tensor's pad value
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or (finite and not math.isfinite(v)):
+        raise ShapeError(f"attr {key!r} must be a {'finite ' if finite else ''}number, got {v!r}")
+    return v
 
 
 def acc(x: np.ndarray) -> np.ndarray:

@@ -33,7 +33,15 @@ def erf(x: np.ndarray) -> np.ndarray:
         + t
         * (
             0.37409196
-            + t * (0.09678418 + t * (-0.18628806 + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277))))))
+            + t
+            * (
+                0.09678418
+                + t
+                * (
+                    -0.18628806
+                    + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277))))
+                )
+            )
         )
     )
     erfc = t * np.exp(-z * z + poly)
@@ -99,9 +107,11 @@ def _binary(fn: Callable[[np.ndarray, np.ndarray], np.ndarray], keep_dtype: bool
 
 def _div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if a.dtype.kind in "iu":
-        # C / ONNX integer division truncates toward zero; division by zero gives 0.
+        # C / ONNX integer division truncates toward zero; division by zero gives 0. Built on floor
+        # division plus a correction, because abs() of the most negative int overflows.
         safe = np.where(b == 0, 1, b)
-        q = np.abs(a) // np.abs(safe) * np.sign(a) * np.sign(safe)
+        q = a // safe
+        q = q + ((q * safe != a) & ((a < 0) != (safe < 0)))
         return np.where(b == 0, 0, q)
     return a / b
 
@@ -120,8 +130,14 @@ def _fmod(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def _pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if a.dtype.kind in "iu":
-        # numpy refuses negative integer exponents; torch gives 0 except for |base| == 1.
-        return np.power(a.astype(np.float64), b.astype(np.float64)).astype(a.dtype)
+        # Exact (wrapping) integer powers, as torch computes them; numpy refuses negative integer
+        # exponents, where torch gives 0 except for a base of 1 or -1.
+        a, b = np.broadcast_arrays(a, b)
+        out = np.power(a, np.maximum(b, 0))
+        neg = b < 0
+        odd = (b % 2) != 0
+        at_neg = np.where(a == 1, 1, np.where(a == -1, np.where(odd, -1, 1), 0)).astype(a.dtype)
+        return np.where(neg, at_neg, out)
     return np.power(a, b)
 
 
@@ -142,10 +158,13 @@ def _cast_infer(ts: Sequence[TensorType], attrs: Attrs, ctx: ShapeCtx) -> tuple[
 def _cast_ref(xs: Sequence[np.ndarray], attrs: Attrs) -> tuple[np.ndarray, ...]:
     x, dt = xs[0], attrs["dtype"]
     if (dt.is_int and x.dtype.kind == "f") or (dt.is_int and is_half(x.dtype)):
-        # float -> int truncates toward zero like torch; NaN/inf become 0 instead of UB.
-        xf = np.nan_to_num(x.astype(np.float64), nan=0.0, posinf=0.0, neginf=0.0)
+        # float -> int truncates toward zero like torch; NaN/inf become 0 and finite values out of
+        # range saturate, instead of UB. The bounds are compared as floats: int64's max is not one.
+        xf = np.trunc(np.nan_to_num(x.astype(np.float64), nan=0.0, posinf=0.0, neginf=0.0))
         info = np.iinfo(dt.np)
-        return (np.clip(np.trunc(xf), info.min, info.max).astype(dt.np),)
+        hi, lo = xf >= -float(info.min), xf < float(info.min)
+        inside = np.where(hi | lo, 0.0, xf).astype(dt.np)
+        return (np.where(hi, info.max, np.where(lo, info.min, inside)).astype(dt.np),)
     return (x.astype(dt.np),)
 
 

@@ -8,7 +8,7 @@ import numpy as np
 
 from aotc.errors import ExecError, ShapeError
 from aotc.ir.dtypes import DType
-from aotc.ir.ops.base import Op, OpDef, one, same_dtype
+from aotc.ir.ops.base import Op, OpDef, number_attr, one, same_dtype
 from aotc.ir.shapes import ShapeCtx, fmt_shape, norm_axis, numel
 from aotc.ir.symbolic import SymExpr, add, floordiv, mul, smax
 from aotc.ir.types import Attrs, Shape, ShapeDim, TensorType
@@ -16,7 +16,9 @@ from aotc.ir.types import Attrs, Shape, ShapeDim, TensorType
 
 def _shape_attr(attrs: Attrs, key: str = "shape") -> Shape:
     shape = attrs.get(key)
-    if not isinstance(shape, tuple) or not all(isinstance(d, (int, SymExpr)) and not isinstance(d, bool) for d in shape):
+    if not isinstance(shape, tuple) or not all(
+        isinstance(d, (int, SymExpr)) and not isinstance(d, bool) for d in shape
+    ):
         raise ShapeError(f"attr {key!r} must be a tuple of dims, got {shape!r}")
     return shape
 
@@ -30,7 +32,11 @@ def _nonneg(ctx: ShapeCtx, shape: Shape, what: str) -> None:
 def _reshape_infer(ts: Sequence[TensorType], attrs: Attrs, ctx: ShapeCtx) -> tuple[TensorType, ...]:
     shape = _shape_attr(attrs)
     _nonneg(ctx, shape, "reshape")
-    ctx.require_equal(numel(ts[0].shape), numel(shape), f"reshape {fmt_shape(ts[0].shape)} to {fmt_shape(shape)} changes the element count")
+    ctx.require_equal(
+        numel(ts[0].shape),
+        numel(shape),
+        f"reshape {fmt_shape(ts[0].shape)} to {fmt_shape(shape)} changes the element count",
+    )
     return one(ts[0].dtype, shape)
 
 
@@ -43,6 +49,7 @@ def _permute_infer(ts: Sequence[TensorType], attrs: Attrs, ctx: ShapeCtx) -> tup
 
 def _broadcast_infer(ts: Sequence[TensorType], attrs: Attrs, ctx: ShapeCtx) -> tuple[TensorType, ...]:
     shape, src = _shape_attr(attrs), ts[0].shape
+    _nonneg(ctx, shape, "broadcast")
     if len(shape) < len(src):
         raise ShapeError(f"broadcast {fmt_shape(src)} to lower rank {fmt_shape(shape)}")
     for i, d in enumerate(src):
@@ -79,6 +86,7 @@ def _pad_infer(ts: Sequence[TensorType], attrs: Attrs, ctx: ShapeCtx) -> tuple[T
         raise ShapeError("pad needs (lo, hi) per axis")
     for p in pads:
         ctx.check_true(p, ">=", 0, "pad amount")
+    number_attr(attrs, "value", 0.0, finite=False)
     return one(ts[0].dtype, tuple(add(add(d, pads[2 * i]), pads[2 * i + 1]) for i, d in enumerate(src)))
 
 
@@ -87,6 +95,8 @@ def _pad_ref(xs: Sequence[np.ndarray], attrs: Attrs) -> tuple[np.ndarray, ...]:
     widths = [(p[2 * i], p[2 * i + 1]) for i in range(xs[0].ndim)]
     value = attrs.get("value", 0.0)
     x = xs[0]
+    if x.ndim == 0:  # np.pad refuses an empty width list
+        return (x.copy(),)
     if x.dtype == np.bool_:
         value = bool(value)
     elif x.dtype.kind in "iu":
@@ -97,6 +107,8 @@ def _pad_ref(xs: Sequence[np.ndarray], attrs: Attrs) -> tuple[np.ndarray, ...]:
 def _concat_infer(ts: Sequence[TensorType], attrs: Attrs, ctx: ShapeCtx) -> tuple[TensorType, ...]:
     dt = same_dtype(ts, "concat")
     rank = ts[0].rank
+    if rank == 0:
+        raise ShapeError("concat of scalars: reshape them to rank 1 first")
     if any(t.rank != rank for t in ts):
         raise ShapeError(f"concat needs inputs of one rank, got {[fmt_shape(t.shape) for t in ts]}")
     axis = norm_axis(attrs.get("axis", 0), rank)
@@ -110,8 +122,11 @@ def _concat_infer(ts: Sequence[TensorType], attrs: Attrs, ctx: ShapeCtx) -> tupl
 
 
 def _flip_infer(ts: Sequence[TensorType], attrs: Attrs, ctx: ShapeCtx) -> tuple[TensorType, ...]:
-    for a in attrs.get("axes", ()):
-        norm_axis(a, ts[0].rank)
+    axes = attrs.get("axes", ())
+    if not isinstance(axes, tuple):
+        raise ShapeError(f"flip axes must be a tuple of ints, got {axes!r}")
+    if len({norm_axis(a, ts[0].rank) for a in axes}) != len(axes):
+        raise ShapeError(f"flip axes repeat an axis: {axes!r}")
     return one(ts[0].dtype, ts[0].shape)
 
 
@@ -119,6 +134,8 @@ def _gather_infer(ts: Sequence[TensorType], attrs: Attrs, ctx: ShapeCtx) -> tupl
     data, idx = ts
     if not idx.dtype.is_int:
         raise ShapeError(f"gather indices must be int32 or int64, got {idx.dtype.value}")
+    if data.rank == 0:
+        raise ShapeError("gather from a scalar: data needs rank >= 1")
     axis = norm_axis(attrs.get("axis", 0), data.rank)
     return one(data.dtype, data.shape[:axis] + idx.shape + data.shape[axis + 1 :])
 
@@ -143,13 +160,17 @@ def _source_shape(attrs: Attrs, ctx: ShapeCtx) -> Shape:
 
 def _iota_infer(ts: Sequence[TensorType], attrs: Attrs, ctx: ShapeCtx) -> tuple[TensorType, ...]:
     shape = _source_shape(attrs, ctx)
+    if not shape:
+        raise ShapeError("iota needs a shape of rank >= 1")
+    if attrs["dtype"] is DType.bool:
+        raise ShapeError("iota needs a numeric dtype, got bool")
     norm_axis(attrs.get("axis", 0), len(shape))
     return one(attrs["dtype"], shape)
 
 
 def _iota_ref(xs: Sequence[np.ndarray], attrs: Attrs) -> tuple[np.ndarray, ...]:
     shape, axis = attrs["shape"], attrs.get("axis", 0) % max(len(attrs["shape"]), 1)
-    ar = np.arange(shape[axis], dtype=attrs["dtype"].np)
+    ar = np.arange(shape[axis]).astype(attrs["dtype"].np)
     view = [1] * len(shape)
     view[axis] = shape[axis]
     return (np.asarray(np.broadcast_to(ar.reshape(view), shape), order="C"),)
@@ -175,7 +196,9 @@ def _constant_ref(xs: Sequence[np.ndarray], attrs: Attrs) -> tuple[np.ndarray, .
 
 
 DEFS = [
-    OpDef(Op.RESHAPE, _reshape_infer, lambda xs, a: (xs[0].reshape(a["shape"]),), (1, 1), onnx="Reshape", attrs=("shape",)),
+    OpDef(
+        Op.RESHAPE, _reshape_infer, lambda xs, a: (xs[0].reshape(a["shape"]),), (1, 1), onnx="Reshape", attrs=("shape",)
+    ),
     OpDef(
         Op.PERMUTE,
         _permute_infer,
@@ -194,8 +217,21 @@ DEFS = [
     ),
     OpDef(Op.SLICE, _slice_infer, _slice_ref, (1, 1), onnx="Slice", attrs=("starts", "stops", "steps")),
     OpDef(Op.PAD, _pad_infer, _pad_ref, (1, 1), onnx="Pad", attrs=("pads", "value")),
-    OpDef(Op.CONCAT, _concat_infer, lambda xs, a: (np.concatenate(xs, axis=a.get("axis", 0)),), (1, None), onnx="Concat", attrs=("axis",)),
-    OpDef(Op.FLIP, _flip_infer, lambda xs, a: (np.asarray(np.flip(xs[0], a.get("axes", ())), order="C"),), (1, 1), attrs=("axes",)),
+    OpDef(
+        Op.CONCAT,
+        _concat_infer,
+        lambda xs, a: (np.concatenate(xs, axis=a.get("axis", 0)),),
+        (1, None),
+        onnx="Concat",
+        attrs=("axis",),
+    ),
+    OpDef(
+        Op.FLIP,
+        _flip_infer,
+        lambda xs, a: (np.asarray(np.flip(xs[0], a.get("axes", ())), order="C"),),
+        (1, 1),
+        attrs=("axes",),
+    ),
     OpDef(Op.GATHER, _gather_infer, _gather_ref, (2, 2), onnx="Gather", attrs=("axis",)),
     OpDef(Op.IOTA, _iota_infer, _iota_ref, (0, 0), attrs=("shape", "axis", "dtype")),
     OpDef(

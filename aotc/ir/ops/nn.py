@@ -10,7 +10,7 @@ import numpy as np
 
 from aotc.errors import ShapeError
 from aotc.ir.dtypes import DType
-from aotc.ir.ops.base import Op, OpDef, acc, one, require_float, same_dtype
+from aotc.ir.ops.base import Op, OpDef, acc, number_attr, one, require_float, same_dtype
 from aotc.ir.ops.elementwise import erf
 from aotc.ir.ops.layout import _gather_ref
 from aotc.ir.ops.reduce import _conv_infer, _conv_params, _conv_ref
@@ -120,15 +120,36 @@ def _log_softmax_dec(b: B, xs: Sequence[Value], a: Attrs) -> tuple[Value, ...]:
     return (b.cast(b.op(Op.SUB, s, lse), xs[0].type.dtype),)
 
 
+def _shifted_np(x: np.ndarray, axis: int) -> np.ndarray:
+    # initial=-inf lets an empty axis through (np.max refuses it), as the decomposition does.
+    return x - np.max(x, axis=axis, keepdims=True, initial=-np.inf)
+
+
 def _softmax_np(x: np.ndarray, axis: int) -> np.ndarray:
-    s = x - np.max(x, axis=axis, keepdims=True)
-    e = np.exp(s)
+    if x.ndim == 0:
+        return _softmax_np(x.reshape(1), 0).reshape(())
+    e = np.exp(_shifted_np(x, axis))
     return e / np.sum(e, axis=axis, keepdims=True)
 
 
 def _log_softmax_np(x: np.ndarray, axis: int) -> np.ndarray:
-    s = x - np.max(x, axis=axis, keepdims=True)
+    if x.ndim == 0:
+        return _log_softmax_np(x.reshape(1), 0).reshape(())
+    s = _shifted_np(x, axis)
     return s - np.log(np.sum(np.exp(s), axis=axis, keepdims=True))
+
+
+def _sigmoid_np(x: np.ndarray) -> np.ndarray:
+    # exp(-|x|) never overflows, so the reference is quiet even outside np.errstate.
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+def _mean_np(x: np.ndarray, axes: tuple[int, ...], keepdims: bool = True) -> np.ndarray:
+    """Sum over count, so an empty axis gives NaN without np.mean's warning (the decomposition's result)."""
+    count = math.prod(x.shape[a] for a in axes)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.sum(x, axis=axes, keepdims=keepdims) / count
 
 
 # -- normalization --------------------------------------------------------------------------
@@ -137,6 +158,7 @@ def _log_softmax_np(x: np.ndarray, axis: int) -> np.ndarray:
 def _norm_infer(ts: Sequence[TensorType], attrs: Attrs, ctx: ShapeCtx) -> tuple[TensorType, ...]:
     x = ts[0]
     require_float(x, "normalization")
+    number_attr(attrs, "eps", 1e-5)
     n = attrs.get("ndim", 1)
     if not isinstance(n, int) or not 1 <= n <= x.rank:
         raise ShapeError(f"normalized ndim {n!r} is invalid for rank {x.rank}")
@@ -183,15 +205,15 @@ def _rms_norm_dec(b: B, xs: Sequence[Value], a: Attrs) -> tuple[Value, ...]:
 def _layer_norm_ref(xs: Sequence[np.ndarray], a: Attrs) -> tuple[np.ndarray, ...]:
     x = xs[0].astype(np.float64)
     axes = tuple(range(x.ndim - a.get("ndim", 1), x.ndim))
-    m = x.mean(axis=axes, keepdims=True)
-    y = (x - m) / np.sqrt(((x - m) ** 2).mean(axis=axes, keepdims=True) + a.get("eps", 1e-5))
+    m = _mean_np(x, axes)
+    y = (x - m) / np.sqrt(_mean_np((x - m) ** 2, axes) + a.get("eps", 1e-5))
     return (_affine_np(y, xs[1:]).astype(xs[0].dtype),)
 
 
 def _rms_norm_ref(xs: Sequence[np.ndarray], a: Attrs) -> tuple[np.ndarray, ...]:
     x = xs[0].astype(np.float64)
     axes = tuple(range(x.ndim - a.get("ndim", 1), x.ndim))
-    y = x / np.sqrt((x * x).mean(axis=axes, keepdims=True) + a.get("eps", 1e-6))
+    y = x / np.sqrt(_mean_np(x * x, axes) + a.get("eps", 1e-6))
     return (_affine_np(y, xs[1:]).astype(xs[0].dtype),)
 
 
@@ -206,6 +228,7 @@ def _affine_np(y: np.ndarray, params: Sequence[np.ndarray]) -> np.ndarray:
 def _batch_norm_infer(ts: Sequence[TensorType], attrs: Attrs, ctx: ShapeCtx) -> tuple[TensorType, ...]:
     x = ts[0]
     require_float(x, "batch_norm")
+    number_attr(attrs, "eps", 1e-5)
     same_dtype(ts, "batch_norm")
     if x.rank < 2:
         raise ShapeError(f"batch_norm needs (N, C, ...), got {x}")
@@ -299,7 +322,7 @@ def _sdpa_infer(ts: Sequence[TensorType], attrs: Attrs, ctx: ShapeCtx) -> tuple[
         if m.dtype is not DType.bool and m.dtype is not dt:
             raise ShapeError(f"attention mask must be bool or {dt.value}, got {m.dtype.value}")
         broadcast_shapes(ctx, m.shape, batch + (q.shape[-2], k.shape[-2]))
-    if attrs.get("scale") is None and not isinstance(q.shape[-1], int):
+    if number_attr(attrs, "scale", None) is None and not isinstance(q.shape[-1], int):
         raise ShapeError("attention with a symbolic head dim needs an explicit scale")
     return one(dt, batch + (q.shape[-2], v.shape[-1]))
 
@@ -371,7 +394,9 @@ def _pool_params(attrs: Attrs, nsp: int) -> tuple[tuple, tuple, tuple]:
     kernel = attrs.get("kernel")
     if not isinstance(kernel, tuple) or len(kernel) != nsp or any(not isinstance(k, int) or k < 1 for k in kernel):
         raise ShapeError(f"pool kernel must have {nsp} positive ints, got {kernel!r}")
-    strides, pads, _, _ = _conv_params(Attrs(strides=attrs.get("strides", kernel), pads=attrs.get("pads", (0,) * 2 * nsp)), nsp)
+    strides, pads, _, _ = _conv_params(
+        Attrs(strides=attrs.get("strides", kernel), pads=attrs.get("pads", (0,) * 2 * nsp)), nsp
+    )
     if any(pads[2 * i] > kernel[i] // 2 or pads[2 * i + 1] > kernel[i] // 2 for i in range(nsp)):
         raise ShapeError("pool padding must be at most half the kernel size")
     return kernel, strides, pads
@@ -465,7 +490,11 @@ def _mean_infer(ts: Sequence[TensorType], attrs: Attrs, ctx: ShapeCtx) -> tuple[
     if not isinstance(axes, tuple) or norm_axes(axes, t.rank) != axes:
         raise ShapeError(f"mean axes must be sorted, unique and non-negative, got {axes!r}")
     keep = bool(attrs.get("keepdim", False))
-    shape = tuple(1 if i in axes else d for i, d in enumerate(t.shape)) if keep else tuple(d for i, d in enumerate(t.shape) if i not in axes)
+    shape = (
+        tuple(1 if i in axes else d for i, d in enumerate(t.shape))
+        if keep
+        else tuple(d for i, d in enumerate(t.shape) if i not in axes)
+    )
     return one(t.dtype, shape)
 
 
@@ -478,8 +507,9 @@ def _mean_dec(b: B, xs: Sequence[Value], a: Attrs) -> tuple[Value, ...]:
 
 
 def _tri_infer(ts: Sequence[TensorType], attrs: Attrs, ctx: ShapeCtx) -> tuple[TensorType, ...]:
-    if ts[0].rank < 2 or not isinstance(attrs.get("k", 0), int):
-        raise ShapeError(f"tril/triu needs rank >= 2 and an int diagonal, got {ts[0]}")
+    k = attrs.get("k", 0)
+    if ts[0].rank < 2 or not isinstance(k, int) or not -(2**63) <= k < 2**63:
+        raise ShapeError(f"tril/triu needs rank >= 2 and an int64 diagonal, got {ts[0]} and k={k!r}")
     return one(ts[0].dtype, ts[0].shape)
 
 
@@ -505,9 +535,24 @@ DEFS = [
     OpDef(Op.LINEAR, _linear_infer, _linear_ref, (2, 3), _linear_dec, onnx="Gemm"),
     OpDef(Op.RELU, _same_float_infer, _np(lambda x, a: np.maximum(x, 0)), (1, 1), _relu_dec, onnx="Relu"),
     OpDef(Op.GELU, _gelu_infer, _f32(_gelu_ref), (1, 1), _gelu_dec, onnx="Gelu", attrs=("approximate",)),
-    OpDef(Op.SILU, _same_float_infer, _f32(lambda x, a: x / (1 + np.exp(-x.astype(np.float64)))), (1, 1), _silu_dec),
-    OpDef(Op.SIGMOID, _same_float_infer, _f32(lambda x, a: 1 / (1 + np.exp(-x.astype(np.float64)))), (1, 1), _sigmoid_dec, onnx="Sigmoid"),
-    OpDef(Op.SOFTMAX, _axis_infer, _f32(lambda x, a: _softmax_np(x, a.get("axis", -1))), (1, 1), _softmax_dec, onnx="Softmax", attrs=("axis",)),
+    OpDef(Op.SILU, _same_float_infer, _f32(lambda x, a: x * _sigmoid_np(x.astype(np.float64))), (1, 1), _silu_dec),
+    OpDef(
+        Op.SIGMOID,
+        _same_float_infer,
+        _f32(lambda x, a: _sigmoid_np(x.astype(np.float64))),
+        (1, 1),
+        _sigmoid_dec,
+        onnx="Sigmoid",
+    ),
+    OpDef(
+        Op.SOFTMAX,
+        _axis_infer,
+        _f32(lambda x, a: _softmax_np(x, a.get("axis", -1))),
+        (1, 1),
+        _softmax_dec,
+        onnx="Softmax",
+        attrs=("axis",),
+    ),
     OpDef(
         Op.LOG_SOFTMAX,
         _axis_infer,
@@ -517,8 +562,18 @@ DEFS = [
         onnx="LogSoftmax",
         attrs=("axis",),
     ),
-    OpDef(Op.LAYER_NORM, _norm_infer, _layer_norm_ref, (1, 3), _layer_norm_dec, onnx="LayerNormalization", attrs=("ndim", "eps")),
-    OpDef(Op.RMS_NORM, _norm_infer, _rms_norm_ref, (1, 2), _rms_norm_dec, onnx="RMSNormalization", attrs=("ndim", "eps")),
+    OpDef(
+        Op.LAYER_NORM,
+        _norm_infer,
+        _layer_norm_ref,
+        (1, 3),
+        _layer_norm_dec,
+        onnx="LayerNormalization",
+        attrs=("ndim", "eps"),
+    ),
+    OpDef(
+        Op.RMS_NORM, _norm_infer, _rms_norm_ref, (1, 2), _rms_norm_dec, onnx="RMSNormalization", attrs=("ndim", "eps")
+    ),
     OpDef(
         Op.EMBEDDING,
         _embedding_infer,
@@ -528,8 +583,24 @@ DEFS = [
         onnx="Gather",
     ),
     OpDef(Op.SDPA, _sdpa_infer, _sdpa_ref, (3, 4), _sdpa_dec, onnx="Attention", attrs=("is_causal", "scale")),
-    OpDef(Op.CONV2D, _conv2d_infer, _conv2d_ref, (2, 3), _conv2d_dec, onnx="Conv", attrs=("strides", "pads", "dilations", "groups")),
-    OpDef(Op.MAX_POOL2D, _pool_infer, _pool_ref("max"), (1, 1), _max_pool_dec, onnx="MaxPool", attrs=("kernel", "strides", "pads")),
+    OpDef(
+        Op.CONV2D,
+        _conv2d_infer,
+        _conv2d_ref,
+        (2, 3),
+        _conv2d_dec,
+        onnx="Conv",
+        attrs=("strides", "pads", "dilations", "groups"),
+    ),
+    OpDef(
+        Op.MAX_POOL2D,
+        _pool_infer,
+        _pool_ref("max"),
+        (1, 1),
+        _max_pool_dec,
+        onnx="MaxPool",
+        attrs=("kernel", "strides", "pads"),
+    ),
     OpDef(
         Op.AVG_POOL2D,
         _pool_infer,
@@ -539,16 +610,40 @@ DEFS = [
         onnx="AveragePool",
         attrs=("kernel", "strides", "pads", "count_include_pad"),
     ),
-    OpDef(Op.BATCH_NORM, _batch_norm_infer, _batch_norm_ref, (3, 5), _batch_norm_dec, onnx="BatchNormalization", attrs=("eps",)),
+    OpDef(
+        Op.BATCH_NORM,
+        _batch_norm_infer,
+        _batch_norm_ref,
+        (3, 5),
+        _batch_norm_dec,
+        onnx="BatchNormalization",
+        attrs=("eps",),
+    ),
     OpDef(
         Op.REDUCE_MEAN,
         _mean_infer,
-        _f32(lambda x, a: np.mean(x, axis=a["axes"], keepdims=bool(a.get("keepdim", False))) if a["axes"] else x),
+        _f32(lambda x, a: _mean_np(x, a["axes"], bool(a.get("keepdim", False))) if a["axes"] and x.ndim else x),
         (1, 1),
         _mean_dec,
         onnx="ReduceMean",
         attrs=("axes", "keepdim"),
     ),
-    OpDef(Op.TRIL, _tri_infer, _np(lambda x, a: np.tril(x, a.get("k", 0))), (1, 1), _tri_dec(True), onnx="Trilu", attrs=("k",)),
-    OpDef(Op.TRIU, _tri_infer, _np(lambda x, a: np.triu(x, a.get("k", 0))), (1, 1), _tri_dec(False), onnx="Trilu", attrs=("k",)),
+    OpDef(
+        Op.TRIL,
+        _tri_infer,
+        _np(lambda x, a: np.tril(x, a.get("k", 0))),
+        (1, 1),
+        _tri_dec(True),
+        onnx="Trilu",
+        attrs=("k",),
+    ),
+    OpDef(
+        Op.TRIU,
+        _tri_infer,
+        _np(lambda x, a: np.triu(x, a.get("k", 0))),
+        (1, 1),
+        _tri_dec(False),
+        onnx="Trilu",
+        attrs=("k",),
+    ),
 ]

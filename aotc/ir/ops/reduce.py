@@ -6,11 +6,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from aotc.errors import ShapeError
+from aotc.errors import ExecError, ShapeError
 from aotc.ir.dtypes import DType
 from aotc.ir.ops.base import Op, OpDef, acc, one, same_dtype
 from aotc.ir.shapes import ShapeCtx, broadcast_shapes, fmt_shape, norm_axes, norm_axis
-from aotc.ir.symbolic import add, floordiv
+from aotc.ir.symbolic import add, floordiv, mul
 from aotc.ir.types import Attrs, TensorType
 
 
@@ -34,7 +34,7 @@ def _reducer(fn):
     def ref(xs: Sequence[np.ndarray], attrs: Attrs) -> tuple[np.ndarray, ...]:
         x = xs[0]
         axes, keep = attrs["axes"], bool(attrs.get("keepdim", False))
-        if not axes:
+        if not axes or x.ndim == 0:  # a scalar's only axis (0, as torch allows) reduces nothing
             return (x.copy(),)
         out = fn(acc(x), axis=axes, keepdims=keep)
         return (np.asarray(out).astype(x.dtype),)
@@ -67,6 +67,8 @@ def _arg_ref(fn):
         axis = attrs.get("axis", 0) % max(x.ndim, 1)
         if x.ndim == 0:
             return (np.zeros((), np.int64),)
+        if x.shape[axis] == 0:
+            raise ExecError(f"arg-reduction over an empty axis {axis} of shape {x.shape}")
         out = fn(x, axis=axis, keepdims=bool(attrs.get("keepdim", False)))
         return (np.asarray(out, dtype=np.int64),)
 
@@ -78,7 +80,9 @@ def _matmul_infer(ts: Sequence[TensorType], attrs: Attrs, ctx: ShapeCtx) -> tupl
     dt = same_dtype(ts, "matmul")
     if dt is DType.bool or a.rank < 2 or b.rank < 2:
         raise ShapeError(f"matmul needs numeric inputs of rank >= 2, got {a} and {b}")
-    ctx.require_equal(a.shape[-1], b.shape[-2], f"matmul {fmt_shape(a.shape)} @ {fmt_shape(b.shape)}: inner dims differ")
+    ctx.require_equal(
+        a.shape[-1], b.shape[-2], f"matmul {fmt_shape(a.shape)} @ {fmt_shape(b.shape)}: inner dims differ"
+    )
     batch = broadcast_shapes(ctx, a.shape[:-2], b.shape[:-2])
     return one(dt, batch + (a.shape[-2], b.shape[-1]))
 
@@ -93,13 +97,20 @@ def _conv_params(attrs: Attrs, nsp: int) -> tuple[tuple, tuple, tuple, int]:
     pads = attrs.get("pads", (0,) * (2 * nsp))
     dil = attrs.get("dilations", (1,) * nsp)
     groups = attrs.get("groups", 1)
+    for name, v in (("strides", strides), ("pads", pads), ("dilations", dil)):
+        if not isinstance(v, tuple):
+            raise ShapeError(f"conv {name} must be a tuple of ints, got {v!r}")
     if len(strides) != nsp or len(pads) != 2 * nsp or len(dil) != nsp:
         raise ShapeError(f"conv attrs must have one entry per spatial dim ({nsp})")
-    if any(not isinstance(s, int) or s < 1 for s in strides + dil) or any(not isinstance(p, int) or p < 0 for p in pads):
+    if any(not _is_int(s) or s < 1 for s in strides + dil) or any(not _is_int(p) or p < 0 for p in pads):
         raise ShapeError("conv strides and dilations must be >= 1 and pads >= 0")
-    if not isinstance(groups, int) or groups < 1:
+    if not _is_int(groups) or groups < 1:
         raise ShapeError(f"conv groups must be >= 1, got {groups!r}")
     return strides, pads, dil, groups
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def _conv_infer(ts: Sequence[TensorType], attrs: Attrs, ctx: ShapeCtx) -> tuple[TensorType, ...]:
@@ -112,7 +123,7 @@ def _conv_infer(ts: Sequence[TensorType], attrs: Attrs, ctx: ShapeCtx) -> tuple[
     cout, cin_g = w.shape[0], w.shape[1]
     if not isinstance(cout, int) or cout % groups:
         raise ShapeError(f"conv: out channels {cout} not divisible by groups {groups}")
-    ctx.require_equal(x.shape[1], cin_g * groups if isinstance(cin_g, int) else cin_g, "conv: input channels != weight channels * groups")
+    ctx.require_equal(x.shape[1], mul(cin_g, groups), "conv: input channels != weight channels * groups")
     spatial = []
     for i in range(nsp):
         k = w.shape[2 + i]
@@ -136,7 +147,9 @@ def _conv_ref(xs: Sequence[np.ndarray], attrs: Attrs) -> tuple[np.ndarray, ...]:
     wg = w.reshape(groups, cout // groups, cin_g, *ksz)
     out = np.zeros((n, groups, cout // groups, *out_sp), dtype=np.float32 if x.dtype != np.float64 else x.dtype)
     for k in np.ndindex(*ksz):
-        idx = tuple(slice(k[i] * dil[i], k[i] * dil[i] + strides[i] * (out_sp[i] - 1) + 1, strides[i]) for i in range(nsp))
+        idx = tuple(
+            slice(k[i] * dil[i], k[i] * dil[i] + strides[i] * (out_sp[i] - 1) + 1, strides[i]) for i in range(nsp)
+        )
         patch = xg[(slice(None), slice(None), slice(None), *idx)]  # n, g, cin_g, *out
         wk = wg[(slice(None), slice(None), slice(None), *k)]  # g, cout_g, cin_g
         out += np.einsum("ngc...,goc->ngo...", patch, wk)

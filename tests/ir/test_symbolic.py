@@ -1,0 +1,271 @@
+"""Property tests for symbolic integers: evaluation, normalization, serialization, bounds and parse robustness."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from aotc.errors import ShapeError
+from aotc.ir.symbolic import (
+    SymExpr,
+    bounds,
+    divisor,
+    evaluate,
+    parse,
+    smax,
+    smin,
+    sym,
+    to_infix,
+    to_sexpr,
+)
+
+NAMES = ("a", "b", "c")
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+# An expression is a tree of tuples, interpreted twice: once as SymExpr, once as plain python ints.
+leaves = st.one_of(st.sampled_from(NAMES), st.integers(-6, 6))
+
+
+def _extend(children: st.SearchStrategy) -> st.SearchStrategy:
+    return st.one_of(
+        st.tuples(st.sampled_from(["+", "-", "*", "min", "max"]), children, children),
+        st.tuples(st.sampled_from(["//", "%"]), children, st.integers(1, 7)),
+    )
+
+
+trees = st.recursive(leaves, _extend, max_leaves=10)
+
+
+def build(t: Any) -> int | SymExpr:
+    if isinstance(t, str):
+        return sym(t)
+    if isinstance(t, int):
+        return t
+    op, x, y = t
+    a = build(x)
+    if op in ("//", "%"):
+        return a // y if op == "//" else a % y
+    b = build(y)
+    return {
+        "+": lambda: a + b,
+        "-": lambda: a - b,
+        "*": lambda: a * b,
+        "min": lambda: smin(a, b),
+        "max": lambda: smax(a, b),
+    }[op]()
+
+
+def py(t: Any, env: dict[str, int]) -> int:
+    if isinstance(t, str):
+        return env[t]
+    if isinstance(t, int):
+        return t
+    op, x, y = t
+    a = py(x, env)
+    if op == "//":
+        return a // y
+    if op == "%":
+        return a % y
+    b = py(y, env)
+    return {"+": a + b, "-": a - b, "*": a * b, "min": min(a, b), "max": max(a, b)}[op]
+
+
+envs = st.fixed_dictionaries({n: st.integers(-20, 60) for n in NAMES})
+
+
+@SETTINGS
+@given(trees, st.lists(envs, min_size=1, max_size=5))
+def test_evaluate_matches_python_arithmetic(t: Any, bindings: list[dict[str, int]]) -> None:
+    e = build(t)
+    for env in bindings:
+        assert evaluate(e, env) == py(t, env)
+
+
+@SETTINGS
+@given(trees)
+def test_sexpr_round_trips_and_forms_are_consistent(t: Any) -> None:
+    e = build(t)
+    text = to_sexpr(e)
+    back = parse(text)
+    assert back == e and hash(back) == hash(e)
+    assert to_sexpr(back) == text
+    assert isinstance(to_infix(e), str) and " + -" not in to_infix(e)
+    if isinstance(e, SymExpr):
+        assert e.free_symbols() <= set(NAMES) and e.free_symbols()
+        assert build(t) == e  # construction is deterministic
+    else:
+        assert isinstance(e, int) and not isinstance(e, bool)
+
+
+@st.composite
+def ranged(draw: st.DrawFn) -> tuple[dict[str, tuple[int, int]], dict[str, int]]:
+    ranges, mults = {}, {}
+    for n in NAMES:
+        m = draw(st.sampled_from([1, 1, 2, 4, 8]))
+        lo = draw(st.integers(-10, 30))
+        hi = draw(st.integers(lo, lo + 40))
+        assume(any(v % m == 0 for v in range(lo, hi + 1)))
+        ranges[n], mults[n] = (lo, hi), m
+    return ranges, mults
+
+
+@SETTINGS
+@given(trees, ranged(), st.data())
+def test_bounds_contain_every_sampled_value(t: Any, rm: tuple, data: st.DataObject) -> None:
+    ranges, mults = rm
+    e = build(t)
+    lo, hi = bounds(e, ranges, mults)
+    plain_lo, plain_hi = bounds(e, ranges)
+    assert lo <= hi
+    for _ in range(8):
+        env = {}
+        for n in NAMES:
+            r_lo, r_hi = ranges[n]
+            choices = [v for v in range(r_lo, r_hi + 1) if v % mults[n] == 0]
+            env[n] = data.draw(st.sampled_from(choices))
+        v = evaluate(e, env)
+        assert lo <= v <= hi, (to_infix(e), env, v, (lo, hi))
+        assert plain_lo <= v <= plain_hi
+        d = divisor(e, mults)
+        assert (v % d == 0) if d else v == 0
+
+
+@SETTINGS
+@given(trees, trees, trees, st.integers(1, 9))
+def test_algebraic_normalization(t1: Any, t2: Any, t3: Any, k: int) -> None:
+    e, f, g = build(t1), build(t2), build(t3)
+    assert e - e == 0
+    assert e + 0 == e and 0 + e == e
+    assert e * 1 == e and e * 0 == 0
+    assert e + f == f + e
+    assert e * f == f * e
+    assert (e + f) - f == e
+    assert (e + f) + g == e + (f + g)
+    assert (e + f) * g == e * g + f * g
+    assert (e * k) // k == e
+    assert (e * k) % k == 0
+    assert smin(e, e) == e and smax(e, e) == e
+    assert smin(e, f) == smin(f, e) and smax(e, f) == smax(f, e)
+
+
+def test_normalization_facts() -> None:
+    s, b, x = sym("s"), sym("b"), sym("x")
+    assert (4 * s + 3) // 4 == s
+    assert (b * s * 64) // 64 == b * s
+    assert (s * 16) % 4 == 0
+    assert x - x == 0
+    assert x + 0 == x
+    assert (s // 2) // 3 == s // 6
+    assert (s % 12) % 4 == s % 4
+    assert (2 * s + 1) % 2 == 1
+    assert (2 * s) // 4 == s // 2
+    assert (6 * s + 4) // 2 == 3 * s + 2
+    assert smin(s, s + 1) == s and smax(s, s + 1) == s + 1
+    assert isinstance((s + 3) - s, int)
+    assert (s + 1) * (s - 1) == s * s - 1
+
+
+def test_text_forms() -> None:
+    b, s = sym("batch"), sym("seq")
+    e = 3 + 2 * b + s // 4
+    assert to_sexpr(e) == "(+ (// seq 4) (* 2 batch) 3)"  # terms sort by their canonical text
+    assert parse(to_sexpr(e)) == e
+    assert to_infix(e) == "seq//4 + 2*batch + 3"
+    assert to_infix(smin(s, 4)) == "min(4, seq)"
+    assert to_infix(b - s - 1) == "batch - seq - 1"
+    assert parse("  (min 4 seq) ") == smin(s, 4)
+    assert parse("-7") == -7 and parse("batch").is_symbol() and parse("batch").symbol_name == "batch"
+
+
+def test_bounds_see_through_floor_division() -> None:
+    h = sym("h")
+    ranges = {"h": (4, 12)}
+    assert bounds(h - 2 * (h // 2), ranges) == (0, 1)
+    assert bounds(h - h // 2, ranges) == (2, 7)
+    assert bounds(2 * ((h + 1) // 2) - h, ranges) == (0, 1)
+    assert bounds(h % 4, ranges, {"h": 4}) == (0, 0)
+    assert bounds(h // 3, ranges) == (1, 4)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        lambda: sym("1x"),
+        lambda: sym("min"),
+        lambda: sym(""),
+        lambda: sym(3),
+        lambda: sym("a") // 0,
+        lambda: sym("a") % -2,
+        lambda: sym("a") // sym("b"),
+        lambda: 5 // sym("b"),
+        lambda: 5 % sym("b"),
+        lambda: sym("a") + 1.5,
+        lambda: sym("a") * True,
+        lambda: evaluate(sym("a"), {}),
+        lambda: bounds(sym("a"), {}),
+        lambda: (sym("a") + 1).symbol_name,
+    ],
+)
+def test_bad_construction_raises_shape_error(bad: Any) -> None:
+    with pytest.raises(ShapeError):
+        bad()
+
+
+MALFORMED = [
+    "",
+    "   ",
+    "(",
+    ")",
+    "()",
+    "(+",
+    "(+ 1 2",
+    "1 2",
+    "(+ 1 2))",
+    "(// a b)",
+    "(// a 0)",
+    "(% a -3)",
+    "(min a)",
+    "(max a b c)",
+    "(foo a b)",
+    "(1 2 3)",
+    "a.b",
+    "+",
+    "//",
+    "min",
+    "(min min 1)",
+    "١٢",
+    "9" * 5000,
+    "(+ " * 100 + "1" + ")" * 100,
+    "(+ " * 100000,
+    "a " * 20000,
+    "(* " + "(+ a b c d) " * 40 + ")",  # well-formed, but 4**40 terms: refused as too large
+    "(* " + "a " * 200 + ")",  # a**200: past the degree limit
+    "\x00",
+    "(+ 1 2)\n(+ 3 4)",
+]
+
+
+@pytest.mark.parametrize("text", MALFORMED, ids=range(len(MALFORMED)))
+def test_malformed_text_raises_shape_error_quickly(text: str) -> None:
+    start = time.perf_counter()
+    with pytest.raises(ShapeError):
+        parse(text)
+    assert time.perf_counter() - start < 1.0
+
+
+TOKENS = ["(", ")", "+", "*", "//", "%", "min", "max", "a", "b", "-3", "7", "0", "1", " ", "-", "x1"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.text(max_size=60), st.lists(st.sampled_from(TOKENS), max_size=40).map(" ".join)))
+def test_parse_of_arbitrary_text_gives_a_value_or_shape_error(text: str) -> None:
+    try:
+        e = parse(text)
+    except ShapeError:
+        return
+    assert isinstance(e, (int, SymExpr)) and not isinstance(e, bool)
+    assert parse(to_sexpr(e)) == e
