@@ -1,1 +1,7 @@
-"""frontend"""
+"""The frontend: the tracing Tensor, nn modules, functional ops, Dim/TensorSpec, trace() and compile().
+
+``tensor`` is imported first: the op helper modules and the Tensor class refer to each other, and
+loading the class before any helper keeps that cycle well-ordered whichever module a user imports.
+"""
+
+from aotc.frontend import tensor as _tensor  # noqa: F401

@@ -48,7 +48,7 @@ class Attrs(Mapping[str, Any]):
 
     def __init__(self, items: Mapping[str, Any] | None = None, **kw: Any) -> None:
         merged = dict(items or {}, **kw)
-        self._items = tuple(sorted(merged.items()))
+        self._items = tuple(sorted((k, _freeze(v)) for k, v in merged.items()))
         self._hash = hash(self._items)
 
     def __getitem__(self, key: str) -> Any:
@@ -95,6 +95,11 @@ class Node:
         ins = ", ".join(str(i) for i in self.inputs)
         attrs = ", ".join(f"{k}={_attr_str(v)}" for k, v in self.attrs.items())
         return f"{outs} = {self.op.value}({ins}{'; ' + attrs if attrs else ''})"
+
+
+def _freeze(v: Any) -> Any:
+    """Lists become tuples so every attr value is hashable."""
+    return tuple(_freeze(x) for x in v) if isinstance(v, (list, tuple)) else v
 
 
 def _attr_str(v: Any) -> str:

@@ -1,0 +1,65 @@
+"""``aotc.nn``: modules with torch.nn's names, arguments and state-dict keys."""
+
+from aotc.frontend import functional
+from aotc.frontend.attention import MultiheadAttention
+from aotc.frontend.containers import ModuleDict, ModuleIndexError, ModuleList, Sequential
+from aotc.frontend.layers import (
+    GELU,
+    AvgPool2d,
+    BatchNorm1d,
+    BatchNorm2d,
+    Conv2d,
+    Dropout,
+    Embedding,
+    Flatten,
+    Identity,
+    LayerNorm,
+    LeakyReLU,
+    Linear,
+    LogSoftmax,
+    MaxPool2d,
+    ReLU,
+    RMSNorm,
+    Sigmoid,
+    SiLU,
+    Softmax,
+    Tanh,
+)
+from aotc.frontend.module import Buffer, IncompatibleKeys, Module, ModuleError, Parameter, manual_seed
+from aotc.frontend.rnn import LSTM
+
+__all__ = [
+    "GELU",
+    "LSTM",
+    "AvgPool2d",
+    "BatchNorm1d",
+    "BatchNorm2d",
+    "Buffer",
+    "Conv2d",
+    "Dropout",
+    "Embedding",
+    "Flatten",
+    "Identity",
+    "IncompatibleKeys",
+    "LayerNorm",
+    "LeakyReLU",
+    "Linear",
+    "LogSoftmax",
+    "MaxPool2d",
+    "Module",
+    "ModuleDict",
+    "ModuleError",
+    "ModuleIndexError",
+    "ModuleList",
+    "MultiheadAttention",
+    "Parameter",
+    "RMSNorm",
+    "ReLU",
+    "Sequential",
+    "SiLU",
+    "Sigmoid",
+    "Softmax",
+    "Tanh",
+    "functional",
+    "manual_seed",
+]
