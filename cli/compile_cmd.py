@@ -1,0 +1,95 @@
+"""``aotc compile``: a model file or an ONNX file -> one artifact file."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import click
+
+from aotc.ir.graph import Graph
+from aotc_cli.dims import parse_dim_ranges
+from aotc_cli.errors import UserError, debug_option
+from aotc_cli.loader import call_user_code, load_model
+from aotc_cli.progress import StageTimer
+from aotc_cli.text import format_size
+
+HELP = """Compile FILE into an artifact.
+
+FILE is a Python model file or an ONNX file (.onnx).
+
+A model file defines a function `build()` (no required arguments) returning
+`(model, inputs)`, or, when it has no `build`, module-level `model` and
+`inputs`. `model` is an aotc.nn.Module or a plain function of tensors;
+`inputs` maps each forward argument name to an aotc.TensorSpec.
+`--model NAME` compiles `NAME` with the specs in `NAME_inputs` instead, or,
+when the file has no `NAME_inputs`, calls `NAME()` like `build()`.
+
+For ONNX files, each symbolic dimension (dim_param) gets its range from
+`--dim NAME=MIN:MAX` (repeatable).
+
+The artifact goes to -o, or to FILE's stem + `.aotc` in the current folder.
+"""
+
+
+def build_artifact(graph: Graph, dump_ir: str | None, timer: StageTimer) -> bytes:
+    """Lower a traced or imported graph and write the artifact through ``aotc.compile``'s own path,
+    reporting each stage to ``timer``."""
+    from aotc.frontend.compile import compile_graph
+
+    return compile_graph(graph, dump_ir=dump_ir, progress=timer).artifact_bytes
+
+
+def _trace_python(path: Path, model_name: str | None, timer: StageTimer) -> Graph:
+    from aotc.frontend.trace import trace
+
+    with timer.stage("load model file"):
+        model, inputs = load_model(path, model_name)
+    with timer.stage("trace"):
+        return call_user_code(path.resolve(), "tracing the model", trace, model, inputs, name=model_name or path.stem)
+
+
+def _import_onnx(path: Path, dims: dict[str, tuple[int, int]], timer: StageTimer) -> Graph:
+    import aotc.onnx  # its names raise UnsupportedError, saying what to install, when onnx is missing
+
+    with timer.stage("import onnx"):
+        graph = aotc.onnx.import_onnx(path, dims=dims)
+    unknown = sorted(set(dims) - {s.name for s in graph.symbols})
+    if unknown:
+        have = ", ".join(s.name for s in graph.symbols) or "none: every dim is static"
+        raise UserError(f"{path.name} has no dynamic dim {', '.join(map(repr, unknown))}; its dims are: {have}")
+    return graph
+
+
+@click.command("compile", help=HELP)
+@click.argument("file", metavar="FILE")
+@click.option("-o", "--output", metavar="OUT", help="Artifact path.  [default: ./<FILE stem>.aotc]")
+@click.option("--model", "model_name", metavar="NAME", help="Compile NAME (and NAME_inputs) instead of build().")
+@click.option("--dim", "dims", multiple=True, metavar="NAME=MIN:MAX", help="ONNX only: range of a symbolic dim.")
+@click.option("--dump-ir", metavar="DIR", help="Write the graph before and after every lowering stage to DIR.")
+@click.option("-v", "--verbose", is_flag=True, help="Time every compile stage, not only those over a second.")
+@debug_option
+def compile_command(
+    file: str, output: str | None, model_name: str | None, dims: tuple[str, ...], dump_ir: str | None, verbose: bool
+) -> None:
+    path = Path(file)
+    ranges = parse_dim_ranges(dims)
+    if not path.is_file():
+        raise UserError(f"no such file: {file}")
+    out = Path(output) if output else Path(path.stem + ".aotc")
+    timer = StageTimer(threshold_s=0.0 if verbose else 1.0)
+    start = time.perf_counter()
+    if path.suffix == ".onnx":
+        if model_name:
+            raise UserError("--model applies to Python model files, not ONNX files")
+        graph = _import_onnx(path, ranges, timer)
+    elif path.suffix == ".py":
+        if ranges:
+            raise UserError("--dim applies to ONNX files; a model file declares its dims with aotc.Dim")
+        graph = _trace_python(path, model_name, timer)
+    else:
+        raise UserError(f"{file}: expected a Python model file (.py) or an ONNX file (.onnx)")
+    data = build_artifact(graph, dump_ir, timer)
+    out.write_bytes(data)
+    timer.finish()
+    click.echo(f"wrote {out} ({format_size(len(data))}) in {time.perf_counter() - start:.1f}s")
