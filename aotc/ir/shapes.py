@@ -32,6 +32,8 @@ class ShapeCtx:
         # Guards the runtime checks before anything runs, kept as "e >= 0" and "e == 0" forms.
         self._nonneg: list[ShapeDim] = []
         self._zero: list[ShapeDim] = []
+        # Verifying a graph asks the same questions for many nodes; answers hold until a fact is added.
+        self._proven: dict[ShapeDim, bool] = {}
         for a, b in equalities:
             self.add_fact(a, "==", b)
         for lhs, rel, rhs in facts:
@@ -39,6 +41,7 @@ class ShapeCtx:
 
     def add_fact(self, lhs: ShapeDim, rel: str, rhs: ShapeDim) -> None:
         """Assume ``lhs rel rhs`` (a recorded guard) in later decisions."""
+        self._proven.clear()
         d = add(lhs, mul(rhs, -1))
         if rel == "==":
             self.equal_pairs.add(frozenset((lhs, rhs)))
@@ -68,9 +71,11 @@ class ShapeCtx:
 
     def proves_nonneg(self, e: ShapeDim) -> bool:
         """``e >= 0`` for every binding allowed by the ranges and the facts."""
-        if self.bounds(e)[0] >= 0:
-            return True
-        return any(self.bounds(add(e, mul(f, -1)))[0] >= 0 for f in self._nonneg)
+        known = self._proven.get(e)
+        if known is None:
+            known = self.bounds(e)[0] >= 0 or any(self.bounds(add(e, mul(f, -1)))[0] >= 0 for f in self._nonneg)
+            self._proven[e] = known
+        return known
 
     def known_equal(self, a: ShapeDim, b: ShapeDim) -> bool:
         if a == b or frozenset((a, b)) in self.equal_pairs:
@@ -134,7 +139,7 @@ def broadcast_shapes(ctx: ShapeCtx, *shapes: Shape) -> Shape:
                 continue
             if ctx.is_one(result):
                 result = d
-            else:
+            elif result != d:
                 ctx.require_equal(result, d, f"cannot broadcast shapes {fmt_shapes(shapes)} at dim {i}")
         out.append(result)
     return tuple(out)

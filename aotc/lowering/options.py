@@ -17,7 +17,8 @@ class CompileOptions:
     cse: bool = True
     # Folding never materializes a constant larger than this unless its inputs were as large.
     max_fold_bytes: int = 1 << 16
-    verify_each_stage: bool = True
+    # Tests verify after every stage (AOTC_VERIFY_STAGES=1); a plain compile verifies its input and result.
+    verify_each_stage: bool = False
 
     def key(self) -> str:
         blob = json.dumps(dataclasses.asdict(self), sort_keys=True).encode()
@@ -28,8 +29,10 @@ class CompileOptions:
 
     @classmethod
     def from_env(cls) -> CompileOptions:
-        """Defaults overridden by AOTC_NO_FOLD=1 / AOTC_NO_CSE=1 (for debugging a miscompile)."""
+        """Defaults overridden by AOTC_NO_FOLD=1 / AOTC_NO_CSE=1 (to bisect a miscompile) and
+        AOTC_VERIFY_STAGES=1 (verify the graph after every stage, as the tests do)."""
         return cls(
             fold_constants=os.environ.get("AOTC_NO_FOLD", "") != "1",
             cse=os.environ.get("AOTC_NO_CSE", "") != "1",
+            verify_each_stage=os.environ.get("AOTC_VERIFY_STAGES", "") == "1",
         )

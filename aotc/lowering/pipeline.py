@@ -41,7 +41,7 @@ def lower(
     progress: Callable[[str], None] | None = None,
 ) -> Graph:
     """High-level graph -> verified primitive graph. ``progress(stage)`` is called before each stage."""
-    options = options or CompileOptions()
+    options = options or CompileOptions.from_env()
     dump = Path(dump_dir) if dump_dir is not None else None
     if dump is not None:
         dump.mkdir(parents=True, exist_ok=True)

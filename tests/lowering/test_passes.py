@@ -116,7 +116,7 @@ def test_pipeline_dumps_every_stage_and_verifies(kit, tmp_path):
     y = kit.b.op(Op.LAYER_NORM, kit.b.op(Op.GELU, kit.b.op(Op.LINEAR, x, w)), ndim=1, eps=1e-5)
     before = kit.graph(y)
     seen = []
-    after = lower(before, dump_dir=tmp_path, progress=seen.append)
+    after = lower(before, CompileOptions(verify_each_stage=True), dump_dir=tmp_path, progress=seen.append)
     verify(after, "lowered", primitive_only=True)
     assert seen == [name for name in ("decompose", "simplify", "cse", "fold_constants", "cse_2", "simplify_2", "dce")]
     dumps = sorted(p.name for p in tmp_path.iterdir())
@@ -143,3 +143,18 @@ def test_lowered_attention_matches_reference_at_several_lengths(kit, seq):
     after = lower(before)
     x = kit.rng.standard_normal((2, seq, 8)).astype(np.float32)
     same_outputs(before, after, [x], {"seq": seq})
+
+
+def test_stage_verification_names_the_stage_that_broke(kit, monkeypatch):
+    import aotc.lowering.pipeline as pipeline
+    from aotc.errors import VerifyError
+
+    x = kit.input((kit.seq, 3))
+    before = kit.graph(kit.b.op(Op.EXP, x))
+
+    def drop_producers(graph):  # a broken pass: outputs refer to a node it removed
+        return graph.replace(nodes=())
+
+    monkeypatch.setattr(pipeline, "dce", drop_producers)
+    with pytest.raises(VerifyError, match="after stage 'dce'"):
+        lower(before, CompileOptions(verify_each_stage=True))
