@@ -1,38 +1,35 @@
 """A FlatBuffer (schema.fbs) back into graphs, checking every index, enum, name and expression on the way.
 
-Only the reader uses this. Errors are ArtifactError naming the part of the file that is wrong; the
-reader turns anything else the FlatBuffers runtime raises on a malformed buffer into ArtifactError too.
+Only the reader uses this. The shared tables (strings, types, attrs) are decoded once each; a graph's
+node columns are read as numpy arrays, range-checked as whole arrays, and then turned into nodes in
+one tight loop. Errors are ArtifactError naming the part of the file that is wrong; the reader turns
+anything else the FlatBuffers runtime raises on a malformed buffer into ArtifactError too.
 """
 
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
 
 from aotc.artifact.checks import check_output_tree
 from aotc.artifact.generated.Artifact import Artifact as FbArtifact
-from aotc.artifact.generated.ValueKind import ValueKind
-from aotc.artifact.layout import DIGEST_SIZE, DTYPES_BY_CODE, MAX_ATTR_DEPTH
+from aotc.artifact.layout import DIGEST_SIZE
+from aotc.artifact.tables import Tables, check_indices, column, decode_tables, dtype, expr, text
 from aotc.errors import ArtifactError, ShapeError
 from aotc.ir.dtypes import DType
 from aotc.ir.graph import Graph, Guard, Symbol
 from aotc.ir.ops import Op
-from aotc.ir.symbolic import SymExpr, parse, sym
-from aotc.ir.types import Attrs, Node, TensorType, Value
-
-# Canonical expressions are short; a cap keeps a hostile file from making the parser do heavy work.
-MAX_SEXPR_CHARS = 4096
-_PAREN = re.compile(r"\(\s*([^\s()]*)|\)")
+from aotc.ir.symbolic import sym
+from aotc.ir.types import Node, Value
 
 
 @dataclass(frozen=True)
 class SegmentInfo:
-    offset: int
+    offset: int  # from the data start
     length: int
     checksum: bytes
 
@@ -78,10 +75,10 @@ class Decoder:
         out = []
         for i in range(self.count(self.root.SegmentsLength(), "segments")):
             s = self.root.Segments(i)
-            digest = ints(s.ChecksumIsNone(), s.ChecksumAsNumpy)
+            digest = column(s.ChecksumAsNumpy(), np.uint8)
             if len(digest) != DIGEST_SIZE:
                 raise ArtifactError(f"segment {i} has a {len(digest)}-byte checksum, expected {DIGEST_SIZE}")
-            out.append(SegmentInfo(int(s.Offset()), int(s.Length()), bytes(digest)))
+            out.append(SegmentInfo(int(s.Offset()), int(s.Length()), digest.tobytes()))
         return out
 
     def constants(self, n_segments: int) -> list[ConstantInfo]:
@@ -94,7 +91,7 @@ class Decoder:
             what = f"constant {name!r}"
             if name in names:
                 raise ArtifactError(f"{what} is listed twice")
-            shape = tuple(ints(c.ShapeIsNone(), c.ShapeAsNumpy))
+            shape = tuple(column(c.ShapeAsNumpy(), np.int64).tolist())
             if any(d < 0 for d in shape):
                 raise ArtifactError(f"{what} has a negative dim in {shape}")
             seg = int(c.Segment())
@@ -108,33 +105,43 @@ class Decoder:
         return out
 
     # -- graphs ------------------------------------------------------------------------------
+    @cached_property
+    def tables(self) -> Tables:
+        return decode_tables(self.root, self.count)
+
     def variants(self) -> list[Any]:
         return [self.root.Variants(i) for i in range(self.count(self.root.VariantsLength(), "variants"))]
 
     def source(self) -> Any | None:
         return self.root.Source()
 
-    def graph(self, g: Any, constants: Sequence[tuple[str, np.ndarray]], what: str) -> Graph:
+    def graph(self, g: Any, constants: list[tuple[str, np.ndarray]], what: str) -> Graph:
+        t = self.tables
         name = text(g.Name(), f"{what} name")
-        n_in = self.count(g.InputsLength(), f"{what} inputs")
-        if g.InputNamesLength() != n_in:
-            raise ArtifactError(f"{what} has {n_in} inputs but {g.InputNamesLength()} input names")
+        in_ids = column(g.InputIdsAsNumpy(), np.int64)
+        in_types = column(g.InputTypesAsNumpy(), np.uint32)
+        n_in = len(in_ids)
+        if len(in_types) != n_in or g.InputNamesLength() != n_in:
+            raise ArtifactError(
+                f"{what} has {n_in} input ids, {len(in_types)} input types and {g.InputNamesLength()} input names"
+            )
         input_names = tuple(text(g.InputNames(i), f"{what} input name {i}") for i in range(n_in))
-        types: dict[int, TensorType] = {}
-        inputs = tuple(self._define(g.Inputs(i), types, f"{what} input {i}") for i in range(n_in))
-        nodes = tuple(
-            self._node(g.Nodes(i), types, f"{what} node {i}")
-            for i in range(self.count(g.NodesLength(), f"{what} nodes"))
-        )
-        outputs = tuple(self._use(vid, types, f"{what} output") for vid in ints(g.OutputsIsNone(), g.OutputsAsNumpy))
+        check_indices(in_types, len(t.types), f"{what} input", "type")
+        values: dict[int, Value] = {}
+        inputs = tuple(Value(vid, t.types[k]) for vid, k in zip(in_ids.tolist(), in_types.tolist()))
+        for v in inputs:
+            if values.setdefault(v.id, v) is not v:
+                raise ArtifactError(f"{what}: input value %{v.id} is defined a second time")
+        nodes = self._nodes(g, values, what)
+        outputs = tuple(_use(values, vid, f"{what} output") for vid in column(g.OutputsAsNumpy(), np.int64).tolist())
         tree = output_tree(text(g.OutputTreeJson(), f"{what} output tree"), len(outputs), what)
         symbols = tuple(
             self._symbol(g.Symbols(i), what) for i in range(self.count(g.SymbolsLength(), f"{what} symbols"))
         )
         guards = tuple(self._guard(g.Guards(i), what) for i in range(self.count(g.GuardsLength(), f"{what} guards")))
         held: dict[str, np.ndarray] = {}
-        for idx in ints(g.ConstantsIsNone(), g.ConstantsAsNumpy):
-            if not 0 <= idx < len(constants):
+        for idx in column(g.ConstantsAsNumpy(), np.uint32).tolist():
+            if idx >= len(constants):
                 raise ArtifactError(f"{what} holds constant {idx}, but the file has {len(constants)}")
             cname, arr = constants[idx]
             if cname in held:
@@ -142,80 +149,60 @@ class Decoder:
             held[cname] = arr
         return Graph(inputs, input_names, nodes, outputs, tree, symbols, guards, held, name)
 
-    def _define(self, v: Any, types: dict[int, TensorType], what: str) -> Value:
-        if v is None:
-            raise ArtifactError(f"{what} is missing")
-        vid = int(v.Id())
-        if vid in types:
-            raise ArtifactError(f"{what}: value %{vid} is defined twice")
-        t = v.Type()
-        if t is None:
-            raise ArtifactError(f"{what}: value %{vid} has no type")
-        shape = tuple(
-            dim(text(t.Shape(i), f"{what} shape"), f"{what} shape")
-            for i in range(self.count(t.ShapeLength(), f"{what} shape"))
-        )
-        types[vid] = TensorType(dtype(t.Dtype(), what), shape)
-        return Value(vid, types[vid])
+    def _nodes(self, g: Any, values: dict[int, Value], what: str) -> tuple[Node, ...]:
+        """The node columns, each range-checked whole, then the nodes in one loop over Python lists."""
+        t = self.tables
+        ops = column(g.NodeOpsAsNumpy(), np.uint32)
+        n = len(ops)
+        in_counts = column(g.NodeInputCountsAsNumpy(), np.uint32)
+        out_counts = column(g.NodeOutputCountsAsNumpy(), np.uint32)
+        attrs = column(g.NodeAttrsAsNumpy(), np.uint32)
+        locs = column(g.NodeLocsAsNumpy(), np.uint32)
+        if not len(in_counts) == len(out_counts) == len(attrs) == len(locs) == n:
+            raise ArtifactError(f"{what}: the node columns have different lengths")
+        ins = column(g.NodeInputsAsNumpy(), np.int64)
+        out_ids = column(g.NodeOutputIdsAsNumpy(), np.int64)
+        out_types = column(g.NodeOutputTypesAsNumpy(), np.uint32)
+        in_ends = np.cumsum(in_counts, dtype=np.int64)
+        out_ends = np.cumsum(out_counts, dtype=np.int64)
+        n_ins, n_outs = (int(in_ends[-1]), int(out_ends[-1])) if n else (0, 0)
+        if n_ins != len(ins):
+            raise ArtifactError(f"{what}: the nodes' input counts add up to {n_ins}, not {len(ins)}")
+        if not n_outs == len(out_ids) == len(out_types):
+            raise ArtifactError(
+                f"{what}: the nodes' output counts add up to {n_outs}, but there are {len(out_ids)} output ids"
+                f" and {len(out_types)} output types"
+            )
+        check_indices(ops, len(t.strings), f"{what} node", "op")
+        check_indices(attrs, len(t.attr_sets), f"{what} node", "attr set")
+        check_indices(locs, len(t.strings), f"{what} node", "loc")
+        check_indices(out_types, len(t.types), f"{what} node output", "type")
+        op_of: dict[int, Op] = {}
+        for k in np.unique(ops).tolist():
+            try:
+                op_of[k] = Op(t.strings[k])
+            except ValueError:
+                raise ArtifactError(f"{what} node {int(np.argmax(ops == k))} has unknown op {t.strings[k]!r}") from None
 
-    def _use(self, vid: int, types: dict[int, TensorType], what: str) -> Value:
-        if vid not in types:
-            raise ArtifactError(f"{what} uses value %{vid}, which is not defined before it")
-        return Value(vid, types[vid])
-
-    def _node(self, n: Any, types: dict[int, TensorType], what: str) -> Node:
-        if n is None:
-            raise ArtifactError(f"{what} is missing")
-        op_name = text(n.Op(), f"{what} op")
-        try:
-            op = Op(op_name)
-        except ValueError:
-            raise ArtifactError(f"{what} has unknown op {op_name!r}") from None
-        what = f"{what} ({op_name})"
-        ins = tuple(self._use(vid, types, what) for vid in ints(n.InputsIsNone(), n.InputsAsNumpy))
-        attrs: dict[str, Any] = {}
-        for i in range(self.count(n.AttrsLength(), f"{what} attrs")):
-            a = n.Attrs(i)
-            key = text(a.Name(), f"{what} attr name")
-            if key in attrs:
-                raise ArtifactError(f"{what} has attr {key!r} twice")
-            attrs[key] = self.attr_value(a.Value(), f"{what} attr {key!r}")
-        outs = tuple(
-            self._define(n.Outputs(i), types, f"{what} output {i}")
-            for i in range(self.count(n.OutputsLength(), f"{what} outputs"))
-        )
-        return Node(op, ins, outs, Attrs(attrs), text(n.Loc(), f"{what} loc"))
-
-    def attr_value(self, v: Any, what: str, depth: int = 0) -> Any:
-        if v is None:
-            raise ArtifactError(f"{what} has no value")
-        kind = v.Kind()
-        if kind == ValueKind.Null:
-            return None
-        if kind == ValueKind.Int:
-            return int(v.IntValue())
-        if kind == ValueKind.Float:
-            return float(v.FloatValue())
-        if kind == ValueKind.Bool:
-            b = int(v.IntValue())
-            if b not in (0, 1):
-                raise ArtifactError(f"{what}: bool stored as {b}")
-            return b == 1
-        if kind == ValueKind.Str:
-            return text(v.StrValue(), what)
-        if kind == ValueKind.Dtype:
-            return dtype(v.IntValue(), what)
-        if kind == ValueKind.Sym:
-            e = expr(text(v.StrValue(), what), what)
-            if not isinstance(e, SymExpr):
-                raise ArtifactError(f"{what}: symbolic value {e} has no symbols")
-            return e
-        if kind == ValueKind.Tuple:
-            if depth >= MAX_ATTR_DEPTH:
-                raise ArtifactError(f"{what}: tuples nest deeper than {MAX_ATTR_DEPTH} levels")
-            n = self.count(v.ItemsLength(), what)
-            return tuple(self.attr_value(v.Items(i), what, depth + 1) for i in range(n))
-        raise ArtifactError(f"{what} has unknown value kind {kind}")
+        types, strings, sets = t.types, t.strings, t.attr_sets
+        ins_l, out_ids_l, out_types_l = ins.tolist(), out_ids.tolist(), out_types.tolist()
+        nodes = []
+        a = p = 0
+        columns = zip(ops.tolist(), in_ends.tolist(), out_ends.tolist(), attrs.tolist(), locs.tolist())
+        for i, (k, b, q, attr_set, loc) in enumerate(columns):
+            try:
+                node_ins = tuple([values[vid] for vid in ins_l[a:b]])
+            except KeyError as e:
+                raise ArtifactError(
+                    f"{what} node {i} ({op_of[k].value}) uses value %{e.args[0]}, which is not defined before it"
+                ) from None
+            outs = tuple([Value(vid, types[ty]) for vid, ty in zip(out_ids_l[p:q], out_types_l[p:q])])
+            for o in outs:
+                if values.setdefault(o.id, o) is not o:
+                    raise ArtifactError(f"{what} node {i} ({op_of[k].value}) defines value %{o.id} a second time")
+            nodes.append(Node(op_of[k], node_ins, outs, sets[attr_set], strings[loc]))
+            a, p = b, q
+        return tuple(nodes)
 
     def _symbol(self, s: Any, what: str) -> Symbol:
         name = text(s.Name(), f"{what} symbol name")
@@ -240,59 +227,11 @@ class Decoder:
 # -- small readers -------------------------------------------------------------------------------
 
 
-def text(raw: bytes | None, what: str) -> str:
-    if raw is None:
-        raise ArtifactError(f"{what} is missing")
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ArtifactError(f"{what} is not valid UTF-8") from None
-
-
-def ints(is_none: bool, as_numpy: Callable[[], Any]) -> list[int]:
-    """A scalar vector as Python ints (an absent vector is empty)."""
-    return [] if is_none else [int(x) for x in np.asarray(as_numpy()).tolist()]
-
-
-def dtype(code: int, what: str) -> DType:
-    try:
-        return DTYPES_BY_CODE[int(code)]
-    except KeyError:
-        raise ArtifactError(f"{what} has unknown dtype code {code}") from None
-
-
-def expr(s: str, what: str) -> int | SymExpr:
-    """A symbolic integer from its s-expression."""
-    if len(s) > MAX_SEXPR_CHARS:
-        raise ArtifactError(f"{what}: expression of {len(s)} characters is too long")
-    if _has_product_of_sums(s):
-        raise ArtifactError(f"{what}: expression {s[:80]!r} is not in canonical form (a product of sums)")
-    try:
-        return parse(s)
-    except ShapeError as e:
-        raise ArtifactError(f"{what}: {e}") from None
-
-
-def _has_product_of_sums(s: str) -> bool:
-    """Canonical expressions are sums of products; expanding a product of sums could take very long."""
-    stack: list[str] = []
-    for m in _PAREN.finditer(s):
-        if m.group(0) == ")":
-            if stack:
-                stack.pop()
-            continue
-        if m.group(1) == "+" and stack and stack[-1] == "*":
-            return True
-        stack.append(m.group(1))
-    return False
-
-
-def dim(s: str, what: str) -> int | SymExpr:
-    """A tensor dim: an expression, or a non-negative int."""
-    d = expr(s, what)
-    if isinstance(d, int) and d < 0:
-        raise ArtifactError(f"{what}: negative dim {d}")
-    return d
+def _use(values: dict[int, Value], vid: int, what: str) -> Value:
+    v = values.get(vid)
+    if v is None:
+        raise ArtifactError(f"{what} uses value %{vid}, which is not defined")
+    return v
 
 
 def output_tree(raw: str, n_outputs: int, what: str) -> Any:

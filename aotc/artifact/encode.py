@@ -1,36 +1,42 @@
-"""Graphs, attrs and the artifact header into a FlatBuffer (schema.fbs). Used by the writer only."""
+"""Graphs, attrs and the artifact header into a FlatBuffer (schema.fbs). Used by the writer only.
+
+Graphs are stored by column over tables that every graph of the artifact shares (strings, tensor
+types, attr values, attr sets). A model of thousands of nodes has a few dozen distinct types and
+attrs, so interning them turns the work per node into a few list appends, and each graph into a few
+numeric vectors that the FlatBuffers builder copies in one go.
+"""
 
 from __future__ import annotations
 
 import json
 import numbers
+import struct
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import flatbuffers
 import numpy as np
 
 from aotc.artifact.generated import Artifact as FbArtifact
-from aotc.artifact.generated import Attr as FbAttr
+from aotc.artifact.generated import AttrSet as FbAttrSet
 from aotc.artifact.generated import AttrValue as FbAttrValue
 from aotc.artifact.generated import Constant as FbConstant
 from aotc.artifact.generated import Graph as FbGraph
 from aotc.artifact.generated import Guard as FbGuard
-from aotc.artifact.generated import Node as FbNode
 from aotc.artifact.generated import Segment as FbSegment
 from aotc.artifact.generated import Symbol as FbSymbol
 from aotc.artifact.generated import TensorType as FbTensorType
-from aotc.artifact.generated import Value as FbValue
 from aotc.artifact.generated.ValueKind import ValueKind
 from aotc.artifact.layout import DTYPE_CODES, MAX_ATTR_DEPTH
 from aotc.errors import ArtifactError
 from aotc.ir.dtypes import DType
-from aotc.ir.graph import Graph
+from aotc.ir.graph import Graph, Guard, Symbol
 from aotc.ir.symbolic import SymExpr, to_sexpr
-from aotc.ir.types import Attrs, TensorType, Value
+from aotc.ir.types import Attrs, TensorType
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+_DOUBLE = struct.Struct("<d")
 
 
 @dataclass(frozen=True)
@@ -43,7 +49,7 @@ class ConstantEntry:
 
 @dataclass(frozen=True)
 class SegmentEntry:
-    offset: int
+    offset: int  # from the data start (see schema.fbs)
     length: int
     checksum: bytes
 
@@ -56,10 +62,19 @@ class Header:
     meta_json: str
 
 
+@dataclass(frozen=True)
+class _AttrRow:
+    kind: int
+    int_value: int = 0
+    float_value: float = 0.0
+    string: int = 0
+    items: tuple[int, ...] = ()
+
+
 def new_builder() -> flatbuffers.Builder:
-    b = flatbuffers.Builder(1024)
+    b = flatbuffers.Builder(1 << 16)
     # Write every scalar even when it equals the default: -0.0 == 0.0 would otherwise be dropped and
-    # read back as +0.0, and the FlatBuffer's size no longer depends on the values (see writer.py).
+    # read back as +0.0.
     b.ForceDefaults(True)
     return b
 
@@ -70,13 +85,17 @@ def encode_artifact(
     source: Graph | None,
     constants: Sequence[ConstantEntry],
     segments: Sequence[SegmentEntry],
+    tables: Interner | None = None,
 ) -> bytes:
+    """The artifact's FlatBuffer. ``tables`` may hold entries already (tests encode attr values alone)."""
     b = new_builder()
+    t = Interner() if tables is None else tables
     const_index = {c.name: i for i, c in enumerate(constants)}
-    variant_offs = [_graph(b, g, const_index, f"variant {i}") for i, g in enumerate(variants)]
-    source_off = _graph(b, source, const_index, "source graph") if source is not None else None
+    variant_offs = [_graph(b, g, t, const_index, f"variant {i}") for i, g in enumerate(variants)]
+    source_off = _graph(b, source, t, const_index, "source graph") if source is not None else None
     const_offs = [_constant(b, c) for c in constants]
     seg_offs = [_segment(b, s) for s in segments]
+    strings, types, values, sets = t.build(b)
     producer = _string(b, header.producer_version, "producer version")
     model_name = _string(b, header.model_name, "model name")
     meta = _string(b, header.meta_json, "meta")
@@ -93,79 +112,204 @@ def encode_artifact(
         FbArtifact.AddSource(b, source_off)
     FbArtifact.AddConstants(b, consts_vec)
     FbArtifact.AddSegments(b, segs_vec)
+    FbArtifact.AddStrings(b, strings)
+    FbArtifact.AddTypes(b, types)
+    FbArtifact.AddAttrValues(b, values)
+    FbArtifact.AddAttrSets(b, sets)
     b.Finish(FbArtifact.End(b))
     return bytes(b.Output())
+
+
+# -- the shared tables ---------------------------------------------------------------------------
+
+
+class Interner:
+    """Interns the strings, tensor types, attr values and attr sets of every graph of one artifact."""
+
+    def __init__(self) -> None:
+        self._strings: dict[str, int] = {}
+        self._utf8: list[bytes] = []
+        self._types: dict[TensorType, int] = {}
+        self._type_rows: list[tuple[int, list[int]]] = []
+        self._values: dict[tuple[int, Any], int] = {}
+        self._value_rows: list[_AttrRow] = []
+        self._sets: dict[tuple[tuple[int, int], ...], int] = {}
+
+    def string(self, s: str, what: str) -> int:
+        if not isinstance(s, str):
+            raise ArtifactError(f"{what}: expected a string, got {type(s).__name__}")
+        index = self._strings.get(s)
+        if index is None:
+            try:
+                self._utf8.append(s.encode("utf-8"))
+            except UnicodeEncodeError as e:
+                raise ArtifactError(f"{what}: {s!r} is not valid unicode ({e})") from None
+            index = self._strings[s] = len(self._strings)
+        return index
+
+    def tensor_type(self, t: TensorType) -> int:
+        index = self._types.get(t)
+        if index is None:
+            dims = [self.string(to_sexpr(d), "shape") for d in t.shape]
+            self._type_rows.append((DTYPE_CODES[t.dtype], dims))
+            index = self._types[t] = len(self._types)
+        return index
+
+    def attr_set(self, attrs: Attrs) -> int:
+        key = tuple([(self.string(k, "attr name"), self.attr_value(v, f"attr {k!r}")) for k, v in attrs.items()])
+        index = self._sets.get(key)
+        if index is None:
+            index = self._sets[key] = len(self._sets)
+        return index
+
+    def attr_value(self, v: Any, what: str, depth: int = 0) -> int:
+        """One attr value's index. Values are keyed by kind, so True, 1 and 1.0 stay apart, and a float
+        by its bits, so -0.0 and 0.0 do too (and NaNs meet)."""
+        kind = _KINDS.get(type(v))
+        if kind is None:
+            kind = _kind_of(v, what)
+        if kind == ValueKind.Tuple:
+            if depth >= MAX_ATTR_DEPTH:
+                raise ArtifactError(f"{what}: tuples nest deeper than {MAX_ATTR_DEPTH} levels")
+            # Items are interned first, so a tuple only ever refers to earlier entries.
+            key: tuple[int, Any] = (kind, tuple([self.attr_value(x, what, depth + 1) for x in v]))
+        elif kind == ValueKind.Int:
+            key = (kind, _int64(int(v), what))
+        elif kind == ValueKind.Bool:
+            key = (kind, bool(v))
+        elif kind == ValueKind.Float:
+            key = (kind, _DOUBLE.pack(float(v)))
+        else:
+            key = (kind, v)
+        index = self._values.get(key)
+        if index is None:
+            self._value_rows.append(self._row(key, what))
+            index = self._values[key] = len(self._values)
+        return index
+
+    def _row(self, key: tuple[int, Any], what: str) -> _AttrRow:
+        kind, x = key
+        if kind in (ValueKind.Int, ValueKind.Bool):
+            return _AttrRow(kind, int_value=int(x))
+        if kind == ValueKind.Dtype:
+            return _AttrRow(kind, int_value=DTYPE_CODES[x])
+        if kind == ValueKind.Float:
+            return _AttrRow(kind, float_value=_DOUBLE.unpack(x)[0])
+        if kind == ValueKind.Str:
+            return _AttrRow(kind, string=self.string(x, what))
+        if kind == ValueKind.Sym:
+            return _AttrRow(kind, string=self.string(to_sexpr(x), what))
+        if kind == ValueKind.Tuple:
+            return _AttrRow(kind, items=x)
+        return _AttrRow(kind)
+
+    def build(self, b: flatbuffers.Builder) -> tuple[int, int, int, int]:
+        """The four table vectors: strings, types, attr values, attr sets."""
+        strings = _table_vector(b, [b.CreateString(s) for s in self._utf8])
+        type_offs = []
+        for code, dims in self._type_rows:
+            shape = _uints(b, dims)
+            FbTensorType.Start(b)
+            FbTensorType.AddDtype(b, code)
+            FbTensorType.AddShape(b, shape)
+            type_offs.append(FbTensorType.End(b))
+        value_offs = []
+        for row in self._value_rows:
+            items = _uints(b, row.items) if row.kind == ValueKind.Tuple else None
+            FbAttrValue.Start(b)
+            FbAttrValue.AddKind(b, row.kind)
+            FbAttrValue.AddIntValue(b, row.int_value)
+            FbAttrValue.AddFloatValue(b, row.float_value)
+            FbAttrValue.AddStrValue(b, row.string)
+            if items is not None:
+                FbAttrValue.AddItems(b, items)
+            value_offs.append(FbAttrValue.End(b))
+        set_offs = []
+        for pairs in self._sets:
+            names = _uints(b, [k for k, _ in pairs])
+            values = _uints(b, [v for _, v in pairs])
+            FbAttrSet.Start(b)
+            FbAttrSet.AddNames(b, names)
+            FbAttrSet.AddValues(b, values)
+            set_offs.append(FbAttrSet.End(b))
+        return strings, _table_vector(b, type_offs), _table_vector(b, value_offs), _table_vector(b, set_offs)
 
 
 # -- graphs --------------------------------------------------------------------------------------
 
 
-def _graph(b: flatbuffers.Builder, g: Graph, const_index: Mapping[str, int], what: str) -> int:
-    name = _string(b, g.name, f"{what} name")
-    input_names = _string_vector(b, g.input_names, f"{what} input names")
-    inputs = _table_vector(b, [_value(b, v) for v in g.inputs])
-    nodes = _table_vector(b, [_node(b, n, f"{what} node {i} ({n.op.value})") for i, n in enumerate(g.nodes)])
-    outputs = b.CreateNumpyVector(np.array([o.id for o in g.outputs], dtype=np.int64))
-    tree = _string(b, json.dumps(g.output_tree), f"{what} output tree")
-    symbols = _table_vector(b, [_symbol(b, s.name, s.min, s.max, s.multiple_of, what) for s in g.symbols])
-    guards = _table_vector(b, [_guard(b, gd.lhs, gd.rel, gd.rhs, gd.loc) for gd in g.guards])
-    consts = b.CreateNumpyVector(np.array([const_index[k] for k in g.constants], dtype=np.uint32))
+@dataclass
+class _NodeColumns:
+    """A graph's nodes by column, as the Graph table of schema.fbs stores them."""
+
+    ops: list[int] = field(default_factory=list)
+    input_counts: list[int] = field(default_factory=list)
+    inputs: list[int] = field(default_factory=list)
+    output_counts: list[int] = field(default_factory=list)
+    output_ids: list[int] = field(default_factory=list)
+    output_types: list[int] = field(default_factory=list)
+    attrs: list[int] = field(default_factory=list)
+    locs: list[int] = field(default_factory=list)
+
+
+def _node_columns(g: Graph, t: Interner, what: str) -> _NodeColumns:
+    c = _NodeColumns()
+    string, tensor_type, attr_set = t.string, t.tensor_type, t.attr_set
+    for i, n in enumerate(g.nodes):
+        try:
+            c.ops.append(string(n.op.value, "op"))
+            c.input_counts.append(len(n.inputs))
+            c.inputs.extend([v.id for v in n.inputs])
+            c.output_counts.append(len(n.outputs))
+            for o in n.outputs:
+                c.output_ids.append(o.id)
+                c.output_types.append(tensor_type(o.type))
+            c.attrs.append(attr_set(n.attrs))
+            c.locs.append(string(n.loc, "loc"))
+        except ArtifactError as e:
+            raise ArtifactError(f"{what} node {i} ({n.op.value}): {e}") from None
+    return c
+
+
+def _graph(b: flatbuffers.Builder, g: Graph, t: Interner, const_index: Mapping[str, int], what: str) -> int:
+    c = _node_columns(g, t, what)
+    fields = [
+        (FbGraph.AddName, _string(b, g.name, f"{what} name")),
+        (FbGraph.AddInputNames, _table_vector(b, [_string(b, s, f"{what} input name") for s in g.input_names])),
+        (FbGraph.AddInputIds, _ids(b, [v.id for v in g.inputs], what)),
+        (FbGraph.AddInputTypes, _uints(b, [t.tensor_type(v.type) for v in g.inputs])),
+        (FbGraph.AddNodeOps, _uints(b, c.ops)),
+        (FbGraph.AddNodeInputCounts, _uints(b, c.input_counts)),
+        (FbGraph.AddNodeInputs, _ids(b, c.inputs, what)),
+        (FbGraph.AddNodeOutputCounts, _uints(b, c.output_counts)),
+        (FbGraph.AddNodeOutputIds, _ids(b, c.output_ids, what)),
+        (FbGraph.AddNodeOutputTypes, _uints(b, c.output_types)),
+        (FbGraph.AddNodeAttrs, _uints(b, c.attrs)),
+        (FbGraph.AddNodeLocs, _uints(b, c.locs)),
+        (FbGraph.AddOutputs, _ids(b, [o.id for o in g.outputs], what)),
+        (FbGraph.AddOutputTreeJson, _string(b, json.dumps(g.output_tree), f"{what} output tree")),
+        (FbGraph.AddSymbols, _table_vector(b, [_symbol(b, s, what) for s in g.symbols])),
+        (FbGraph.AddGuards, _table_vector(b, [_guard(b, gd) for gd in g.guards])),
+        (FbGraph.AddConstants, _uints(b, [const_index[k] for k in g.constants])),
+    ]
     FbGraph.Start(b)
-    FbGraph.AddName(b, name)
-    FbGraph.AddInputNames(b, input_names)
-    FbGraph.AddInputs(b, inputs)
-    FbGraph.AddNodes(b, nodes)
-    FbGraph.AddOutputs(b, outputs)
-    FbGraph.AddOutputTreeJson(b, tree)
-    FbGraph.AddSymbols(b, symbols)
-    FbGraph.AddGuards(b, guards)
-    FbGraph.AddConstants(b, consts)
+    for add, offset in fields:
+        add(b, offset)
     return FbGraph.End(b)
 
 
-def _tensor_type(b: flatbuffers.Builder, t: TensorType) -> int:
-    shape = _string_vector(b, [to_sexpr(d) for d in t.shape], "shape")
-    FbTensorType.Start(b)
-    FbTensorType.AddDtype(b, DTYPE_CODES[t.dtype])
-    FbTensorType.AddShape(b, shape)
-    return FbTensorType.End(b)
-
-
-def _value(b: flatbuffers.Builder, v: Value) -> int:
-    t = _tensor_type(b, v.type)
-    FbValue.Start(b)
-    FbValue.AddId(b, _int64(v.id, "value id"))
-    FbValue.AddType(b, t)
-    return FbValue.End(b)
-
-
-def _node(b: flatbuffers.Builder, n: Any, what: str) -> int:
-    op = _string(b, n.op.value, what)
-    inputs = b.CreateNumpyVector(np.array([v.id for v in n.inputs], dtype=np.int64))
-    outputs = _table_vector(b, [_value(b, v) for v in n.outputs])
-    attrs = _table_vector(b, encode_attrs(b, n.attrs, what))
-    loc = _string(b, n.loc, f"{what} loc")
-    FbNode.Start(b)
-    FbNode.AddOp(b, op)
-    FbNode.AddInputs(b, inputs)
-    FbNode.AddOutputs(b, outputs)
-    FbNode.AddAttrs(b, attrs)
-    FbNode.AddLoc(b, loc)
-    return FbNode.End(b)
-
-
-def _symbol(b: flatbuffers.Builder, name: str, lo: int, hi: int, mult: int, what: str) -> int:
-    name_off = _string(b, name, f"{what} symbol name")
+def _symbol(b: flatbuffers.Builder, s: Symbol, what: str) -> int:
+    name_off = _string(b, s.name, f"{what} symbol name")
     FbSymbol.Start(b)
     FbSymbol.AddName(b, name_off)
-    FbSymbol.AddMin(b, _int64(lo, f"symbol {name} min"))
-    FbSymbol.AddMax(b, _int64(hi, f"symbol {name} max"))
-    FbSymbol.AddMultipleOf(b, _int64(mult, f"symbol {name} multiple_of"))
+    FbSymbol.AddMin(b, _int64(s.min, f"symbol {s.name} min"))
+    FbSymbol.AddMax(b, _int64(s.max, f"symbol {s.name} max"))
+    FbSymbol.AddMultipleOf(b, _int64(s.multiple_of, f"symbol {s.name} multiple_of"))
     return FbSymbol.End(b)
 
 
-def _guard(b: flatbuffers.Builder, lhs: int | SymExpr, rel: str, rhs: int | SymExpr, loc: str) -> int:
-    offs = [_string(b, s, "guard") for s in (to_sexpr(lhs), rel, to_sexpr(rhs), loc)]
+def _guard(b: flatbuffers.Builder, g: Guard) -> int:
+    offs = [_string(b, s, "guard") for s in (to_sexpr(g.lhs), g.rel, to_sexpr(g.rhs), g.loc)]
     FbGuard.Start(b)
     FbGuard.AddLhs(b, offs[0])
     FbGuard.AddRel(b, offs[1])
@@ -194,63 +338,56 @@ def _segment(b: flatbuffers.Builder, s: SegmentEntry) -> int:
     return FbSegment.End(b)
 
 
-# -- attrs ---------------------------------------------------------------------------------------
-
-
-def encode_attrs(b: flatbuffers.Builder, attrs: Attrs, what: str) -> list[int]:
-    out = []
-    for key, value in attrs.items():
-        v = encode_attr_value(b, value, f"{what} attr {key!r}")
-        k = _string(b, key, f"{what} attr name")
-        FbAttr.Start(b)
-        FbAttr.AddName(b, k)
-        FbAttr.AddValue(b, v)
-        out.append(FbAttr.End(b))
-    return out
-
-
-def encode_attr_value(b: flatbuffers.Builder, v: Any, what: str, depth: int = 0) -> int:
-    """One attr value; bool is tested before int and DType before anything else so kinds never blur."""
-    int_value, float_value, str_off, items_off = 0, 0.0, None, None
-    if v is None:
-        kind = ValueKind.Null
-    elif isinstance(v, (bool, np.bool_)):
-        kind, int_value = ValueKind.Bool, int(bool(v))
-    elif isinstance(v, DType):
-        kind, int_value = ValueKind.Dtype, DTYPE_CODES[v]
-    elif isinstance(v, SymExpr):
-        kind, str_off = ValueKind.Sym, _string(b, to_sexpr(v), what)
-    elif isinstance(v, numbers.Integral):
-        kind, int_value = ValueKind.Int, _int64(int(v), what)
-    elif isinstance(v, (float, np.floating)):
-        kind, float_value = ValueKind.Float, float(v)
-    elif isinstance(v, str):
-        kind, str_off = ValueKind.Str, _string(b, v, what)
-    elif isinstance(v, tuple):
-        if depth >= MAX_ATTR_DEPTH:
-            raise ArtifactError(f"{what}: tuples nest deeper than {MAX_ATTR_DEPTH} levels")
-        kind = ValueKind.Tuple
-        items_off = _table_vector(b, [encode_attr_value(b, x, what, depth + 1) for x in v])
-    else:
-        raise ArtifactError(f"{what}: a value of type {type(v).__name__} ({v!r}) can't be stored in an artifact")
-    FbAttrValue.Start(b)
-    FbAttrValue.AddKind(b, kind)
-    FbAttrValue.AddIntValue(b, int_value)
-    FbAttrValue.AddFloatValue(b, float_value)
-    if str_off is not None:
-        FbAttrValue.AddStrValue(b, str_off)
-    if items_off is not None:
-        FbAttrValue.AddItems(b, items_off)
-    return FbAttrValue.End(b)
-
-
 # -- helpers -------------------------------------------------------------------------------------
+
+# Exact types first (the common case, one dict lookup); subclasses and numpy scalars by _kind_of.
+_KINDS: dict[type, int] = {
+    type(None): ValueKind.Null,
+    bool: ValueKind.Bool,
+    int: ValueKind.Int,
+    float: ValueKind.Float,
+    str: ValueKind.Str,
+    tuple: ValueKind.Tuple,
+    DType: ValueKind.Dtype,
+    SymExpr: ValueKind.Sym,
+}
+
+
+def _kind_of(v: Any, what: str) -> int:
+    """bool is tested before int and DType before anything else, so kinds never blur."""
+    if isinstance(v, (bool, np.bool_)):
+        return ValueKind.Bool
+    if isinstance(v, DType):
+        return ValueKind.Dtype
+    if isinstance(v, SymExpr):
+        return ValueKind.Sym
+    if isinstance(v, numbers.Integral):
+        return ValueKind.Int
+    if isinstance(v, (float, np.floating)):
+        return ValueKind.Float
+    if isinstance(v, str):
+        return ValueKind.Str
+    if isinstance(v, tuple):
+        return ValueKind.Tuple
+    raise ArtifactError(f"{what}: a value of type {type(v).__name__} ({v!r}) can't be stored in an artifact")
 
 
 def _int64(x: int, what: str) -> int:
     if not INT64_MIN <= x <= INT64_MAX:
         raise ArtifactError(f"{what}: {x} does not fit in 64 bits")
     return x
+
+
+def _ids(b: flatbuffers.Builder, ids: Sequence[int], what: str) -> int:
+    try:
+        arr = np.array(ids, dtype=np.int64)
+    except OverflowError:
+        raise ArtifactError(f"{what}: a value id does not fit in 64 bits") from None
+    return b.CreateNumpyVector(arr)
+
+
+def _uints(b: flatbuffers.Builder, xs: Sequence[int]) -> int:
+    return b.CreateNumpyVector(np.array(xs, dtype=np.uint32))
 
 
 def _string(b: flatbuffers.Builder, s: str, what: str) -> int:
@@ -260,10 +397,6 @@ def _string(b: flatbuffers.Builder, s: str, what: str) -> int:
         return b.CreateString(s.encode("utf-8"))
     except UnicodeEncodeError as e:
         raise ArtifactError(f"{what}: {s!r} is not valid unicode ({e})") from None
-
-
-def _string_vector(b: flatbuffers.Builder, items: Sequence[str], what: str) -> int:
-    return _table_vector(b, [_string(b, s, what) for s in items])
 
 
 def _table_vector(b: flatbuffers.Builder, offsets: Sequence[int]) -> int:

@@ -7,9 +7,12 @@
                   flatbuffer_offset u64 | flatbuffer_length u64 | file_length u64
                   flatbuffer checksum (32 bytes) | preamble checksum (16 bytes, over the 72 bytes before it)
     offset 88   the FlatBuffer (schema.fbs)
-                zero padding to the next multiple of 4096
+                zero padding to the next multiple of 4096: the data start
                 segment 0, zero padding, segment 1, ... (each at the next multiple of 4096 after the previous)
                 the file ends where the last segment (or, with none, the FlatBuffer) ends
+
+Segment offsets in the FlatBuffer count from the data start, so they do not depend on the FlatBuffer's
+own size and the writer builds it once.
 
 Every byte is covered by a checksum or is padding the reader checks is zero, so a flip anywhere is caught.
 """

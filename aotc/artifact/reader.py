@@ -109,11 +109,11 @@ def _read(buf: Buffer, path: str | None) -> Artifact:
             f"schema version {dec.schema_version()} in the FlatBuffer != {pre.schema_version} in the preamble"
         )
     segments = dec.segments()
-    _check_segments(view, fb_end, segments)
+    starts = _check_segments(view, fb_end, segments)
     infos = dec.constants(len(segments))
     if len(infos) != len(segments):
         raise ArtifactError(f"{len(segments) - len(infos)} data segment(s) belong to no constant")
-    arrays = [(c.name, _constant_array(buf, segments[c.segment], c)) for c in infos]
+    arrays = [(c.name, _constant_array(buf, starts[c.segment], segments[c.segment], c)) for c in infos]
 
     variants = tuple(_graph(dec, g, arrays, f"variant {i}", True) for i, g in enumerate(dec.variants()))
     if not variants:
@@ -138,25 +138,31 @@ def _read(buf: Buffer, path: str | None) -> Artifact:
     )
 
 
-def _check_segments(view: memoryview, fb_end: int, segments: Sequence[SegmentInfo]) -> None:
-    """Segments follow the FlatBuffer in order, each at the next 4096 boundary, zero padding between."""
+def _check_segments(view: memoryview, fb_end: int, segments: Sequence[SegmentInfo]) -> list[int]:
+    """Where each segment starts in the file: in order after the FlatBuffer, each at the next 4096
+    boundary, zero padding between. Stored offsets count from the data start, the first 4096 boundary
+    at or after the FlatBuffer's end."""
     size, pos = len(view), fb_end
+    data_start = align_up(fb_end)
+    starts = []
     for i, s in enumerate(segments):
         start = align_up(pos)
-        if s.offset != start:
-            raise ArtifactError(f"segment {i} starts at {s.offset}, expected {start}")
+        if s.offset != start - data_start:
+            raise ArtifactError(f"segment {i} starts at {s.offset} from the data start, expected {start - data_start}")
         if s.length > size - start:
             raise ArtifactError(f"segment {i} ({s.length} bytes at {start}) runs past the end of the file")
         if bytes(view[pos:start]) != bytes(start - pos):
             raise ArtifactError(f"padding before segment {i} is not zero")
         if checksum(view[start : start + s.length]) != s.checksum:
             raise ArtifactError(f"segment {i} is corrupted (checksum mismatch)")
+        starts.append(start)
         pos = start + s.length
     if pos != size:
         raise ArtifactError(f"file has {size - pos} bytes after its last segment")
+    return starts
 
 
-def _constant_array(buf: Buffer, seg: SegmentInfo, c: ConstantInfo) -> np.ndarray:
+def _constant_array(buf: Buffer, offset: int, seg: SegmentInfo, c: ConstantInfo) -> np.ndarray:
     n = math.prod(c.shape)
     if n * c.dtype.itemsize != seg.length:
         raise ArtifactError(
@@ -170,7 +176,7 @@ def _constant_array(buf: Buffer, seg: SegmentInfo, c: ConstantInfo) -> np.ndarra
     if n == 0:
         arr = np.empty(c.shape, dtype=dt)
     else:
-        arr = np.frombuffer(buf, dtype=dt, count=n, offset=seg.offset).reshape(c.shape)
+        arr = np.frombuffer(buf, dtype=dt, count=n, offset=offset).reshape(c.shape)
         if c.dtype is DType.bool and int(arr.view(np.uint8).max()) > 1:
             raise ArtifactError(f"constant {c.name!r} is bool but holds bytes other than 0 and 1")
     arr.flags.writeable = False

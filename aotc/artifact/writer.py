@@ -93,26 +93,21 @@ def _plan(variants: Sequence[Graph], source: Graph | None, meta: Mapping[str, An
     ]
     header = Header(SCHEMA_VERSION, __version__, variants[0].name, _meta_json(meta))
 
-    # Segment offsets depend on the FlatBuffer's length, which is stored ahead of them. With
-    # force_defaults the length does not depend on the offset values, so a second pass settles it.
-    fb_length = 0
-    for _ in range(3):
-        offsets = _segment_offsets(PREAMBLE_SIZE + fb_length, [len(d) for d in datas])
-        segments = [SegmentEntry(o, len(d), c) for o, d, c in zip(offsets, datas, checksums)]
-        fb = encode_artifact(header, variants, source, constants, segments)
-        if len(fb) == fb_length:
-            break
-        fb_length = len(fb)
-    else:  # pragma: no cover - the FlatBuffer size is independent of the offsets
-        raise ArtifactError("artifact layout did not converge")
-
-    end = segments[-1].offset + segments[-1].length if segments else PREAMBLE_SIZE + len(fb)
+    # Segment offsets count from the data start, the first 4096 boundary after the FlatBuffer, so
+    # they are known before the FlatBuffer is built and one pass settles the layout.
+    offsets = _segment_offsets([len(d) for d in datas])
+    segments = [SegmentEntry(o, len(d), c) for o, d, c in zip(offsets, datas, checksums)]
+    fb = encode_artifact(header, variants, source, constants, segments)
+    data_start = align_up(PREAMBLE_SIZE + len(fb))
+    placed = tuple((data_start + o, d) for o, d in zip(offsets, datas))
+    end = placed[-1][0] + len(placed[-1][1]) if placed else PREAMBLE_SIZE + len(fb)
     preamble = Preamble(FORMAT_VERSION, SCHEMA_VERSION, PREAMBLE_SIZE, len(fb), end, checksum(fb))
-    return _Plan(preamble.pack() + fb, tuple(zip(offsets, datas)), end)
+    return _Plan(preamble.pack() + fb, placed, end)
 
 
-def _segment_offsets(start: int, lengths: Sequence[int]) -> list[int]:
-    out, pos = [], start
+def _segment_offsets(lengths: Sequence[int]) -> list[int]:
+    """Each segment at the next multiple of 4096 after the previous one, from the data start."""
+    out, pos = [], 0
     for n in lengths:
         pos = align_up(pos)
         out.append(pos)

@@ -50,6 +50,8 @@ def verify(graph: Graph, stage: str = "", primitive_only: bool = False) -> None:
 
     ctx = graph_ctx(graph)
     defined: dict[int, Any] = {}
+    # Shape rules are pure: a node with the same op, attrs and input types as an earlier one infers the same.
+    inferred: dict[tuple[Any, ...], Any] = {}
     for v in graph.inputs:
         if v.id in defined:
             raise fail(f"value {v} defined twice")
@@ -73,7 +75,11 @@ def verify(graph: Graph, stage: str = "", primitive_only: bool = False) -> None:
             lo, hi = d.arity
             if len(node.inputs) < lo or (hi is not None and len(node.inputs) > hi):
                 raise VerifyError(f"takes {lo}..{hi} inputs, got {len(node.inputs)}")
-            types = d.infer([v.type for v in node.inputs], node.attrs, ctx)
+            in_types = [v.type for v in node.inputs]
+            key = (node.op, node.attrs, *in_types)
+            types = inferred.get(key)
+            if types is None:
+                types = inferred[key] = d.infer(in_types, node.attrs, ctx)
         except (AotcError, TypeError, ValueError, IndexError, KeyError, AttributeError) as e:
             # A rule that chokes on malformed attrs still means the node is invalid, not a crash.
             raise fail(str(e) or type(e).__name__, node, i) from None

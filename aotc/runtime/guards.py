@@ -235,12 +235,12 @@ def _used_symbols(g: Graph) -> set[str]:
     used: set[str] = set()
     for gd in g.guards:
         used |= _free(gd.lhs) | _free(gd.rhs)
-    for v in g.inputs:
-        used |= _leaf_symbols(v.type.shape)
-    for n in g.nodes:
-        for o in n.outputs:
-            used |= _leaf_symbols(o.type.shape)
-        used |= _leaf_symbols(tuple(n.attrs.values()))
+    # Thousands of nodes share a few dozen distinct types and attr sets: visit each of those once.
+    types = {v.type for v in g.inputs} | {o.type for n in g.nodes for o in n.outputs}
+    for t in types:
+        used |= _leaf_symbols(t.shape)
+    for attrs in {n.attrs for n in g.nodes}:
+        used |= _leaf_symbols(tuple(attrs.values()))
     return used
 
 

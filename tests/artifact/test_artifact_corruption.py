@@ -9,6 +9,8 @@ from __future__ import annotations
 import hashlib
 import os
 import struct
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -17,6 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from aotc.artifact import read_artifact, write_artifact
+from aotc.artifact.decode import Decoder
+from aotc.artifact.generated.Artifact import Artifact as FbArtifact
+from aotc.artifact.generated.ValueKind import ValueKind
 from aotc.artifact.layout import PREAMBLE_CHECKSUM_SIZE, PREAMBLE_SIZE, SEGMENT_ALIGN, checksum
 from aotc.errors import ArtifactError
 from aotc.ir import Guard, Op, Symbol, TensorType, sym
@@ -64,6 +69,26 @@ def reseal(data: bytes | bytearray, **fields: int) -> bytes:
     )
     seal = hashlib.blake2b(head, digest_size=PREAMBLE_CHECKSUM_SIZE).digest()
     return head + seal + bytes(data[PREAMBLE_SIZE:])
+
+
+def poke(data: bytes, edit: Callable[[Any], None]) -> bytes:
+    """``data`` with its FlatBuffer changed by ``edit(root)`` and resealed, so only the decoder can catch it.
+
+    The generated ``...AsNumpy()`` accessors over a bytearray are writable views, so ``edit`` changes
+    vectors in place; ``set_field`` changes a scalar field of a table.
+    """
+    start, end = fb_region(data)
+    fb = bytearray(data[start:end])
+    edit(FbArtifact.GetRootAs(fb, 0))
+    return reseal(data[:start] + bytes(fb) + data[end:])
+
+
+def set_field(table: Any, index: int, fmt: str, value: int) -> None:
+    """Overwrite the ``index``-th field (in schema order) of a generated table object, which must be present."""
+    tab = table._tab
+    offset = tab.Offset(4 + 2 * index)
+    assert offset, "the field is not stored"
+    struct.pack_into(fmt, tab.Bytes, tab.Pos + offset, value)
 
 
 def expect_error(data: bytes, match: str = "") -> None:
@@ -152,6 +177,61 @@ def test_resealed_bad_contents_are_caught() -> None:
     old, new = checksum(mask_bytes), checksum(bytes(bad[pos : pos + len(mask_bytes)]))
     assert fb.count(old) == 1
     expect_error(reseal(bytes(bad).replace(old, new)), "bool but holds bytes other than 0 and 1")
+
+
+def test_small_artifact_tables() -> None:
+    """The facts the index tests below rely on."""
+    start, end = fb_region(DATA)
+    t = Decoder(DATA[start:end]).tables
+    assert t.attr_values[2:4] == [3, (3,)] and t.strings[1] == "3"
+    assert list(t.attr_sets[0]) == ["dtype", "name", "shape"]
+
+
+def variant(root: Any) -> Any:
+    return root.Variants(0)
+
+
+@pytest.mark.parametrize(
+    ("edit", "match"),
+    [
+        (lambda r: variant(r).NodeOpsAsNumpy().__setitem__(1, 10**6), "node 1: op index 1000000 is out of range"),
+        (lambda r: variant(r).NodeLocsAsNumpy().__setitem__(0, 99), "node 0: loc index 99"),
+        (lambda r: variant(r).NodeAttrsAsNumpy().__setitem__(2, 7), "node 2: attr set index 7"),
+        (lambda r: variant(r).NodeOutputTypesAsNumpy().__setitem__(3, 4), "node output 3: type index 4"),
+        (lambda r: variant(r).InputTypesAsNumpy().__setitem__(0, 2**32 - 1), "input 0: type index 4294967295"),
+        (lambda r: variant(r).NodeOpsAsNumpy().__setitem__(1, 1), "node 1 has unknown op '3'"),
+        (lambda r: variant(r).NodeInputsAsNumpy().__setitem__(0, 77), "uses value %77, which is not defined before"),
+        (lambda r: variant(r).NodeInputsAsNumpy().__setitem__(0, 2), "uses value %2, which is not defined before"),
+        (
+            lambda r: variant(r).NodeOutputIdsAsNumpy().__setitem__(1, 0),
+            r"node 1 \(mul\) defines value %0 a second time",
+        ),
+        (lambda r: variant(r).OutputsAsNumpy().__setitem__(0, 99), "output uses value %99, which is not defined"),
+        (lambda r: variant(r).NodeInputCountsAsNumpy().__setitem__(1, 3), "input counts add up to 7, not 6"),
+        (
+            lambda r: variant(r).NodeOutputCountsAsNumpy().__setitem__(0, 0),
+            "output counts add up to 5, but there are 6 output ids",
+        ),
+        (lambda r: variant(r).ConstantsAsNumpy().__setitem__(0, 9), "holds constant 9"),
+        (lambda r: r.Types(0).ShapeAsNumpy().__setitem__(0, 500), "type 0 shape: string index 500"),
+        (lambda r: r.Types(0).ShapeAsNumpy().__setitem__(0, 6), "type 0 shape: "),  # the empty string
+        (lambda r: set_field(r.Types(0), 0, "<B", 77), "type 0 has unknown dtype code 77"),
+        (lambda r: r.AttrValues(3).ItemsAsNumpy().__setitem__(0, 3), "attr value 3: a tuple may only hold earlier"),
+        (lambda r: set_field(r.AttrValues(2), 0, "<B", ValueKind.Bool), "attr value 2: bool stored as 3"),
+        (lambda r: set_field(r.AttrValues(2), 0, "<B", 99), "attr value 2 has unknown value kind 99"),
+        (lambda r: set_field(r.AttrValues(1), 3, "<I", 1000), "attr value 1: string index 1000"),
+        (
+            lambda r: (set_field(r.AttrValues(2), 0, "<B", ValueKind.Sym), set_field(r.AttrValues(2), 3, "<I", 1)),
+            "attr value 2: symbolic value 3 has no symbols",
+        ),
+        (lambda r: r.AttrSets(0).NamesAsNumpy().__setitem__(1, 2), "attr set 0 names an attr twice"),
+        (lambda r: r.AttrSets(0).ValuesAsNumpy().__setitem__(2, 9), "attr set 0 value 2: attr value index 9"),
+        (lambda r: set_field(r.Segments(1), 0, "<Q", 0), "segment 1 starts at 0 from the data start, expected 4096"),
+    ],
+)
+def test_resealed_bad_indices_are_caught(edit: Callable[[Any], None], match: str) -> None:
+    """Every index, count and kind in the tables and node columns is checked, with a message naming it."""
+    expect_error(poke(DATA, edit), match)
 
 
 def test_every_resealed_flatbuffer_flip_fails_cleanly() -> None:

@@ -25,7 +25,7 @@ import aotc
 from aotc.artifact import FORMAT_VERSION, SCHEMA_VERSION, describe, read_artifact, save_artifact, write_artifact
 from aotc.artifact.layout import SEGMENT_ALIGN
 from aotc.errors import ArtifactError, VerifyError
-from aotc.ir import DType, Graph, Guard, Op, Symbol, TensorType, sym
+from aotc.ir import Builder, DType, Graph, Guard, Op, Symbol, TensorType, Value, sym
 from aotc.ir.evaluate import run_graph
 
 
@@ -65,6 +65,33 @@ def test_every_attr_kind_round_trips_exactly() -> None:
     assert values[0] == math.inf and values[1] == -math.inf and math.isnan(values[2])
     assert math.copysign(1.0, values[3]) == -1.0
     assert values[4] is True and type(values[5]) is int and values[6] == sym("n") * 2 + 1
+
+
+def test_graphs_share_one_object_per_distinct_type_and_attrs(mlp: tuple[Graph, Graph]) -> None:
+    """The reader builds each distinct type and attr set once, for every graph: what keeps reading and
+    verifying thousands of nodes fast."""
+    variant, source = mlp
+    art = read_artifact(write_artifact([variant], source=source))
+    types = [o.type for g in (art.variants[0], art.source) for n in g.nodes for o in n.outputs]
+    attrs = [n.attrs for g in (art.variants[0], art.source) for n in g.nodes]
+    assert len({id(t) for t in types}) == len(set(types)) < len(types)
+    assert len({id(a) for a in attrs}) == len(set(attrs)) < len(attrs)
+    g = art.variants[0]
+    defined = {id(v) for v in g.inputs} | {id(o) for n in g.nodes for o in n.outputs}
+    assert all(id(v) in defined for n in g.nodes for v in n.inputs)  # a use is its definition's Value
+
+
+def test_empty_and_long_graphs_round_trip() -> None:
+    identity = make_graph({"x": TensorType(F32, (sym("n"),))}, lambda b, x: [x], symbols=(Symbol("n", 1, 4),))
+    assert_same_graph(read_artifact(write_artifact([identity])).variants[0], identity)
+
+    def chain(b: Builder, x: Value) -> list[Value]:
+        for i in range(3000):
+            x = b.op((Op.NEG, Op.EXP, Op.TANH)[i % 3], x)
+        return [x, b.op(Op.REDUCE_SUM, x, axes=(0,), keepdim=True)]
+
+    long = make_graph({"x": TensorType(F32, (sym("n"), 2))}, chain, symbols=(Symbol("n", 1, 4),))
+    assert_same_graph(read_artifact(write_artifact([long])).variants[0], long)
 
 
 def test_variants_share_constants_by_name(mlp: tuple[Graph, Graph]) -> None:
@@ -232,7 +259,7 @@ def test_offsets_and_lengths_are_64_bit() -> None:
 
 def test_only_canonical_expressions_are_parsed() -> None:
     """A product of sums (never written by aotc) could take very long to expand, so the reader refuses it."""
-    from aotc.artifact.decode import expr
+    from aotc.artifact.tables import expr
 
     assert expr("(+ (* 2 a) (// (+ a 3) 4))", "dim") == sym("a") * 2 + (sym("a") + 3) // 4
     with pytest.raises(ArtifactError, match="canonical"):

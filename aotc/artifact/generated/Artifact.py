@@ -138,7 +138,102 @@ class Artifact(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
         return o == 0
 
-def ArtifactStart(builder): builder.StartObject(8)
+    # Artifact
+    def Strings(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.String(a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return ""
+
+    # Artifact
+    def StringsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Artifact
+    def StringsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        return o == 0
+
+    # Artifact
+    def Types(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
+        if o != 0:
+            x = self._tab.Vector(o)
+            x += flatbuffers.number_types.UOffsetTFlags.py_type(j) * 4
+            x = self._tab.Indirect(x)
+            from aotc.artifact.generated.TensorType import TensorType
+            obj = TensorType()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+    # Artifact
+    def TypesLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Artifact
+    def TypesIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
+        return o == 0
+
+    # Artifact
+    def AttrValues(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(24))
+        if o != 0:
+            x = self._tab.Vector(o)
+            x += flatbuffers.number_types.UOffsetTFlags.py_type(j) * 4
+            x = self._tab.Indirect(x)
+            from aotc.artifact.generated.AttrValue import AttrValue
+            obj = AttrValue()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+    # Artifact
+    def AttrValuesLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(24))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Artifact
+    def AttrValuesIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(24))
+        return o == 0
+
+    # Artifact
+    def AttrSets(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(26))
+        if o != 0:
+            x = self._tab.Vector(o)
+            x += flatbuffers.number_types.UOffsetTFlags.py_type(j) * 4
+            x = self._tab.Indirect(x)
+            from aotc.artifact.generated.AttrSet import AttrSet
+            obj = AttrSet()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+    # Artifact
+    def AttrSetsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(26))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Artifact
+    def AttrSetsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(26))
+        return o == 0
+
+def ArtifactStart(builder): builder.StartObject(12)
 def Start(builder):
     return ArtifactStart(builder)
 def ArtifactAddSchemaVersion(builder, schemaVersion): builder.PrependUint32Slot(0, schemaVersion, 0)
@@ -174,6 +269,30 @@ def AddSegments(builder, segments):
 def ArtifactStartSegmentsVector(builder, numElems): return builder.StartVector(4, numElems, 4)
 def StartSegmentsVector(builder, numElems):
     return ArtifactStartSegmentsVector(builder, numElems)
+def ArtifactAddStrings(builder, strings): builder.PrependUOffsetTRelativeSlot(8, flatbuffers.number_types.UOffsetTFlags.py_type(strings), 0)
+def AddStrings(builder, strings):
+    return ArtifactAddStrings(builder, strings)
+def ArtifactStartStringsVector(builder, numElems): return builder.StartVector(4, numElems, 4)
+def StartStringsVector(builder, numElems):
+    return ArtifactStartStringsVector(builder, numElems)
+def ArtifactAddTypes(builder, types): builder.PrependUOffsetTRelativeSlot(9, flatbuffers.number_types.UOffsetTFlags.py_type(types), 0)
+def AddTypes(builder, types):
+    return ArtifactAddTypes(builder, types)
+def ArtifactStartTypesVector(builder, numElems): return builder.StartVector(4, numElems, 4)
+def StartTypesVector(builder, numElems):
+    return ArtifactStartTypesVector(builder, numElems)
+def ArtifactAddAttrValues(builder, attrValues): builder.PrependUOffsetTRelativeSlot(10, flatbuffers.number_types.UOffsetTFlags.py_type(attrValues), 0)
+def AddAttrValues(builder, attrValues):
+    return ArtifactAddAttrValues(builder, attrValues)
+def ArtifactStartAttrValuesVector(builder, numElems): return builder.StartVector(4, numElems, 4)
+def StartAttrValuesVector(builder, numElems):
+    return ArtifactStartAttrValuesVector(builder, numElems)
+def ArtifactAddAttrSets(builder, attrSets): builder.PrependUOffsetTRelativeSlot(11, flatbuffers.number_types.UOffsetTFlags.py_type(attrSets), 0)
+def AddAttrSets(builder, attrSets):
+    return ArtifactAddAttrSets(builder, attrSets)
+def ArtifactStartAttrSetsVector(builder, numElems): return builder.StartVector(4, numElems, 4)
+def StartAttrSetsVector(builder, numElems):
+    return ArtifactStartAttrSetsVector(builder, numElems)
 def ArtifactEnd(builder): return builder.EndObject()
 def End(builder):
     return ArtifactEnd(builder)

@@ -49,21 +49,23 @@ class AttrValue(object):
     def StrValue(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
         if o != 0:
-            return self._tab.String(o + self._tab.Pos)
-        return None
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
+        return 0
 
     # AttrValue
     def Items(self, j):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
         if o != 0:
-            x = self._tab.Vector(o)
-            x += flatbuffers.number_types.UOffsetTFlags.py_type(j) * 4
-            x = self._tab.Indirect(x)
-            from aotc.artifact.generated.AttrValue import AttrValue
-            obj = AttrValue()
-            obj.Init(self._tab.Bytes, x)
-            return obj
-        return None
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return 0
+
+    # AttrValue
+    def ItemsAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint32Flags, o)
+        return 0
 
     # AttrValue
     def ItemsLength(self):
@@ -89,7 +91,7 @@ def AddIntValue(builder, intValue):
 def AttrValueAddFloatValue(builder, floatValue): builder.PrependFloat64Slot(2, floatValue, 0.0)
 def AddFloatValue(builder, floatValue):
     return AttrValueAddFloatValue(builder, floatValue)
-def AttrValueAddStrValue(builder, strValue): builder.PrependUOffsetTRelativeSlot(3, flatbuffers.number_types.UOffsetTFlags.py_type(strValue), 0)
+def AttrValueAddStrValue(builder, strValue): builder.PrependUint32Slot(3, strValue, 0)
 def AddStrValue(builder, strValue):
     return AttrValueAddStrValue(builder, strValue)
 def AttrValueAddItems(builder, items): builder.PrependUOffsetTRelativeSlot(4, flatbuffers.number_types.UOffsetTFlags.py_type(items), 0)

@@ -52,58 +52,278 @@ class Graph(object):
         return o == 0
 
     # Graph
-    def Inputs(self, j):
+    def InputIds(self, j):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
         if o != 0:
-            x = self._tab.Vector(o)
-            x += flatbuffers.number_types.UOffsetTFlags.py_type(j) * 4
-            x = self._tab.Indirect(x)
-            from aotc.artifact.generated.Value import Value
-            obj = Value()
-            obj.Init(self._tab.Bytes, x)
-            return obj
-        return None
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Int64Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 8))
+        return 0
 
     # Graph
-    def InputsLength(self):
+    def InputIdsAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Int64Flags, o)
+        return 0
+
+    # Graph
+    def InputIdsLength(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
         if o != 0:
             return self._tab.VectorLen(o)
         return 0
 
     # Graph
-    def InputsIsNone(self):
+    def InputIdsIsNone(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
         return o == 0
 
     # Graph
-    def Nodes(self, j):
+    def InputTypes(self, j):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
         if o != 0:
-            x = self._tab.Vector(o)
-            x += flatbuffers.number_types.UOffsetTFlags.py_type(j) * 4
-            x = self._tab.Indirect(x)
-            from aotc.artifact.generated.Node import Node
-            obj = Node()
-            obj.Init(self._tab.Bytes, x)
-            return obj
-        return None
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return 0
 
     # Graph
-    def NodesLength(self):
+    def InputTypesAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint32Flags, o)
+        return 0
+
+    # Graph
+    def InputTypesLength(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
         if o != 0:
             return self._tab.VectorLen(o)
         return 0
 
     # Graph
-    def NodesIsNone(self):
+    def InputTypesIsNone(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        return o == 0
+
+    # Graph
+    def NodeOps(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return 0
+
+    # Graph
+    def NodeOpsAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint32Flags, o)
+        return 0
+
+    # Graph
+    def NodeOpsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Graph
+    def NodeOpsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        return o == 0
+
+    # Graph
+    def NodeInputCounts(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return 0
+
+    # Graph
+    def NodeInputCountsAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint32Flags, o)
+        return 0
+
+    # Graph
+    def NodeInputCountsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Graph
+    def NodeInputCountsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        return o == 0
+
+    # Graph
+    def NodeInputs(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Int64Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 8))
+        return 0
+
+    # Graph
+    def NodeInputsAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Int64Flags, o)
+        return 0
+
+    # Graph
+    def NodeInputsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Graph
+    def NodeInputsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        return o == 0
+
+    # Graph
+    def NodeOutputCounts(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return 0
+
+    # Graph
+    def NodeOutputCountsAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint32Flags, o)
+        return 0
+
+    # Graph
+    def NodeOutputCountsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Graph
+    def NodeOutputCountsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        return o == 0
+
+    # Graph
+    def NodeOutputIds(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Int64Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 8))
+        return 0
+
+    # Graph
+    def NodeOutputIdsAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Int64Flags, o)
+        return 0
+
+    # Graph
+    def NodeOutputIdsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Graph
+    def NodeOutputIdsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        return o == 0
+
+    # Graph
+    def NodeOutputTypes(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return 0
+
+    # Graph
+    def NodeOutputTypesAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint32Flags, o)
+        return 0
+
+    # Graph
+    def NodeOutputTypesLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Graph
+    def NodeOutputTypesIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
+        return o == 0
+
+    # Graph
+    def NodeAttrs(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(24))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return 0
+
+    # Graph
+    def NodeAttrsAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(24))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint32Flags, o)
+        return 0
+
+    # Graph
+    def NodeAttrsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(24))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Graph
+    def NodeAttrsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(24))
+        return o == 0
+
+    # Graph
+    def NodeLocs(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(26))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return 0
+
+    # Graph
+    def NodeLocsAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(26))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint32Flags, o)
+        return 0
+
+    # Graph
+    def NodeLocsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(26))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Graph
+    def NodeLocsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(26))
         return o == 0
 
     # Graph
     def Outputs(self, j):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(28))
         if o != 0:
             a = self._tab.Vector(o)
             return self._tab.Get(flatbuffers.number_types.Int64Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 8))
@@ -111,33 +331,33 @@ class Graph(object):
 
     # Graph
     def OutputsAsNumpy(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(28))
         if o != 0:
             return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Int64Flags, o)
         return 0
 
     # Graph
     def OutputsLength(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(28))
         if o != 0:
             return self._tab.VectorLen(o)
         return 0
 
     # Graph
     def OutputsIsNone(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(28))
         return o == 0
 
     # Graph
     def OutputTreeJson(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(30))
         if o != 0:
             return self._tab.String(o + self._tab.Pos)
         return None
 
     # Graph
     def Symbols(self, j):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(32))
         if o != 0:
             x = self._tab.Vector(o)
             x += flatbuffers.number_types.UOffsetTFlags.py_type(j) * 4
@@ -150,19 +370,19 @@ class Graph(object):
 
     # Graph
     def SymbolsLength(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(32))
         if o != 0:
             return self._tab.VectorLen(o)
         return 0
 
     # Graph
     def SymbolsIsNone(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(32))
         return o == 0
 
     # Graph
     def Guards(self, j):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(34))
         if o != 0:
             x = self._tab.Vector(o)
             x += flatbuffers.number_types.UOffsetTFlags.py_type(j) * 4
@@ -175,19 +395,19 @@ class Graph(object):
 
     # Graph
     def GuardsLength(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(34))
         if o != 0:
             return self._tab.VectorLen(o)
         return 0
 
     # Graph
     def GuardsIsNone(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(34))
         return o == 0
 
     # Graph
     def Constants(self, j):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(36))
         if o != 0:
             a = self._tab.Vector(o)
             return self._tab.Get(flatbuffers.number_types.Uint32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
@@ -195,24 +415,24 @@ class Graph(object):
 
     # Graph
     def ConstantsAsNumpy(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(36))
         if o != 0:
             return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint32Flags, o)
         return 0
 
     # Graph
     def ConstantsLength(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(36))
         if o != 0:
             return self._tab.VectorLen(o)
         return 0
 
     # Graph
     def ConstantsIsNone(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(36))
         return o == 0
 
-def GraphStart(builder): builder.StartObject(9)
+def GraphStart(builder): builder.StartObject(17)
 def Start(builder):
     return GraphStart(builder)
 def GraphAddName(builder, name): builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(name), 0)
@@ -224,40 +444,88 @@ def AddInputNames(builder, inputNames):
 def GraphStartInputNamesVector(builder, numElems): return builder.StartVector(4, numElems, 4)
 def StartInputNamesVector(builder, numElems):
     return GraphStartInputNamesVector(builder, numElems)
-def GraphAddInputs(builder, inputs): builder.PrependUOffsetTRelativeSlot(2, flatbuffers.number_types.UOffsetTFlags.py_type(inputs), 0)
-def AddInputs(builder, inputs):
-    return GraphAddInputs(builder, inputs)
-def GraphStartInputsVector(builder, numElems): return builder.StartVector(4, numElems, 4)
-def StartInputsVector(builder, numElems):
-    return GraphStartInputsVector(builder, numElems)
-def GraphAddNodes(builder, nodes): builder.PrependUOffsetTRelativeSlot(3, flatbuffers.number_types.UOffsetTFlags.py_type(nodes), 0)
-def AddNodes(builder, nodes):
-    return GraphAddNodes(builder, nodes)
-def GraphStartNodesVector(builder, numElems): return builder.StartVector(4, numElems, 4)
-def StartNodesVector(builder, numElems):
-    return GraphStartNodesVector(builder, numElems)
-def GraphAddOutputs(builder, outputs): builder.PrependUOffsetTRelativeSlot(4, flatbuffers.number_types.UOffsetTFlags.py_type(outputs), 0)
+def GraphAddInputIds(builder, inputIds): builder.PrependUOffsetTRelativeSlot(2, flatbuffers.number_types.UOffsetTFlags.py_type(inputIds), 0)
+def AddInputIds(builder, inputIds):
+    return GraphAddInputIds(builder, inputIds)
+def GraphStartInputIdsVector(builder, numElems): return builder.StartVector(8, numElems, 8)
+def StartInputIdsVector(builder, numElems):
+    return GraphStartInputIdsVector(builder, numElems)
+def GraphAddInputTypes(builder, inputTypes): builder.PrependUOffsetTRelativeSlot(3, flatbuffers.number_types.UOffsetTFlags.py_type(inputTypes), 0)
+def AddInputTypes(builder, inputTypes):
+    return GraphAddInputTypes(builder, inputTypes)
+def GraphStartInputTypesVector(builder, numElems): return builder.StartVector(4, numElems, 4)
+def StartInputTypesVector(builder, numElems):
+    return GraphStartInputTypesVector(builder, numElems)
+def GraphAddNodeOps(builder, nodeOps): builder.PrependUOffsetTRelativeSlot(4, flatbuffers.number_types.UOffsetTFlags.py_type(nodeOps), 0)
+def AddNodeOps(builder, nodeOps):
+    return GraphAddNodeOps(builder, nodeOps)
+def GraphStartNodeOpsVector(builder, numElems): return builder.StartVector(4, numElems, 4)
+def StartNodeOpsVector(builder, numElems):
+    return GraphStartNodeOpsVector(builder, numElems)
+def GraphAddNodeInputCounts(builder, nodeInputCounts): builder.PrependUOffsetTRelativeSlot(5, flatbuffers.number_types.UOffsetTFlags.py_type(nodeInputCounts), 0)
+def AddNodeInputCounts(builder, nodeInputCounts):
+    return GraphAddNodeInputCounts(builder, nodeInputCounts)
+def GraphStartNodeInputCountsVector(builder, numElems): return builder.StartVector(4, numElems, 4)
+def StartNodeInputCountsVector(builder, numElems):
+    return GraphStartNodeInputCountsVector(builder, numElems)
+def GraphAddNodeInputs(builder, nodeInputs): builder.PrependUOffsetTRelativeSlot(6, flatbuffers.number_types.UOffsetTFlags.py_type(nodeInputs), 0)
+def AddNodeInputs(builder, nodeInputs):
+    return GraphAddNodeInputs(builder, nodeInputs)
+def GraphStartNodeInputsVector(builder, numElems): return builder.StartVector(8, numElems, 8)
+def StartNodeInputsVector(builder, numElems):
+    return GraphStartNodeInputsVector(builder, numElems)
+def GraphAddNodeOutputCounts(builder, nodeOutputCounts): builder.PrependUOffsetTRelativeSlot(7, flatbuffers.number_types.UOffsetTFlags.py_type(nodeOutputCounts), 0)
+def AddNodeOutputCounts(builder, nodeOutputCounts):
+    return GraphAddNodeOutputCounts(builder, nodeOutputCounts)
+def GraphStartNodeOutputCountsVector(builder, numElems): return builder.StartVector(4, numElems, 4)
+def StartNodeOutputCountsVector(builder, numElems):
+    return GraphStartNodeOutputCountsVector(builder, numElems)
+def GraphAddNodeOutputIds(builder, nodeOutputIds): builder.PrependUOffsetTRelativeSlot(8, flatbuffers.number_types.UOffsetTFlags.py_type(nodeOutputIds), 0)
+def AddNodeOutputIds(builder, nodeOutputIds):
+    return GraphAddNodeOutputIds(builder, nodeOutputIds)
+def GraphStartNodeOutputIdsVector(builder, numElems): return builder.StartVector(8, numElems, 8)
+def StartNodeOutputIdsVector(builder, numElems):
+    return GraphStartNodeOutputIdsVector(builder, numElems)
+def GraphAddNodeOutputTypes(builder, nodeOutputTypes): builder.PrependUOffsetTRelativeSlot(9, flatbuffers.number_types.UOffsetTFlags.py_type(nodeOutputTypes), 0)
+def AddNodeOutputTypes(builder, nodeOutputTypes):
+    return GraphAddNodeOutputTypes(builder, nodeOutputTypes)
+def GraphStartNodeOutputTypesVector(builder, numElems): return builder.StartVector(4, numElems, 4)
+def StartNodeOutputTypesVector(builder, numElems):
+    return GraphStartNodeOutputTypesVector(builder, numElems)
+def GraphAddNodeAttrs(builder, nodeAttrs): builder.PrependUOffsetTRelativeSlot(10, flatbuffers.number_types.UOffsetTFlags.py_type(nodeAttrs), 0)
+def AddNodeAttrs(builder, nodeAttrs):
+    return GraphAddNodeAttrs(builder, nodeAttrs)
+def GraphStartNodeAttrsVector(builder, numElems): return builder.StartVector(4, numElems, 4)
+def StartNodeAttrsVector(builder, numElems):
+    return GraphStartNodeAttrsVector(builder, numElems)
+def GraphAddNodeLocs(builder, nodeLocs): builder.PrependUOffsetTRelativeSlot(11, flatbuffers.number_types.UOffsetTFlags.py_type(nodeLocs), 0)
+def AddNodeLocs(builder, nodeLocs):
+    return GraphAddNodeLocs(builder, nodeLocs)
+def GraphStartNodeLocsVector(builder, numElems): return builder.StartVector(4, numElems, 4)
+def StartNodeLocsVector(builder, numElems):
+    return GraphStartNodeLocsVector(builder, numElems)
+def GraphAddOutputs(builder, outputs): builder.PrependUOffsetTRelativeSlot(12, flatbuffers.number_types.UOffsetTFlags.py_type(outputs), 0)
 def AddOutputs(builder, outputs):
     return GraphAddOutputs(builder, outputs)
 def GraphStartOutputsVector(builder, numElems): return builder.StartVector(8, numElems, 8)
 def StartOutputsVector(builder, numElems):
     return GraphStartOutputsVector(builder, numElems)
-def GraphAddOutputTreeJson(builder, outputTreeJson): builder.PrependUOffsetTRelativeSlot(5, flatbuffers.number_types.UOffsetTFlags.py_type(outputTreeJson), 0)
+def GraphAddOutputTreeJson(builder, outputTreeJson): builder.PrependUOffsetTRelativeSlot(13, flatbuffers.number_types.UOffsetTFlags.py_type(outputTreeJson), 0)
 def AddOutputTreeJson(builder, outputTreeJson):
     return GraphAddOutputTreeJson(builder, outputTreeJson)
-def GraphAddSymbols(builder, symbols): builder.PrependUOffsetTRelativeSlot(6, flatbuffers.number_types.UOffsetTFlags.py_type(symbols), 0)
+def GraphAddSymbols(builder, symbols): builder.PrependUOffsetTRelativeSlot(14, flatbuffers.number_types.UOffsetTFlags.py_type(symbols), 0)
 def AddSymbols(builder, symbols):
     return GraphAddSymbols(builder, symbols)
 def GraphStartSymbolsVector(builder, numElems): return builder.StartVector(4, numElems, 4)
 def StartSymbolsVector(builder, numElems):
     return GraphStartSymbolsVector(builder, numElems)
-def GraphAddGuards(builder, guards): builder.PrependUOffsetTRelativeSlot(7, flatbuffers.number_types.UOffsetTFlags.py_type(guards), 0)
+def GraphAddGuards(builder, guards): builder.PrependUOffsetTRelativeSlot(15, flatbuffers.number_types.UOffsetTFlags.py_type(guards), 0)
 def AddGuards(builder, guards):
     return GraphAddGuards(builder, guards)
 def GraphStartGuardsVector(builder, numElems): return builder.StartVector(4, numElems, 4)
 def StartGuardsVector(builder, numElems):
     return GraphStartGuardsVector(builder, numElems)
-def GraphAddConstants(builder, constants): builder.PrependUOffsetTRelativeSlot(8, flatbuffers.number_types.UOffsetTFlags.py_type(constants), 0)
+def GraphAddConstants(builder, constants): builder.PrependUOffsetTRelativeSlot(16, flatbuffers.number_types.UOffsetTFlags.py_type(constants), 0)
 def AddConstants(builder, constants):
     return GraphAddConstants(builder, constants)
 def GraphStartConstantsVector(builder, numElems): return builder.StartVector(4, numElems, 4)
