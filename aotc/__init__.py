@@ -19,7 +19,7 @@ float16 = DType.float16
 bfloat16 = DType.bfloat16
 int32 = DType.int32
 int64 = DType.int64
-bool = DType.bool  # noqa: A001 - mirrors torch.bool
+bool = DType.bool
 
 # public name -> module that defines it
 _LAZY = {

@@ -19,13 +19,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from aotc_cli.feeds import build_feeds
-from aotc_cli.loader import load_model
-from aotc_cli.text import format_size, table
-
 import aotc
 from aotc.errors import AotcError
 from aotc.ir.evaluate import GraphRunner
+from aotc_cli.feeds import build_feeds
+from aotc_cli.loader import load_model
+from aotc_cli.text import format_size, table
 
 MODELS = Path(__file__).resolve().parents[1] / "models"
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import aotc_cli.compile_cmd
 import pytest
+from click.testing import CliRunner, Result
+
+import aotc_cli.compile_cmd
 from aotc_cli.errors import EXIT_INTERNAL, EXIT_USAGE, EXIT_USER
 from aotc_cli.main import cli
-from click.testing import CliRunner, Result
 
 
 def invoke(*args: str) -> Result:

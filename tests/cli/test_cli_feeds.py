@@ -7,9 +7,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from aotc_cli.errors import EXIT_USER, UserError
-from aotc_cli.feeds import build_feeds, choose_dims, output_names, random_array
-from aotc_cli.main import cli
 from click.testing import CliRunner
 
 from aotc.artifact.writer import write_artifact
@@ -21,6 +18,9 @@ from aotc.ir.shapes import ShapeCtx
 from aotc.ir.symbolic import sym
 from aotc.ir.types import TensorType
 from aotc.lowering.pipeline import lower
+from aotc_cli.errors import EXIT_USER, UserError
+from aotc_cli.feeds import build_feeds, choose_dims, output_names, random_array
+from aotc_cli.main import cli
 
 
 def small_graph(guards: tuple[Guard, ...] = ()) -> Graph:

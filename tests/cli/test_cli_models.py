@@ -11,12 +11,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-from aotc_cli.errors import EXIT_USER
-from aotc_cli.loader import load_model
-from aotc_cli.main import cli
 from click.testing import CliRunner, Result
 
 import aotc
+from aotc_cli.errors import EXIT_USER
+from aotc_cli.loader import load_model
+from aotc_cli.main import cli
 
 MODELS_DIR = Path(__file__).resolve().parents[2] / "models"
 MODEL_FILES = sorted(MODELS_DIR.glob("*.py"))

@@ -8,12 +8,12 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from aotc_cli.errors import EXIT_USER
-from aotc_cli.main import cli
 from click.testing import CliRunner, Result
 from onnx import TensorProto, helper, numpy_helper
 
 import aotc
+from aotc_cli.errors import EXIT_USER
+from aotc_cli.main import cli
 
 MODELS_DIR = Path(__file__).resolve().parents[2] / "models"
 WEIGHT = np.random.default_rng(0).standard_normal((8, 4)).astype(np.float32)

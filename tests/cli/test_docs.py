@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from aotc_cli.loader import load_model
 
 import aotc
+from aotc_cli.loader import load_model
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()

@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 import pytest
 import reference as ref
-from aotc_cli.loader import import_file
 
 import aotc
+from aotc_cli.loader import import_file
 
 MODELS = Path(__file__).resolve().parents[2] / "models"
 RTOL = ATOL = 2e-5

@@ -1,0 +1,101 @@
+"""What the ONNX importer and exporter share: the onnx import guard, dtype tables and name rules."""
+
+from __future__ import annotations
+
+import re
+from types import ModuleType
+
+import numpy as np
+
+from aotc.errors import UnsupportedError
+from aotc.ir.dtypes import DType
+
+# Export writes this default-domain opset. 18 is the first opset where every reduction (ReduceMax, ReduceMean, ...)
+# takes ``axes`` as an input, and onnxruntime has supported it since 1.14; ops that only arrive later (Gelu in 20,
+# Attention and RMSNormalization in 23) are written as their decompositions.
+EXPORT_OPSET = 18
+# Import accepts default-domain opsets from 7 (broadcasting Gemm, BatchNormalization without consumed_inputs) up
+# to the newest opset the installed onnx package knows.
+MIN_IMPORT_OPSET = 7
+# A dim_param without a ``--dim name=min:max`` range gets this inclusive range.
+DEFAULT_DIM_RANGE = (1, 65536)
+# Metadata key the exporter uses to record symbol ranges, so that a re-import restores them.
+SYMBOLS_META_KEY = "aotc.symbols"
+
+_ONNX_INSTALL_HINT = "ONNX support needs the 'onnx' package: pip install 'aotc[compiler]'"
+
+
+def require_onnx() -> ModuleType:
+    """The onnx module, or a clear UnsupportedError when it is not installed."""
+    try:
+        import onnx
+    except ImportError as e:
+        raise UnsupportedError(_ONNX_INSTALL_HINT) from e
+    return onnx
+
+
+# ONNX TensorProto.DataType numbers for the dtypes aotc has.
+DTYPE_TO_ONNX: dict[DType, int] = {
+    DType.float32: 1,
+    DType.int32: 6,
+    DType.int64: 7,
+    DType.bool: 9,
+    DType.float16: 10,
+    DType.bfloat16: 16,
+}
+ONNX_TO_DTYPE: dict[int, DType] = {v: k for k, v in DTYPE_TO_ONNX.items()}
+
+
+def onnx_type_name(elem_type: int) -> str:
+    onnx = require_onnx()
+    try:
+        return onnx.TensorProto.DataType.Name(elem_type).lower()
+    except ValueError:
+        return f"type #{elem_type}"
+
+
+def dtype_from_onnx(elem_type: int, what: str) -> DType:
+    """The aotc dtype for an ONNX element type, or UnsupportedError naming ``what``."""
+    if elem_type in ONNX_TO_DTYPE:
+        return ONNX_TO_DTYPE[elem_type]
+    supported = ", ".join(d.value for d in DTYPE_TO_ONNX)
+    raise UnsupportedError(f"{what} has element type {onnx_type_name(elem_type)}; aotc supports {supported}")
+
+
+def np_dtype_from_onnx(elem_type: int, what: str) -> np.dtype:
+    onnx = require_onnx()
+    try:
+        return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
+    except (KeyError, TypeError, ValueError):
+        raise UnsupportedError(f"{what} has element type {onnx_type_name(elem_type)}, which aotc cannot hold") from None
+
+
+def dtype_from_np(dt: np.dtype, what: str) -> DType:
+    """The aotc dtype for a numpy dtype (bfloat16 included), or UnsupportedError naming ``what``."""
+    name = np.dtype(dt).name
+    try:
+        return DType(name)
+    except ValueError:
+        supported = ", ".join(d.value for d in DTYPE_TO_ONNX)
+        raise UnsupportedError(f"{what} has dtype {name}; aotc supports {supported}") from None
+
+
+_NON_IDENT = re.compile(r"[^A-Za-z0-9_]")
+
+
+def identifier(name: str, fallback: str, allow_dots: bool = False) -> str:
+    """``name`` made into an identifier (aotc input and symbol names must be identifiers)."""
+    out = re.sub(r"[^A-Za-z0-9_.]" if allow_dots else _NON_IDENT, "_", name)
+    if not out or not (out[0].isalpha() or out[0] == "_"):
+        out = f"{fallback}_{out}" if out else fallback
+    return out
+
+
+def unique(name: str, taken: set[str]) -> str:
+    """``name``, or ``name_2``, ``name_3``... whichever is not yet in ``taken``; adds it to ``taken``."""
+    out, i = name, 2
+    while out in taken:
+        out = f"{name}_{i}"
+        i += 1
+    taken.add(out)
+    return out
