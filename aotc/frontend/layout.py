@@ -7,12 +7,12 @@ from typing import Any
 
 from aotc.frontend.context import Tracer, trace_error
 from aotc.frontend.elementwise import as_tensor, result_type, tracer_of, value_of, wrap
-from aotc.frontend.symint import SymInt, as_dim, exact_div
+from aotc.frontend.symint import SymInt, as_dim
 from aotc.frontend.tensor import Tensor
 from aotc.ir.dtypes import DType
 from aotc.ir.ops import Op
 from aotc.ir.shapes import fmt_shape, numel
-from aotc.ir.symbolic import floordiv, mod
+from aotc.ir.symbolic import exact_div, floordiv, mod
 from aotc.ir.types import Shape, ShapeDim, Value
 
 

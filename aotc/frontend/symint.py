@@ -9,7 +9,7 @@ import numpy as np
 
 from aotc.errors import TraceError
 from aotc.frontend.context import TraceShapeCtx, trace_error
-from aotc.ir.symbolic import Atom, SymExpr, floordiv, mod, mul, to_infix
+from aotc.ir.symbolic import SymExpr, exact_div, floordiv, mod, mul, to_infix
 from aotc.ir.types import ShapeDim
 
 
@@ -187,36 +187,6 @@ def sym_mod(a: ShapeDim, b: ShapeDim) -> ShapeDim:
     if exact_div(a, b) is not None:
         return 0
     raise trace_error(f"cannot take {to_infix(a)} % the dynamic {to_infix(b)}")
-
-
-def exact_div(a: ShapeDim, b: ShapeDim) -> ShapeDim | None:
-    """a / b when b is a single monomial dividing every term of a exactly; else None."""
-    if isinstance(b, int):
-        if b != 0 and (a % b == 0 if isinstance(a, int) else all(c % b == 0 for _, c in a.terms) and a.const % b == 0):
-            return floordiv(a, b) if b > 0 else floordiv(-a, -b)  # exact, so floor is the quotient
-        return None
-    if b.const or len(b.terms) != 1 or isinstance(a, int):
-        return None
-    (bmono, bc), out = b.terms[0], 0
-    if a.const:
-        return None
-    for mono, c in a.terms:
-        rest = list(mono)
-        for atom in bmono:
-            if atom not in rest:
-                return None
-            rest.remove(atom)
-        if c % bc:
-            return None
-        term: ShapeDim = c // bc
-        for atom in rest:
-            term = mul(term, _atom_expr(atom))
-        out = out + term
-    return out
-
-
-def _atom_expr(atom: Atom) -> SymExpr:
-    return SymExpr((((atom,), 1),))
 
 
 class Size(tuple):

@@ -239,6 +239,35 @@ def mod(a: int | SymExpr, d: int) -> int | SymExpr:
     return SymExpr((((Atom("mod", args=(r, d)),), 1),))
 
 
+def exact_div(a: int | SymExpr, b: int | SymExpr) -> int | SymExpr | None:
+    """a / b when it is exact for every binding: b an int dividing every coefficient of a, or a
+    single monomial dividing every term of a; else None."""
+    if isinstance(b, int):
+        if b == 0:
+            return None
+        if isinstance(a, int):
+            return a // b if a % b == 0 else None
+        if a.const % b or any(c % b for _, c in a.terms):
+            return None
+        return floordiv(a, b) if b > 0 else floordiv(mul(a, -1), -b)  # exact, so floor is the quotient
+    if b.const or len(b.terms) != 1 or isinstance(a, int) or a.const:
+        return None
+    (bmono, bc), out = b.terms[0], 0
+    for mono, c in a.terms:
+        rest = list(mono)
+        for atom in bmono:
+            if atom not in rest:
+                return None
+            rest.remove(atom)
+        if c % bc:
+            return None
+        term: int | SymExpr = c // bc
+        for atom in rest:
+            term = mul(term, SymExpr((((atom,), 1),)))
+        out = add(out, term)
+    return out
+
+
 def _minmax(kind: str, a: int | SymExpr, b: int | SymExpr) -> int | SymExpr:
     if isinstance(a, int) and isinstance(b, int):
         return min(a, b) if kind == "min" else max(a, b)

@@ -10,7 +10,7 @@ from aotc.errors import ShapeError
 from aotc.ir.dtypes import DType
 from aotc.ir.ops import Op
 from aotc.ir.shapes import norm_axis, numel
-from aotc.ir.symbolic import SymExpr, floordiv, smax, smin
+from aotc.ir.symbolic import SymExpr, exact_div, floordiv, smax, smin
 from aotc.ir.types import Shape, ShapeDim, Value
 from aotc.onnx._common import dtype_from_np
 from aotc.onnx.node import Known, OnnxNode, Operand
@@ -36,26 +36,6 @@ def sym_max(imp: Importer, a: ShapeDim, b: ShapeDim) -> ShapeDim:
     return a if lo >= 0 else b if hi <= 0 else smax(a, b)
 
 
-def _monomial_quotient(a: ShapeDim, b: SymExpr) -> ShapeDim | None:
-    """a / b when b is one monomial dividing every term of a exactly; else None."""
-    if not isinstance(a, SymExpr) or b.const != 0 or len(b.terms) != 1 or a.const != 0:
-        return None
-    (bmono, bc), out = b.terms[0], 0
-    for mono, c in a.terms:
-        rest = list(mono)
-        for atom in bmono:
-            if atom not in rest:
-                return None
-            rest.remove(atom)
-        if c % bc:
-            return None
-        term: ShapeDim = c // bc
-        for atom in rest:
-            term = term * SymExpr((((atom,), 1),))
-        out = out + term
-    return out
-
-
 def infer_dim(imp: Importer, node: OnnxNode, src: Shape, others: list[ShapeDim]) -> ShapeDim:
     """The -1 dim of a reshape of ``src`` whose other target dims are ``others``."""
     rest = list(src)
@@ -74,7 +54,7 @@ def infer_dim(imp: Importer, node: OnnxNode, src: Shape, others: list[ShapeDim])
         return floordiv(num, divisor)
     if num == divisor:
         return 1
-    q = _monomial_quotient(num, divisor)
+    q = exact_div(num, divisor)
     if q is None:
         raise node.fail(f"cannot infer the -1 dim: {num} / {divisor} is not exact symbolically")
     return q

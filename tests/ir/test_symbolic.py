@@ -269,3 +269,14 @@ def test_parse_of_arbitrary_text_gives_a_value_or_shape_error(text: str) -> None
         return
     assert isinstance(e, (int, SymExpr)) and not isinstance(e, bool)
     assert parse(to_sexpr(e)) == e
+
+
+def test_exact_div_is_exact_or_none():
+    from aotc.ir.symbolic import exact_div, sym
+
+    b, s = sym("b"), sym("s")
+    assert exact_div(12, 4) == 3 and exact_div(12, 5) is None and exact_div(b, 0) is None
+    assert exact_div(6 * b * s, 3) == 2 * b * s and exact_div(6 * b * s + 1, 3) is None
+    assert exact_div(6 * b * s, -3) == -2 * b * s
+    assert exact_div(6 * b * s, 2 * s) == 3 * b and exact_div(b * s * s + 4 * s, s) == b * s + 4
+    assert exact_div(b * s, 2 * s) is None and exact_div(b + 1, b) is None and exact_div(4, b) is None
