@@ -9,7 +9,16 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from aotc.errors import AotcError, ArtifactError, ExecError, GuardError, ShapeError, TraceError, UnsupportedError
+from aotc.errors import (
+    AotcError,
+    ArtifactError,
+    ExecError,
+    GuardError,
+    ModelError,
+    ShapeError,
+    TraceError,
+    UnsupportedError,
+)
 from aotc.ir.dtypes import DType
 
 __version__ = "0.1.0"
@@ -56,6 +65,7 @@ __all__ = [
     "DType",
     "ExecError",
     "GuardError",
+    "ModelError",
     "ShapeError",
     "TraceError",
     "UnsupportedError",

@@ -19,6 +19,10 @@ class ArtifactError(AotcError):
     """A file is not a valid aotc artifact (truncated, corrupted, wrong version)."""
 
 
+class ModelError(AotcError):
+    """An input model file (e.g. ONNX) is unreadable or malformed: not a model, a missing initializer."""
+
+
 class ShapeError(AotcError):
     """Shapes or dtypes given to an op don't fit its rule."""
 

@@ -5,8 +5,8 @@ Nodes whose inputs are all known are folded at import time: shape arithmetic sym
 rest with ONNX's reference implementation, so only runtime computation reaches the graph. Anything aotc can't
 run fails here, naming the op type and node, never at run time.
 
-Errors: a file that is not an ONNX model -> ArtifactError; a malformed graph (undefined input, output that no
-node defines) -> VerifyError; an op, opset, dtype or attribute aotc doesn't handle -> UnsupportedError;
+Errors: a file that is not an ONNX model, or a malformed graph (undefined input, output that no
+node defines) -> ModelError; an op, opset, dtype or attribute aotc doesn't handle -> UnsupportedError;
 inconsistent shapes -> ShapeError.
 """
 
@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from aotc.errors import AotcError, ArtifactError, ShapeError, UnsupportedError, VerifyError
+from aotc.errors import AotcError, ModelError, ShapeError, UnsupportedError
 from aotc.ir.builder import Builder
 from aotc.ir.dtypes import DType
 from aotc.ir.graph import Graph, Guard, Symbol
@@ -102,18 +102,18 @@ def load_model(path_or_model: Any) -> Any:
         elif isinstance(path_or_model, (str, os.PathLike)):
             where = str(path_or_model)
             if not Path(where).is_file():
-                raise ArtifactError(f"{where}: no such ONNX file")
+                raise ModelError(f"{where}: no such ONNX file")
             model = onnx.load(where)
         else:
-            raise ArtifactError(
+            raise ModelError(
                 f"expected an ONNX file path, bytes or onnx.ModelProto, got {type(path_or_model).__name__}"
             )
     except (DecodeError, ValueError, RuntimeWarning, UnicodeDecodeError) as e:
-        raise ArtifactError(f"{where} is not a valid ONNX model: {e}") from None
+        raise ModelError(f"{where} is not a valid ONNX model: {e}") from None
     except (OSError, onnx.checker.ValidationError) as e:
-        raise ArtifactError(f"{where}: cannot read the model or its external data: {e}") from None
+        raise ModelError(f"{where}: cannot read the model or its external data: {e}") from None
     if not model.HasField("graph") or (not model.graph.node and not model.graph.output):
-        raise ArtifactError(f"{where} is not a valid ONNX model: it has no graph")
+        raise ModelError(f"{where} is not a valid ONNX model: it has no graph")
     return model
 
 
@@ -230,7 +230,7 @@ class Importer:
         for axis, d in enumerate(tt.shape.dim):
             if d.HasField("dim_value"):
                 if d.dim_value < 0:
-                    raise VerifyError(f"{what} dim {axis} is negative ({d.dim_value})")
+                    raise ModelError(f"{what} dim {axis} is negative ({d.dim_value})")
                 shape.append(int(d.dim_value))
             else:
                 shape.append(self._symbol(d.dim_param, f"{vi.name}_{axis}"))
@@ -277,7 +277,7 @@ class Importer:
         graph_inputs = {vi.name for vi in g.input}
         unknown = sorted(set(self.constant_inputs) - graph_inputs)
         if unknown:
-            raise VerifyError(f"constant_inputs names {unknown} are not graph inputs")
+            raise ModelError(f"constant_inputs names {unknown} are not graph inputs")
         for name, arr in self.constant_inputs.items():
             env[name] = Known.of(np.asarray(arr))
             self._keep_alive.append(env[name])
@@ -302,7 +302,7 @@ class Importer:
         outputs, tree = [], []
         for i, vi in enumerate(g.output):
             if vi.name not in env:
-                raise VerifyError(f"graph output {vi.name!r} is not produced by any node, input or initializer")
+                raise ModelError(f"graph output {vi.name!r} is not produced by any node, input or initializer")
             outputs.append(self.value(env[vi.name], what=f"graph output {vi.name!r}"))
             tree.append([vi.name, i])
         nodes = _live_nodes(self.b.nodes, outputs)
@@ -330,7 +330,7 @@ class Importer:
             try:
                 arr = numpy_helper.to_array(t)
             except (ValueError, TypeError, OSError) as e:
-                raise VerifyError(f"initializer {t.name!r} has no readable data: {e}") from None
+                raise ModelError(f"initializer {t.name!r} has no readable data: {e}") from None
             k = Known.of(arr)
             self._known_names[id(k)] = t.name
             self._keep_alive.append(k)
@@ -346,7 +346,7 @@ class Importer:
                 elif n in env:
                     ins.append(env[n])
                 else:
-                    raise VerifyError(
+                    raise ModelError(
                         f"{label}: input {n!r} is not defined by an earlier node, a graph input or an initializer"
                     )
             if proto.domain not in ("", "ai.onnx"):
@@ -441,7 +441,7 @@ class Importer:
         outs = []
         for vi in branch.output:
             if vi.name not in inner:
-                raise VerifyError(f"{node.label}: branch output {vi.name!r} is not defined")
+                raise ModelError(f"{node.label}: branch output {vi.name!r} is not defined")
             outs.append(inner[vi.name])
         return outs
 

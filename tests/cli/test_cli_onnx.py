@@ -69,6 +69,18 @@ def test_compile_invalid_onnx_file(tmp_path: Path) -> None:
     assert "junk.onnx" in result.stderr
 
 
+def test_malformed_onnx_graph_is_a_user_error(tmp_path: Path) -> None:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])
+    node = helper.make_node("MatMul", ["x", "w"], ["y"], name="proj")  # initializer 'w' is missing
+    model = helper.make_model(helper.make_graph([node], "g", [x], [y]), opset_imports=[helper.make_opsetid("", 18)])
+    path = tmp_path / "missing.onnx"
+    onnx.save(model, path)
+    result = invoke("compile", path, "-o", tmp_path / "m.aotc")
+    assert result.exit_code == EXIT_USER and "Traceback" not in result.stderr
+    assert "ModelError" in result.stderr and "'w'" in result.stderr and "proj" in result.stderr
+
+
 def test_export_onnx_from_model_file_and_artifact(tmp_path: Path) -> None:
     art = tmp_path / "mlp.aotc"
     assert invoke("compile", MODELS_DIR / "mlp.py", "-o", art).exit_code == 0

@@ -9,7 +9,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from aotc.errors import AotcError, ArtifactError, ShapeError, UnsupportedError, VerifyError
+from aotc.errors import AotcError, ModelError, ShapeError, UnsupportedError
 from aotc.ir.evaluate import run_graph
 from aotc.onnx import import_onnx
 from aotc.onnx._common import DEFAULT_DIM_RANGE
@@ -185,16 +185,16 @@ def relu_model(opset: int = 17) -> onnx.ModelProto:
 def test_not_a_model_file(tmp_path: Path, payload: bytes) -> None:
     path = tmp_path / "bad.onnx"
     path.write_bytes(payload)
-    with pytest.raises(ArtifactError, match=r"bad\.onnx"):
+    with pytest.raises(ModelError, match=r"bad\.onnx"):
         import_onnx(path)
 
 
 def test_missing_file_and_wrong_argument_type(tmp_path: Path) -> None:
-    with pytest.raises(ArtifactError, match="no such ONNX file"):
+    with pytest.raises(ModelError, match="no such ONNX file"):
         import_onnx(tmp_path / "missing.onnx")
-    with pytest.raises(ArtifactError, match="no such ONNX file"):
+    with pytest.raises(ModelError, match="no such ONNX file"):
         import_onnx(tmp_path)
-    with pytest.raises(ArtifactError, match="expected an ONNX file path"):
+    with pytest.raises(ModelError, match="expected an ONNX file path"):
         import_onnx(42)
 
 
@@ -218,10 +218,10 @@ def test_undefined_input_or_missing_initializer() -> None:
     model = model_of(
         [helper.make_node("MatMul", ["x", "w"], ["y"], name="proj")], [x], [helper.make_tensor_value_info("y", F, None)]
     )
-    with pytest.raises(VerifyError, match=r"MatMul node 'proj': input 'w' is not defined"):
+    with pytest.raises(ModelError, match=r"MatMul node 'proj': input 'w' is not defined"):
         import_onnx(model)
     no_output = model_of([], [x], [helper.make_tensor_value_info("y", F, None)])
-    with pytest.raises(VerifyError, match="graph output 'y' is not produced"):
+    with pytest.raises(ModelError, match="graph output 'y' is not produced"):
         import_onnx(no_output)
 
 
