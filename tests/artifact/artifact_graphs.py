@@ -9,24 +9,8 @@ import numpy as np
 from graph_kit import const, make_graph
 
 from aotc.ir import Builder, DType, Graph, Guard, Op, Symbol, TensorType, Value, sym
-from aotc.ir.ops import OPS
-from aotc.ir.verify import graph_ctx
 
 F32, I64, BOOL = DType.float32, DType.int64, DType.bool
-
-
-def lower(g: Graph) -> Graph:
-    """Decompose every high-level op (the test's stand-in for the lowering pipeline)."""
-    while any(not OPS[n.op].primitive for n in g.nodes):
-        b = Builder(graph_ctx(g), next_id=g.max_value_id() + 1)
-        env = {v.id: v for v in g.inputs}
-        for n in g.nodes:
-            ins = [env[v.id] for v in n.inputs]
-            d = OPS[n.op]
-            outs = b.emit(n.op, ins, n.attrs) if d.primitive else d.decompose(b, ins, n.attrs)
-            env.update({o.id: new for o, new in zip(n.outputs, outs)})
-        g = g.replace(nodes=tuple(b.nodes), outputs=tuple(env[o.id] for o in g.outputs))
-    return g
 
 
 def mlp_source(seed: int = 0) -> Graph:

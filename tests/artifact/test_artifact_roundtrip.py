@@ -16,7 +16,6 @@ from artifact_graphs import (
     attr_zoo,
     const,
     high_level_zoo,
-    lower,
     make_graph,
     mlp_source,
 )
@@ -27,6 +26,7 @@ from aotc.artifact.layout import SEGMENT_ALIGN
 from aotc.errors import ArtifactError, VerifyError
 from aotc.ir import Builder, DType, Graph, Guard, Op, Symbol, TensorType, Value, sym
 from aotc.ir.evaluate import run_graph
+from aotc.lowering.decompose import decompose as lower
 
 
 @pytest.fixture(scope="module")

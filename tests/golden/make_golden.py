@@ -19,8 +19,8 @@ import numpy as np
 from aotc.artifact import SCHEMA_VERSION, save_artifact
 from aotc.ir import Builder, DType, Graph, Guard, Op, Symbol, TensorType, Value, sym, verify
 from aotc.ir.evaluate import run_graph
-from aotc.ir.ops import OPS
 from aotc.ir.verify import graph_ctx
+from aotc.lowering.decompose import decompose as lower
 
 HERE = Path(__file__).resolve().parent
 F32, I64 = DType.float32, DType.int64
@@ -73,21 +73,6 @@ def source_graph() -> Graph:
     outputs = (y, probs, total, flags)
     tree = {"tuple": [{"dict": [["y", 0], ["probs", 1]]}, {"list": [2, 3]}]}
     return Graph((x, ids), ("x", "ids"), tuple(b.nodes), outputs, tree, symbols, guards, consts, "golden_mlp")
-
-
-def lower(g: Graph) -> Graph:
-    """Decompose every high-level op, one level per pass (a stand-in for the lowering pipeline)."""
-    while any(not OPS[n.op].primitive for n in g.nodes):
-        b = Builder(graph_ctx(g), next_id=g.max_value_id() + 1)
-        env = {v.id: v for v in g.inputs}
-        for n in g.nodes:
-            ins = [env[v.id] for v in n.inputs]
-            d = OPS[n.op]
-            b.loc = n.loc
-            outs = b.emit(n.op, ins, n.attrs) if d.primitive else d.decompose(b, ins, n.attrs)
-            env.update({o.id: new for o, new in zip(n.outputs, outs)})
-        g = g.replace(nodes=tuple(b.nodes), outputs=tuple(env[o.id] for o in g.outputs))
-    return g
 
 
 def sample_inputs() -> dict[str, np.ndarray]:
