@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from aotc.ir.ops import elementwise, layout, nn, reduce
+from aotc.ir.ops import elementwise, layout, nn, reduce, vision
 from aotc.ir.ops.base import Op, OpDef
 
-OPS: dict[Op, OpDef] = {d.op: d for d in (*elementwise.DEFS, *layout.DEFS, *reduce.DEFS, *nn.DEFS)}
+OPS: dict[Op, OpDef] = {d.op: d for d in (*elementwise.DEFS, *layout.DEFS, *reduce.DEFS, *nn.DEFS, *vision.DEFS)}
 
 missing = [op for op in Op if op not in OPS]
 assert not missing, f"ops without a table entry: {missing}"

@@ -13,9 +13,7 @@ from aotc.ir.dtypes import DType
 from aotc.ir.ops.base import Op, OpDef, acc, number_attr, one, require_float, same_dtype
 from aotc.ir.ops.elementwise import erf
 from aotc.ir.ops.layout import _gather_ref
-from aotc.ir.ops.reduce import _conv_infer, _conv_params, _conv_ref
 from aotc.ir.shapes import ShapeCtx, broadcast_shapes, norm_axes, norm_axis, numel
-from aotc.ir.symbolic import add, floordiv
 from aotc.ir.types import Attrs, TensorType, Value
 
 F32 = DType.float32
@@ -225,48 +223,6 @@ def _affine_np(y: np.ndarray, params: Sequence[np.ndarray]) -> np.ndarray:
     return y
 
 
-def _batch_norm_infer(ts: Sequence[TensorType], attrs: Attrs, ctx: ShapeCtx) -> tuple[TensorType, ...]:
-    x = ts[0]
-    require_float(x, "batch_norm")
-    number_attr(attrs, "eps", 1e-5)
-    same_dtype(ts, "batch_norm")
-    if x.rank < 2:
-        raise ShapeError(f"batch_norm needs (N, C, ...), got {x}")
-    for p in ts[1:]:
-        if p.rank != 1:
-            raise ShapeError(f"batch_norm statistics must be 1-D, got {p}")
-        ctx.require_equal(p.shape[0], x.shape[1], "batch_norm parameter size differs from channels")
-    return one(x.dtype, x.shape)
-
-
-def _channel(b: B, p: Value, rank: int) -> Value:
-    return b.reshape(_up(b, p), (p.type.shape[0],) + (1,) * (rank - 2))
-
-
-def _batch_norm_dec(b: B, xs: Sequence[Value], a: Attrs) -> tuple[Value, ...]:
-    x, rank = _up(b, xs[0]), xs[0].type.rank
-    mean, var = _channel(b, xs[1], rank), _channel(b, xs[2], rank)
-    inv = b.op(Op.RSQRT, b.op(Op.ADD, var, b.full(float(a.get("eps", 1e-5)), F32)))
-    y = b.op(Op.MUL, b.op(Op.SUB, x, mean), inv)
-    if len(xs) > 3:
-        y = b.op(Op.MUL, y, _channel(b, xs[3], rank))
-    if len(xs) > 4:
-        y = b.op(Op.ADD, y, _channel(b, xs[4], rank))
-    return (b.cast(y, xs[0].type.dtype),)
-
-
-def _batch_norm_ref(xs: Sequence[np.ndarray], a: Attrs) -> tuple[np.ndarray, ...]:
-    x = xs[0].astype(np.float64)
-    sh = (1, -1) + (1,) * (x.ndim - 2)
-    p = [v.astype(np.float64).reshape(sh) for v in xs[1:]]
-    y = (x - p[0]) / np.sqrt(p[1] + a.get("eps", 1e-5))
-    if len(p) > 2:
-        y = y * p[2]
-    if len(p) > 3:
-        y = y + p[3]
-    return (y.astype(xs[0].dtype),)
-
-
 # -- linear, embedding, attention ---------------------------------------------------------------------
 
 
@@ -361,123 +317,6 @@ def _sdpa_ref(xs: Sequence[np.ndarray], a: Attrs) -> tuple[np.ndarray, ...]:
         m = xs[3]
         s = np.where(m, s, -np.inf) if m.dtype == np.bool_ else s + m.astype(np.float64)
     return ((_softmax_np(s, -1) @ v).astype(xs[0].dtype),)
-
-
-# -- convolution and pooling ------------------------------------------------------------------------
-
-
-def _conv2d_infer(ts: Sequence[TensorType], attrs: Attrs, ctx: ShapeCtx) -> tuple[TensorType, ...]:
-    (out,) = _conv_infer(ts[:2], attrs, ctx)
-    if len(ts) > 2:
-        same_dtype(ts, "conv2d")
-        if ts[2].rank != 1:
-            raise ShapeError(f"conv bias must be 1-D, got {ts[2]}")
-        ctx.require_equal(ts[2].shape[0], ts[1].shape[0], "conv bias size differs from out channels")
-    return (out,)
-
-
-def _conv2d_dec(b: B, xs: Sequence[Value], a: Attrs) -> tuple[Value, ...]:
-    y = b.op(Op.CONV, xs[0], xs[1], **dict(a.items()))
-    if len(xs) > 2:
-        y = b.op(Op.ADD, y, b.reshape(xs[2], (xs[2].type.shape[0],) + (1,) * (y.type.rank - 2)))
-    return (y,)
-
-
-def _conv2d_ref(xs: Sequence[np.ndarray], a: Attrs) -> tuple[np.ndarray, ...]:
-    (y,) = _conv_ref(xs[:2], a)
-    if len(xs) > 2:
-        y = (acc(y) + acc(xs[2]).reshape((-1,) + (1,) * (y.ndim - 2))).astype(y.dtype)
-    return (y,)
-
-
-def _pool_params(attrs: Attrs, nsp: int) -> tuple[tuple, tuple, tuple]:
-    kernel = attrs.get("kernel")
-    if not isinstance(kernel, tuple) or len(kernel) != nsp or any(not isinstance(k, int) or k < 1 for k in kernel):
-        raise ShapeError(f"pool kernel must have {nsp} positive ints, got {kernel!r}")
-    strides, pads, _, _ = _conv_params(
-        Attrs(strides=attrs.get("strides", kernel), pads=attrs.get("pads", (0,) * 2 * nsp)), nsp
-    )
-    if any(pads[2 * i] > kernel[i] // 2 or pads[2 * i + 1] > kernel[i] // 2 for i in range(nsp)):
-        raise ShapeError("pool padding must be at most half the kernel size")
-    return kernel, strides, pads
-
-
-def _pool_infer(ts: Sequence[TensorType], attrs: Attrs, ctx: ShapeCtx) -> tuple[TensorType, ...]:
-    x = ts[0]
-    require_float(x, "pool")
-    if x.rank < 3:
-        raise ShapeError(f"pool needs (N, C, ...), got {x}")
-    kernel, strides, pads = _pool_params(attrs, x.rank - 2)
-    out = list(x.shape[:2])
-    for i, k in enumerate(kernel):
-        padded = add(add(x.shape[2 + i], pads[2 * i]), pads[2 * i + 1])
-        ctx.check_true(padded, ">=", k, f"pool: input dim {2 + i} smaller than the kernel")
-        out.append(add(floordiv(add(padded, -k), strides[i]), 1))
-    return one(x.dtype, tuple(out))
-
-
-def _pool_windows(b: B, x: Value, attrs: Attrs, pad_value: float) -> tuple[list[Value], tuple]:
-    """Every kernel offset as one strided slice of the padded input."""
-    nsp = x.type.rank - 2
-    kernel, strides, pads = _pool_params(attrs, nsp)
-    xp = b.op(Op.PAD, x, pads=(0, 0, 0, 0) + pads, value=pad_value) if any(pads) else x
-    (out_t,) = _pool_infer([x.type], attrs, b.ctx)
-    outs = []
-    for k in np.ndindex(*kernel):
-        starts = (0, 0) + tuple(int(k[i]) for i in range(nsp))
-        stops = tuple(xp.type.shape[:2]) + tuple(
-            add(int(k[i]) + 1, (out_t.shape[2 + i] - 1) * strides[i]) for i in range(nsp)
-        )
-        outs.append(b.op(Op.SLICE, xp, starts=starts, stops=stops, steps=(1, 1) + strides))
-    return outs, kernel
-
-
-def _max_pool_dec(b: B, xs: Sequence[Value], a: Attrs) -> tuple[Value, ...]:
-    wins, _ = _pool_windows(b, xs[0], a, -math.inf)
-    y = wins[0]
-    for w in wins[1:]:
-        y = b.op(Op.MAXIMUM, y, w)
-    return (y,)
-
-
-def _avg_pool_dec(b: B, xs: Sequence[Value], a: Attrs) -> tuple[Value, ...]:
-    x = _up(b, xs[0])
-    wins, kernel = _pool_windows(b, x, a, 0.0)
-    y = wins[0]
-    for w in wins[1:]:
-        y = b.op(Op.ADD, y, w)
-    if a.get("count_include_pad", True) or not any(a.get("pads", ())):
-        count = b.full(float(np.prod(kernel)), F32)
-    else:
-        ones = b.full(1.0, F32, x.type.shape)
-        cwins, _ = _pool_windows(b, ones, a, 0.0)
-        count = cwins[0]
-        for w in cwins[1:]:
-            count = b.op(Op.ADD, count, w)
-    return (b.cast(b.op(Op.DIV, y, count), xs[0].type.dtype),)
-
-
-def _pool_ref(kind: str):
-    def ref(xs: Sequence[np.ndarray], a: Attrs) -> tuple[np.ndarray, ...]:
-        x = acc(xs[0])
-        nsp = x.ndim - 2
-        kernel, strides, pads = _pool_params(a, nsp)
-        fill = -np.inf if kind == "max" else 0.0
-        widths = [(0, 0), (0, 0)] + [(pads[2 * i], pads[2 * i + 1]) for i in range(nsp)]
-        xp = np.pad(x, widths, constant_values=fill)
-        cnt = np.pad(np.ones_like(x), widths)
-        view = np.lib.stride_tricks.sliding_window_view(xp, kernel, axis=tuple(range(2, 2 + nsp)))
-        cview = np.lib.stride_tricks.sliding_window_view(cnt, kernel, axis=tuple(range(2, 2 + nsp)))
-        sl = (slice(None), slice(None)) + tuple(slice(None, None, s) for s in strides)
-        view, cview = view[sl], cview[sl]
-        red = tuple(range(-nsp, 0))
-        if kind == "max":
-            return (view.max(axis=red).astype(xs[0].dtype),)
-        total = view.sum(axis=red)
-        count = np.prod(kernel) if a.get("count_include_pad", True) else cview.sum(axis=red)
-        return ((total / count).astype(xs[0].dtype),)
-
-    return ref
 
 
 # -- small structural ops ------------------------------------------------------------------------------
@@ -583,42 +422,6 @@ DEFS = [
         onnx="Gather",
     ),
     OpDef(Op.SDPA, _sdpa_infer, _sdpa_ref, (3, 4), _sdpa_dec, onnx="Attention", attrs=("is_causal", "scale")),
-    OpDef(
-        Op.CONV2D,
-        _conv2d_infer,
-        _conv2d_ref,
-        (2, 3),
-        _conv2d_dec,
-        onnx="Conv",
-        attrs=("strides", "pads", "dilations", "groups"),
-    ),
-    OpDef(
-        Op.MAX_POOL2D,
-        _pool_infer,
-        _pool_ref("max"),
-        (1, 1),
-        _max_pool_dec,
-        onnx="MaxPool",
-        attrs=("kernel", "strides", "pads"),
-    ),
-    OpDef(
-        Op.AVG_POOL2D,
-        _pool_infer,
-        _pool_ref("avg"),
-        (1, 1),
-        _avg_pool_dec,
-        onnx="AveragePool",
-        attrs=("kernel", "strides", "pads", "count_include_pad"),
-    ),
-    OpDef(
-        Op.BATCH_NORM,
-        _batch_norm_infer,
-        _batch_norm_ref,
-        (3, 5),
-        _batch_norm_dec,
-        onnx="BatchNormalization",
-        attrs=("eps",),
-    ),
     OpDef(
         Op.REDUCE_MEAN,
         _mean_infer,
