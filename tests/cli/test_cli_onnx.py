@@ -33,7 +33,8 @@ def onnx_file(tmp_path: Path) -> Path:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])],
         [numpy_helper.from_array(WEIGHT, "W")],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    opsets = [helper.make_opsetid("", 17)]
+    model = helper.make_model(graph, opset_imports=opsets, ir_version=helper.find_min_ir_version_for(opsets))
     onnx.checker.check_model(model)
     path = tmp_path / "tiny.onnx"
     onnx.save(model, path)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +23,13 @@ I64 = TensorProto.INT64
 
 def model_of(nodes: list, inputs: list, outputs: list, inits: list | None = None, opset: int = 17) -> onnx.ModelProto:
     graph = helper.make_graph(nodes, "m", inputs, outputs, inits or [])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    opsets = [helper.make_opsetid("", opset)]
+    model = helper.make_model(graph, opset_imports=opsets)
+    # The oldest IR version the opset allows, so every onnxruntime the tests may meet can load it
+    # (an opset newer than this onnx package has none: those models keep the default).
+    with contextlib.suppress(ValueError):
+        model.ir_version = helper.find_min_ir_version_for(opsets)
+    return model
 
 
 def c64(name: str, values: list[int]) -> onnx.TensorProto:
