@@ -11,7 +11,7 @@ from aotc.errors import ExecError
 from aotc.ir.graph import Graph
 from aotc.ir.ops import OPS, Op
 from aotc.ir.symbolic import SymExpr, evaluate
-from aotc.ir.types import Attrs, Node
+from aotc.ir.types import Attrs
 
 
 def concrete_attrs(attrs: Attrs, env: Mapping[str, int]) -> Attrs:
@@ -50,6 +50,17 @@ class GraphRunner:
         for vid, i in last.items():
             if vid not in keep:
                 self._free_after[i] += (vid,)
+        # Per node, what every call would otherwise look up again: its reference, whether its attrs
+        # need the call's dims, and its outputs' numpy dtypes.
+        self._steps = [
+            (
+                node,
+                OPS[node.op].ref,
+                any(_has_sym(v) for v in node.attrs.values()),
+                tuple(o.type.dtype.np for o in node.outputs),
+            )
+            for node in graph.nodes
+        ]
 
     def run(self, feeds: Sequence[np.ndarray], env: Mapping[str, int]) -> list[np.ndarray]:
         g = self.graph
@@ -57,25 +68,27 @@ class GraphRunner:
             raise ExecError(f"graph {g.name} takes {len(g.inputs)} inputs, got {len(feeds)}")
         vals: dict[int, np.ndarray] = {v.id: x for v, x in zip(g.inputs, feeds)}
         with np.errstate(all="ignore"):
-            for i, node in enumerate(g.nodes):
-                outs = self._run_node(node, vals, env)
+            for i, step in enumerate(self._steps):
+                node = step[0]
+                outs = self._run_node(step, vals, env)
                 for o, x in zip(node.outputs, outs):
                     vals[o.id] = x
                 for vid in self._free_after[i]:
                     vals.pop(vid, None)
         return [vals[o.id] for o in g.outputs]
 
-    def _run_node(self, node: Node, vals: dict[int, np.ndarray], env: Mapping[str, int]) -> Sequence[np.ndarray]:
+    def _run_node(self, step: tuple, vals: dict[int, np.ndarray], env: Mapping[str, int]) -> Sequence[np.ndarray]:
+        node, ref, symbolic, dtypes = step
         if node.op is Op.CONSTANT:
             return (self.graph.constants[node.attrs["name"]],)
-        attrs = concrete_attrs(node.attrs, env)
+        attrs = concrete_attrs(node.attrs, env) if symbolic else node.attrs
         try:
-            outs = OPS[node.op].ref([vals[v.id] for v in node.inputs], attrs)
+            outs = ref([vals[v.id] for v in node.inputs], attrs)
         except ExecError:
             raise
         except (ValueError, IndexError, TypeError, OverflowError, MemoryError) as e:
             raise ExecError(f"{node.op.value}{' at ' + node.loc if node.loc else ''} failed: {e}") from e
-        return [np.asarray(x, dtype=o.type.dtype.np) for x, o in zip(outs, node.outputs)]
+        return [np.asarray(x, dtype=dt) for x, dt in zip(outs, dtypes)]
 
 
 def run_graph(graph: Graph, feeds: Sequence[np.ndarray], env: Mapping[str, int]) -> list[np.ndarray]:

@@ -16,8 +16,9 @@ import numpy as np
 from aotc.errors import ArtifactError, GuardError
 from aotc.ir.dtypes import DType
 from aotc.ir.graph import Graph, Guard
+from aotc.ir.shapes import fmt_shape
 from aotc.ir.symbolic import SymExpr, evaluate, sym, to_infix
-from aotc.ir.types import Shape, ShapeDim
+from aotc.ir.types import Shape, ShapeDim, TensorType
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,7 @@ class InputSpec:
     shape: Shape
 
     def __str__(self) -> str:
-        return f"{self.name}: {self.dtype.value}[{', '.join(to_infix(d) for d in self.shape)}]"
+        return f"{self.name}: {TensorType(self.dtype, self.shape)}"
 
 
 def input_specs(graph: Graph) -> tuple[InputSpec, ...]:
@@ -67,14 +68,10 @@ def _as_array(spec: InputSpec, value: Any) -> np.ndarray:
         except Exception as e:  # np.asarray raises many kinds for ragged or exotic objects
             raise GuardError(f"input {spec.name!r} is not an array: {type(value).__name__} ({e})") from None
     if arr.ndim != len(spec.shape):
-        raise GuardError(f"input {spec.name!r} has rank {arr.ndim}, expected {len(spec.shape)} {_fmt(spec.shape)}")
+        raise GuardError(f"input {spec.name!r} has rank {arr.ndim}, expected {len(spec.shape)} {fmt_shape(spec.shape)}")
     if arr.dtype != spec.dtype.np:
         raise GuardError(f"input {spec.name!r} has dtype {arr.dtype.name}, expected {spec.dtype.value}")
     return arr
-
-
-def _fmt(shape: Shape) -> str:
-    return "(" + ", ".join(to_infix(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
 # -- binding symbols -----------------------------------------------------------------------------

@@ -13,6 +13,7 @@ import aotc
 from aotc.frontend.compile import compile_graph
 from aotc.ir.graph import Symbol
 from aotc.onnx import import_onnx
+from aotc_cli.feeds import build_feeds
 from aotc_cli.loader import load_model
 
 ort = pytest.importorskip("onnxruntime")
@@ -31,15 +32,10 @@ def two_values(s: Symbol) -> tuple[int, int]:
 
 
 def feeds_for(compiled: aotc.CompiledModel, env: dict[str, int], seed: int) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    out = {}
-    for v, name in zip(compiled.graph.inputs, compiled.graph.input_names):
-        shape = tuple(d if isinstance(d, int) else env[d.symbol_name] for d in v.type.shape)
-        if v.type.dtype.is_float:
-            out[name] = rng.standard_normal(shape).astype(v.type.dtype.np)
-        else:  # token ids and masks: 0/1 are valid for every vocabulary
-            out[name] = rng.integers(0, 2, shape).astype(v.type.dtype.np)
-    return out
+    """Random inputs at ``env`` as ``aotc run --random`` draws them (ints in [0, 2): valid ids and masks)."""
+    feeds, used = build_feeds(compiled.graph, {}, env, random=True, seed=seed)
+    assert used == env
+    return feeds
 
 
 @pytest.fixture(scope="module", params=MODELS, ids=lambda p: p.stem)
