@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from aotc.ir.graph import Graph
+from aotc.lowering.options import CompileOptions
+from aotc.lowering.precision import PRECISIONS
 from aotc_cli.dims import parse_dim_ranges
 from aotc_cli.errors import UserError, debug_option
 from aotc_cli.loader import call_user_code, load_model
+from aotc_cli.paths import check_output_path, require_file
 from aotc_cli.progress import StageTimer
 from aotc_cli.text import format_size
+
+if TYPE_CHECKING:
+    from aotc.compiler import CompiledModel
 
 HELP = """Compile FILE into an artifact.
 
@@ -32,12 +40,20 @@ The artifact goes to -o, or to FILE's stem + `.aotc` in the current folder.
 """
 
 
-def build_artifact(graph: Graph, dump_ir: str | None, timer: StageTimer) -> bytes:
+def build_artifact(
+    graph: Graph, dump_ir: str | None, timer: StageTimer, options: CompileOptions | None = None
+) -> bytes:
     """Lower a traced or imported graph and write the artifact through ``aotc.compile``'s own path,
     reporting each stage to ``timer``."""
-    from aotc.frontend.compile import compile_graph
+    return compile_model(graph, dump_ir, timer, options).artifact_bytes
 
-    return compile_graph(graph, dump_ir=dump_ir, progress=timer).artifact_bytes
+
+def compile_model(
+    graph: Graph, dump_ir: str | None, timer: StageTimer, options: CompileOptions | None = None
+) -> CompiledModel:
+    from aotc.compiler import compile_graph
+
+    return compile_graph(graph, options=options, dump_ir=dump_ir, progress=timer)
 
 
 def _trace_python(path: Path, model_name: str | None, timer: StageTimer) -> Graph:
@@ -64,15 +80,43 @@ def _import_onnx(path: Path, dims: dict[str, tuple[int, int]], timer: StageTimer
 @click.option("--dim", "dims", multiple=True, metavar="NAME=MIN:MAX", help="ONNX only: range of a symbolic dim.")
 @click.option("--dump-ir", metavar="DIR", help="Write the graph before and after every lowering stage to DIR.")
 @click.option("-v", "--verbose", is_flag=True, help="Time every compile stage, not only those over a second.")
+@click.option(
+    "--precision",
+    type=click.Choice(PRECISIONS),
+    default="fp32",
+    show_default=True,
+    help="bf16/fp16: matmuls, convs and attention in half precision with float32 accumulation, weights stored "
+    "in it; tf32: float32 matmuls may use tf32 tensor cores on a GPU (no change on the cpu).",
+)
+@click.option("--no-matmul-padding", is_flag=True, help="Never pad matmul dims to 16-byte alignment.")
+@click.option(
+    "--target",
+    "targets",
+    multiple=True,
+    metavar="SM",
+    help="GPU architecture to compile the kernels for, e.g. sm_80 (repeatable; 'none' for no binaries).  "
+    "[default: sm_80 and sm_90]",
+)
+@click.option("--explain", is_flag=True, help="Print each kernel (what it fuses) and each fusion declined, and why.")
 @debug_option
 def compile_command(
-    file: str, output: str | None, model_name: str | None, dims: tuple[str, ...], dump_ir: str | None, verbose: bool
+    file: str,
+    output: str | None,
+    model_name: str | None,
+    dims: tuple[str, ...],
+    dump_ir: str | None,
+    verbose: bool,
+    precision: str,
+    no_matmul_padding: bool,
+    targets: tuple[str, ...],
+    explain: bool,
 ) -> None:
-    path = Path(file)
+    options = dataclasses.replace(CompileOptions.from_env(), precision=precision, matmul_padding=not no_matmul_padding)
+    if targets:
+        options = dataclasses.replace(options, targets=_parse_targets(targets))
     ranges = parse_dim_ranges(dims)
-    if not path.is_file():
-        raise UserError(f"no such file: {file}")
-    out = Path(output) if output else Path(path.stem + ".aotc")
+    path = require_file(file)
+    out = check_output_path(output if output else path.stem + ".aotc")
     timer = StageTimer(threshold_s=0.0 if verbose else 1.0)
     start = time.perf_counter()
     if path.suffix == ".onnx":
@@ -85,7 +129,20 @@ def compile_command(
         graph = _trace_python(path, model_name, timer)
     else:
         raise UserError(f"{file}: expected a Python model file (.py) or an ONNX file (.onnx)")
-    data = build_artifact(graph, dump_ir, timer)
+    compiled = compile_model(graph, dump_ir, timer, options)
+    data = compiled.artifact_bytes
     out.write_bytes(data)
     timer.finish()
+    if explain:
+        click.echo(compiled.explain(), nl=False)
     click.echo(f"wrote {out} ({format_size(len(data))}) in {time.perf_counter() - start:.1f}s")
+
+
+def _parse_targets(targets: tuple[str, ...]) -> tuple[str, ...]:
+    from aotc.errors import UnsupportedError
+    from aotc.lowering.options import parse_targets
+
+    try:
+        return parse_targets(",".join(targets))
+    except UnsupportedError as e:
+        raise UserError(f"--target: {e}") from e

@@ -6,6 +6,10 @@ from collections.abc import Sequence
 
 import click
 
+# Dims are int64 in the artifact and the kernels; a bound of 2**62 keeps simple expressions of them (2 * seq,
+# seq + 1) in range too.
+MAX_DIM = 1 << 62
+
 
 def _pairs(items: Sequence[str], option: str, form: str) -> list[tuple[str, str, str]]:
     """(name, value, original item) per ``NAME=VALUE`` item; each name at most once."""
@@ -43,6 +47,8 @@ def parse_dim_ranges(items: Sequence[str]) -> dict[str, tuple[int, int]]:
         hi = _int(hi_text, item, "--dim") if sep else lo
         if lo < 0 or hi < lo:
             raise click.BadParameter(f"{item!r}: need 0 <= MIN <= MAX", param_hint="--dim")
+        if hi > MAX_DIM:
+            raise click.BadParameter(f"{item!r}: MAX must be at most {MAX_DIM} (2**62)", param_hint="--dim")
         out[name] = (lo, hi)
     return out
 

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from aotc_cli.errors import UserError, debug_option
 from aotc_cli.loader import call_user_code, load_model
+from aotc_cli.paths import check_output_path, require_file
 
 
 @click.command("export-onnx")
@@ -19,9 +18,8 @@ def export_command(source: str, output: str, model_name: str | None) -> None:
     """Write the model in FILE.py, or the high-level graph stored in ARTIFACT, as ONNX.
 
     Dynamic dims become ONNX dim_params of the same name."""
-    path = Path(source)
-    if not path.is_file():
-        raise UserError(f"no such file: {source}")
+    path = require_file(source)
+    check_output_path(output)
     import aotc.onnx as onnx_api  # its names raise UnsupportedError, saying what to install, when onnx is missing
 
     if path.suffix == ".py":

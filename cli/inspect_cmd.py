@@ -21,13 +21,37 @@ def _counts(op_counts: dict[str, int]) -> str:
     return ", ".join(f"{op} {n}" for op, n in sorted(op_counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
+def _kernel_lines(info: dict[str, Any]) -> list[str]:
+    """The kernels (name, targets, warps, shared memory, fused primitives) and the arena at the symbols' maxima."""
+    lines = []
+    if info.get("unusable_kernel_features"):
+        lines.append(f"kernels    not usable by this aotc (needs {', '.join(info['unusable_kernel_features'])})")
+    kernels = info.get("kernels") or []
+    if not kernels:
+        if not info.get("unusable_kernel_features"):
+            lines.append("kernels    none (cpu only)")
+        return lines
+    with_bin = sum(bool(k["targets"]) for k in kernels)
+    lines.append(f"kernels    {len(kernels)} ({'with cubins and PTX' if with_bin else 'source only, no targets'})")
+    rows = []
+    for k in kernels:
+        targets = ",".join(k["targets"]) or "-"
+        shared = format_size(k["shared"]) if k["shared"] is not None else "-"
+        rows.append([k["name"], targets, f"{k['num_warps']} warps", f"smem {shared}", " ".join(k["ops"])])
+    lines += table(rows, "  ")
+    if info.get("arena_bytes") is not None:
+        lines.append(f"arena      {format_size(info['arena_bytes'])} at most (every dim at its maximum)")
+    return lines
+
+
 def render_text(info: dict[str, Any]) -> str:
     """The describe() dict for a reader: interface first, then dims, guards, sizes and variants."""
     lines = [
         f"model      {info['model_name']}",
         f"versions   format {info['format_version']}, schema {info['schema_version']}, "
         f"written by aotc {info['producer_version']}",
-        f"file       {format_size(info['file_size'])}, checksums {info['checksums']}",
+        f"file       {format_size(info['file_size'])}, checksums {info['checksums']}"
+        + ("" if info.get("segments_verified", True) else " (--verify reads and checks the weights)"),
         f"weights    {info['constants']} constants, {format_size(info['weight_bytes'])}",
         "inputs",
     ]
@@ -49,13 +73,15 @@ def render_text(info: dict[str, Any]) -> str:
     if info.get("source"):
         src = info["source"]
         lines.append(f"source     high-level graph, {src['nodes']} ops ({_counts(src['op_counts'])})")
+    lines += _kernel_lines(info)
     if info.get("meta"):
         lines.append("meta")
         lines += [f"  {k}: {json.dumps(v)}" for k, v in info["meta"].items()]
     shown = {
         "model_name", "format_version", "schema_version", "producer_version", "file_size", "checksums",
+        "segments_verified",
         "constants", "weight_bytes", "inputs", "outputs", "output_tree", "symbols", "guards", "variants",
-        "source", "meta",
+        "source", "meta", "features", "kernel_features", "unusable_kernel_features", "kernels", "arena_bytes",
     }  # fmt: skip
     # anything describe() grows later still shows, as JSON
     lines += [f"{k}: {json.dumps(v)}" for k, v in info.items() if k not in shown]
@@ -65,16 +91,25 @@ def render_text(info: dict[str, Any]) -> str:
 @click.command("inspect")
 @click.argument("artifact", metavar="ARTIFACT")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@click.option(
+    "--verify",
+    is_flag=True,
+    help="Also check every data segment's checksum (reads all the weights; without it only the header is checked).",
+)
 @debug_option
-def inspect_command(artifact: str, as_json: bool) -> None:
+def inspect_command(artifact: str, as_json: bool, verify: bool) -> None:
     """Show what ARTIFACT holds: versions, inputs and outputs with symbolic shapes, dims and their
-    ranges, guards, op counts, weight bytes and checksum status."""
+    ranges, guards, op counts, kernels (targets, fused ops, warps, shared memory), the arena size,
+    weight bytes and checksum status.
+
+    The header (preamble, FlatBuffer, graphs) is verified in full; the weights are not read unless
+    --verify is given, so inspecting a large file is instant."""
     from aotc.artifact.describe import describe
     from aotc.artifact.reader import read_artifact
 
     if not Path(artifact).is_file():
         raise UserError(f"no such file: {artifact}")
-    info = describe(read_artifact(artifact))
+    info = describe(read_artifact(artifact, verify_weights=verify))
     if as_json:
         click.echo(json.dumps(info, indent=2))
     else:

@@ -28,6 +28,7 @@ from typing import Any
 import aotc
 from aotc.errors import AotcError
 from aotc_cli.errors import UserError
+from aotc_cli.paths import require_file
 
 _AOTC_DIR = Path(aotc.__file__).resolve().parent
 
@@ -55,6 +56,12 @@ def call_user_code(path: Path, what: str, fn: Any, *args: Any, **kwargs: Any) ->
         raise
     except SyntaxError as exc:
         raise UserError(f"{exc.filename}:{exc.lineno}: syntax error: {exc.msg}") from exc
+    except SystemExit as exc:
+        # The command's own exit code must say how compiling went, not what the model file chose.
+        raise UserError(
+            f"{what} called sys.exit({exc.code!r}) (at {_user_frame(exc, path)}); a model file must define "
+            "the model, not exit"
+        ) from None
     except Exception as exc:
         if _raised_inside_aotc(exc):
             raise  # a bug in aotc, reported as an internal error
@@ -63,9 +70,7 @@ def call_user_code(path: Path, what: str, fn: Any, *args: Any, **kwargs: Any) ->
 
 def import_file(path: str | Path) -> ModuleType:
     """Import a Python file by path under a private module name; its folder is importable meanwhile."""
-    path = Path(path).resolve()
-    if not path.is_file():
-        raise UserError(f"no such file: {path}")
+    path = require_file(path).resolve()
     if path.suffix != ".py":
         raise UserError(f"{path} is not a Python file (.py)")
     digest = hashlib.sha1(str(path).encode()).hexdigest()[:12]

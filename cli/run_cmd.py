@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import click
 import numpy as np
 
 from aotc_cli.dims import parse_dim_values, parse_input_files
-from aotc_cli.errors import UserError, debug_option
+from aotc_cli.errors import debug_option
 from aotc_cli.feeds import build_feeds, output_names
+from aotc_cli.paths import check_output_path, require_file
 from aotc_cli.text import table
 
 HELP = """Run ARTIFACT once and summarize its outputs.
@@ -20,6 +20,8 @@ at random (seeded by --seed): floats standard normal, bools fair coin flips,
 integers from [0, 2) (0 or 1, so token ids, indices and masks are all valid).
 A dynamic dim takes its `--dim NAME=VALUE`, else the size of a file given with
 --input, else the value in range nearest to 8 that meets the artifact's guards.
+Dims and shapes are checked against the artifact's ranges and guards, and the
+-o path against the file system, before any input is built or the model runs.
 """
 
 
@@ -51,11 +53,12 @@ def run_command(
     import aotc
 
     files, dim_values = parse_input_files(input_files), parse_dim_values(dims)
-    if not Path(artifact).is_file():
-        raise UserError(f"no such file: {artifact}")
+    require_file(artifact)
+    if output:
+        check_output_path(output)
     exe = aotc.load(artifact, device=device)
     graph = exe.artifact.variants[0]
-    feeds, env = build_feeds(graph, files, dim_values, random_inputs, seed)
+    feeds, env = build_feeds(graph, files, dim_values, random_inputs, seed, check=exe.check)
     start = time.perf_counter()
     flat = exe.run(feeds)
     elapsed_ms = (time.perf_counter() - start) * 1e3
@@ -72,5 +75,7 @@ def run_command(
     click.echo("\n".join(table(rows)))
     click.echo(f"\nran on {exe.device} in {elapsed_ms:.1f} ms")
     if output:
-        np.savez(output, **dict(named))
+        # through a file object: np.savez given a name would append ".npz" to one that lacks it
+        with open(output, "wb") as f:
+            np.savez(f, **dict(named))
         click.echo(f"wrote {output}")

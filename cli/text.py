@@ -8,9 +8,12 @@ from collections.abc import Sequence
 def format_size(n: int) -> str:
     if n < 1024:
         return f"{n} B"
-    if n < 1024**2:
-        return f"{n / 1024:.1f} KiB"
-    return f"{n / 1024**2:.1f} MiB"
+    size, unit = n / 1024, "KiB"
+    for bigger in ("MiB", "GiB", "TiB"):
+        if size < 1024:
+            break
+        size, unit = size / 1024, bigger
+    return f"{size:.1f} {unit}"
 
 
 def table(rows: Sequence[Sequence[str]], indent: str = "") -> list[str]:

@@ -31,11 +31,12 @@ import numpy as np
 
 # Case modules (onnx/backend/test/case/node/<name>.py) for --subset: common ops, a few hundred tests, quick.
 SUBSET_MODULES = (
-    "abs", "add", "argmax", "averagepool", "batch_normalization", "cast", "clip", "concat", "constant",
+    "abs", "add", "argmax", "atan", "averagepool", "batch_normalization", "cast", "clip", "concat", "constant",
     "constantofshape", "conv", "div", "dropout", "equal", "erf", "expand", "flatten", "gather", "gelu", "gemm",
     "globalaveragepool", "identity", "layernormalization", "leakyrelu", "less", "matmul", "maxpool", "mul", "neg",
-    "pow", "rangeop", "reducemean", "reducesum", "relu", "reshape", "shape", "sigmoid", "slice", "softmax",
-    "split", "sqrt", "squeeze", "sub", "sum", "tanh", "transpose", "unsqueeze", "where",
+    "pow", "rangeop", "reducemean", "reducesum", "relu", "reshape", "scatterelements", "scatternd", "shape",
+    "sigmoid", "slice", "softmax", "split", "sqrt", "squeeze", "sub", "sum", "tanh", "transpose", "unsqueeze",
+    "where",
 )  # fmt: skip
 
 

@@ -6,7 +6,8 @@ import json
 from typing import Any
 
 from aotc.artifact.layout import MAX_TREE_DEPTH
-from aotc.ir.graph import Graph
+from aotc.ir.graph import Graph, Symbol
+from aotc.ir.ops import OPS, Op
 
 
 def interface_mismatch(a: Graph, b: Graph) -> str:
@@ -58,3 +59,39 @@ def check_output_tree(tree: Any, n_outputs: int, error: type[Exception], what: s
     walk(tree, 0)
     if sorted(leaves) != list(range(n_outputs)):
         raise error(f"{what}: output tree does not name every output exactly once")
+
+
+def symbol_problem(s: Symbol) -> str:
+    """Why no value can bind symbol ``s`` ('' when some can): an empty range, or a multiple_of that no
+    value in [min, max] is a multiple of."""
+    if s.multiple_of < 1 or s.min > s.max:
+        return f"symbol {s.name} has the empty range [{s.min}, {s.max}] (multiple_of {s.multiple_of})"
+    if -(-s.min // s.multiple_of) * s.multiple_of > s.max:
+        return f"symbol {s.name}: no value in [{s.min}, {s.max}] is a multiple of {s.multiple_of}"
+    return ""
+
+
+def graph_problem(g: Graph) -> str:
+    """What the IR verifier lets pass but a stored graph must not hold ('' when nothing): attrs its op
+    does not declare (the op would ignore them and fall back to its defaults), constants no node uses,
+    symbols no value can satisfy. A declared attr may be absent: some have defaults (gather's
+    ``negative_indices``)."""
+    for s in g.symbols:
+        problem = symbol_problem(s)
+        if problem:
+            return problem
+    used: set[str] = set()
+    seen: set[tuple[Op, Any]] = set()
+    for i, node in enumerate(g.nodes):
+        if (node.op, node.attrs) not in seen:
+            seen.add((node.op, node.attrs))
+            declared = OPS[node.op].attrs
+            unknown = [k for k in node.attrs if k not in declared]
+            if unknown:
+                return f"node {i} ({node.op.value}) has attrs {unknown} that {node.op.value} does not declare {list(declared)}"
+        if node.op is Op.CONSTANT:
+            used.add(node.attrs["name"])
+    unused = sorted(set(g.constants) - used)
+    if unused:
+        return f"constants {unused[:5]} are held but no node uses them"
+    return ""

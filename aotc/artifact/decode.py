@@ -9,15 +9,17 @@ anything else the FlatBuffers runtime raises on a malformed buffer into Artifact
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
 import numpy as np
 
+from aotc.artifact.canonical import InterningOrder
 from aotc.artifact.checks import check_output_tree
 from aotc.artifact.generated.Artifact import Artifact as FbArtifact
-from aotc.artifact.layout import DIGEST_SIZE
+from aotc.artifact.layout import SCHEMA_VERSION, segment_digest_size
 from aotc.artifact.tables import Tables, check_indices, column, decode_tables, dtype, expr, text
 from aotc.errors import ArtifactError, ShapeError
 from aotc.ir.dtypes import DType
@@ -25,6 +27,9 @@ from aotc.ir.graph import Graph, Guard, Symbol
 from aotc.ir.ops import Op
 from aotc.ir.symbolic import sym
 from aotc.ir.types import Node, Value
+
+# aotc.__version__, as the writer stores it (PEP 440 characters)
+_VERSION = re.compile(r"[0-9A-Za-z.+!_-]{1,64}")
 
 
 @dataclass(frozen=True)
@@ -45,9 +50,10 @@ class ConstantInfo:
 class Decoder:
     """Reads one FlatBuffer; ``size`` bounds every vector length before it is iterated."""
 
-    def __init__(self, buf: bytes) -> None:
+    def __init__(self, buf: bytes, schema_version: int = SCHEMA_VERSION) -> None:
         self.buf = buf
         self.size = len(buf)
+        self.version = schema_version
         self.root = FbArtifact.GetRootAs(buf, 0)
 
     # -- header ------------------------------------------------------------------------------
@@ -55,7 +61,10 @@ class Decoder:
         return int(self.root.SchemaVersion())
 
     def producer_version(self) -> str:
-        return text(self.root.ProducerVersion(), "producer version")
+        v = text(self.root.ProducerVersion(), "producer version")
+        if not _VERSION.fullmatch(v):
+            raise ArtifactError(f"producer version {v[:80]!r} is not a version number")
+        return v
 
     def model_name(self) -> str:
         return text(self.root.ModelName(), "model name")
@@ -76,8 +85,9 @@ class Decoder:
         for i in range(self.count(self.root.SegmentsLength(), "segments")):
             s = self.root.Segments(i)
             digest = column(s.ChecksumAsNumpy(), np.uint8)
-            if len(digest) != DIGEST_SIZE:
-                raise ArtifactError(f"segment {i} has a {len(digest)}-byte checksum, expected {DIGEST_SIZE}")
+            want = segment_digest_size(self.version)
+            if len(digest) != want:
+                raise ArtifactError(f"segment {i} has a {len(digest)}-byte checksum, expected {want}")
             out.append(SegmentInfo(int(s.Offset()), int(s.Length()), digest.tobytes()))
         return out
 
@@ -109,6 +119,15 @@ class Decoder:
     def tables(self) -> Tables:
         return decode_tables(self.root, self.count)
 
+    @cached_property
+    def order(self) -> InterningOrder:
+        return InterningOrder(self.tables)
+
+    def check_all_used(self) -> None:
+        """Call after decoding every graph, in file order: every shared-table entry was used, and first
+        used in the order the writer interns them (canonical.py)."""
+        self.order.finish()
+
     def variants(self) -> list[Any]:
         return [self.root.Variants(i) for i in range(self.count(self.root.VariantsLength(), "variants"))]
 
@@ -132,7 +151,7 @@ class Decoder:
         for v in inputs:
             if values.setdefault(v.id, v) is not v:
                 raise ArtifactError(f"{what}: input value %{v.id} is defined a second time")
-        nodes = self._nodes(g, values, what)
+        nodes = self._nodes(g, values, what, in_types.tolist())
         outputs = tuple(_use(values, vid, f"{what} output") for vid in column(g.OutputsAsNumpy(), np.int64).tolist())
         tree = output_tree(text(g.OutputTreeJson(), f"{what} output tree"), len(outputs), what)
         symbols = tuple(
@@ -149,7 +168,7 @@ class Decoder:
             held[cname] = arr
         return Graph(inputs, input_names, nodes, outputs, tree, symbols, guards, held, name)
 
-    def _nodes(self, g: Any, values: dict[int, Value], what: str) -> tuple[Node, ...]:
+    def _nodes(self, g: Any, values: dict[int, Value], what: str, in_types: list[int]) -> tuple[Node, ...]:
         """The node columns, each range-checked whole, then the nodes in one loop over Python lists."""
         t = self.tables
         ops = column(g.NodeOpsAsNumpy(), np.uint32)
@@ -188,7 +207,9 @@ class Decoder:
         ins_l, out_ids_l, out_types_l = ins.tolist(), out_ids.tolist(), out_types.tolist()
         nodes = []
         a = p = 0
-        columns = zip(ops.tolist(), in_ends.tolist(), out_ends.tolist(), attrs.tolist(), locs.tolist())
+        ops_l, out_ends_l, attrs_l, locs_l = ops.tolist(), out_ends.tolist(), attrs.tolist(), locs.tolist()
+        self.order.graph(ops_l, out_ends_l, out_types_l, attrs_l, locs_l, in_types)
+        columns = zip(ops_l, in_ends.tolist(), out_ends_l, attrs_l, locs_l)
         for i, (k, b, q, attr_set, loc) in enumerate(columns):
             try:
                 node_ins = tuple([values[vid] for vid in ins_l[a:b]])

@@ -6,7 +6,8 @@ from typing import Any
 
 from aotc.artifact.reader import Artifact
 from aotc.ir.graph import Graph
-from aotc.ir.symbolic import to_infix
+from aotc.ir.schedule import Kernel, Schedule
+from aotc.ir.symbolic import bounds, to_infix
 from aotc.ir.types import TensorType
 
 
@@ -14,31 +15,42 @@ def describe(artifact: Artifact) -> dict[str, Any]:
     """Versions, interface, symbols, guards, op counts and sizes. Top-level inputs, outputs, symbols and
     guards are those of the first variant; ``variants`` lists each one."""
     first = artifact.variants[0]
+    schedules = _schedules(artifact)
+    arenas = [_arena_at_max(g, s) for g, s in zip(artifact.variants, schedules) if s is not None]
     return {
         "format_version": artifact.format_version,
         "schema_version": artifact.schema_version,
         "producer_version": artifact.producer_version,
         "model_name": artifact.name,
         "file_size": artifact.file_size,
-        # read_artifact returns only artifacts whose every checksum matched
-        "checksums": "ok",
+        # read_artifact returns only artifacts whose every checked checksum matched; with
+        # verify_weights=False (aotc inspect) the segments' checksums were not computed
+        "checksums": "ok" if artifact.weights_verified else "header ok, segments not verified",
+        "segments_verified": artifact.weights_verified,
         "inputs": _inputs(first),
         "outputs": [{"index": i, **_type(o.type)} for i, o in enumerate(first.outputs)],
         "output_tree": first.output_tree,
         "symbols": _symbols(first),
         "guards": _guards(first),
-        "variants": [_variant(i, g) for i, g in enumerate(artifact.variants)],
+        "variants": [_variant(i, g, s) for i, (g, s) in enumerate(zip(artifact.variants, schedules))],
         "source": None
         if artifact.source is None
         else {"nodes": len(artifact.source.nodes), "op_counts": artifact.source.op_counts()},
         "constants": len(artifact.constants),
         "weight_bytes": artifact.weight_bytes,
         "meta": artifact.meta,
+        "features": list(artifact.features),
+        "kernel_features": list(artifact.kernel_features),
+        "unusable_kernel_features": list(artifact.unusable_kernel_features),
+        "kernels": _kernels(artifact),
+        "arena_bytes": max(arenas) if arenas else None,
     }
 
 
-def _variant(index: int, g: Graph) -> dict[str, Any]:
+def _variant(index: int, g: Graph, s: Schedule | None) -> dict[str, Any]:
     return {
+        "launches": None if s is None else len(s.kernels),
+        "arena_bytes": None if s is None else _arena_at_max(g, s),
         "index": index,
         "name": g.name,
         "inputs": _inputs(g),
@@ -48,6 +60,48 @@ def _variant(index: int, g: Graph) -> dict[str, Any]:
         "op_counts": g.op_counts(),
         "constants": len(g.constants),
     }
+
+
+def _schedules(artifact: Artifact) -> list[Schedule | None]:
+    return [artifact.schedules[i] if i < len(artifact.schedules) else None for i in range(len(artifact.variants))]
+
+
+def _arena_at_max(g: Graph, s: Schedule) -> int:
+    """The arena's size bound over every binding of the symbols. ``ir.symbolic.bounds`` gives a sound upper
+    bound (exact for the sums and products of symbols arena sizes are; evaluating at each symbol's max would
+    not be sound for an expression that is not monotone in its symbols)."""
+    ranges = {x.name: (x.min, x.max) for x in g.symbols}
+    return bounds(s.arena_bytes, ranges, {x.name: x.multiple_of for x in g.symbols})[1]
+
+
+def _kernels(artifact: Artifact) -> list[dict[str, Any]]:
+    """One entry per distinct kernel, in the order the variants first launch them."""
+    first: dict[str, Kernel] = {}
+    launches: dict[str, int] = {}
+    for s in _schedules(artifact):
+        for k in s.kernels if s is not None else ():
+            first.setdefault(k.name, k)
+            launches[k.name] = launches.get(k.name, 0) + 1
+    out = []
+    for name, k in first.items():
+        binary = artifact.kernels.get(name)
+        shared = {c.arch: c.meta.shared for c in binary.cubins} if binary is not None else {}
+        out.append(
+            {
+                "name": name,
+                "kind": k.kind.value,
+                "targets": list(binary.archs) if binary is not None else [],
+                "ptx": binary is not None,
+                "ops": list(k.fused),
+                "num_warps": k.num_warps,
+                "num_stages": k.num_stages,
+                # dynamic shared memory bytes: the most any target's cubin takes, and per target
+                "shared": max(shared.values()) if shared else None,
+                "shared_by_target": shared,
+                "launches": launches[name],
+            }
+        )
+    return out
 
 
 def _type(t: TensorType) -> dict[str, Any]:

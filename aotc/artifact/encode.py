@@ -29,9 +29,12 @@ from aotc.artifact.generated import Symbol as FbSymbol
 from aotc.artifact.generated import TensorType as FbTensorType
 from aotc.artifact.generated.ValueKind import ValueKind
 from aotc.artifact.layout import DTYPE_CODES, MAX_ATTR_DEPTH
+from aotc.artifact.plan_checks import GRAPH_FEATURES
+from aotc.artifact.plan_encode import KernelPlan, encode_codes, encode_schedule, encode_strings
 from aotc.errors import ArtifactError
 from aotc.ir.dtypes import DType
 from aotc.ir.graph import Graph, Guard, Symbol
+from aotc.ir.schedule import Schedule
 from aotc.ir.symbolic import SymExpr, to_sexpr
 from aotc.ir.types import Attrs, TensorType
 
@@ -86,12 +89,19 @@ def encode_artifact(
     constants: Sequence[ConstantEntry],
     segments: Sequence[SegmentEntry],
     tables: Interner | None = None,
+    plan: KernelPlan | None = None,
 ) -> bytes:
-    """The artifact's FlatBuffer. ``tables`` may hold entries already (tests encode attr values alone)."""
+    """The artifact's FlatBuffer. ``tables`` may hold entries already (tests encode attr values alone);
+    ``plan`` holds the variants' launch plans and kernel code (plan_encode.plan_kernels)."""
     b = new_builder()
     t = Interner() if tables is None else tables
+    plan = plan or KernelPlan((None,) * len(variants), (), {})
     const_index = {c.name: i for i, c in enumerate(constants)}
-    variant_offs = [_graph(b, g, t, const_index, f"variant {i}") for i, g in enumerate(variants)]
+    code_index = {k.name: i for i, k in enumerate(plan.codes)}
+    variant_offs = [
+        _graph(b, g, t, const_index, f"variant {i}", s, code_index)
+        for i, (g, s) in enumerate(zip(variants, plan.schedules))
+    ]
     source_off = _graph(b, source, t, const_index, "source graph") if source is not None else None
     const_offs = [_constant(b, c) for c in constants]
     seg_offs = [_segment(b, s) for s in segments]
@@ -102,6 +112,9 @@ def encode_artifact(
     variants_vec = _table_vector(b, variant_offs)
     consts_vec = _table_vector(b, const_offs)
     segs_vec = _table_vector(b, seg_offs)
+    features = encode_strings(b, GRAPH_FEATURES)
+    kernel_features = encode_strings(b, plan.kernel_features)
+    codes = encode_codes(b, plan)
     FbArtifact.Start(b)
     FbArtifact.AddSchemaVersion(b, header.schema_version)
     FbArtifact.AddProducerVersion(b, producer)
@@ -116,6 +129,9 @@ def encode_artifact(
     FbArtifact.AddTypes(b, types)
     FbArtifact.AddAttrValues(b, values)
     FbArtifact.AddAttrSets(b, sets)
+    FbArtifact.AddFeatures(b, features)
+    FbArtifact.AddKernelFeatures(b, kernel_features)
+    FbArtifact.AddKernels(b, codes)
     b.Finish(FbArtifact.End(b))
     return bytes(b.Output())
 
@@ -271,7 +287,15 @@ def _node_columns(g: Graph, t: Interner, what: str) -> _NodeColumns:
     return c
 
 
-def _graph(b: flatbuffers.Builder, g: Graph, t: Interner, const_index: Mapping[str, int], what: str) -> int:
+def _graph(
+    b: flatbuffers.Builder,
+    g: Graph,
+    t: Interner,
+    const_index: Mapping[str, int],
+    what: str,
+    schedule: Schedule | None = None,
+    code_index: Mapping[str, int] | None = None,
+) -> int:
     c = _node_columns(g, t, what)
     fields = [
         (FbGraph.AddName, _string(b, g.name, f"{what} name")),
@@ -292,6 +316,8 @@ def _graph(b: flatbuffers.Builder, g: Graph, t: Interner, const_index: Mapping[s
         (FbGraph.AddGuards, _table_vector(b, [_guard(b, gd) for gd in g.guards])),
         (FbGraph.AddConstants, _uints(b, [const_index[k] for k in g.constants])),
     ]
+    if schedule is not None and code_index is not None:
+        fields.append((FbGraph.AddSchedule, encode_schedule(b, schedule, code_index)))
     FbGraph.Start(b)
     for add, offset in fields:
         add(b, offset)

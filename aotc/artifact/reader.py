@@ -1,8 +1,11 @@
 """Reads artifacts: maps the file, verifies every byte of it, and rebuilds the graphs.
 
-Trust nothing: the magic, versions, every offset and length, every index and enum, every checksum and
-the zero padding are checked before anything is used, and each graph is run through the IR verifier.
-A bad file raises ArtifactError and only ArtifactError. Imports numpy, flatbuffers, stdlib and aotc.ir.
+Trust nothing: the magic, versions, the FlatBuffer's structure (fbverify.py), every offset and length,
+every index and enum, every checksum and the zero padding are checked before anything is used, each
+graph is run through the IR verifier, and the file must be exactly what the writer makes of the model
+it holds (canonical.py, checks.py): an internally inconsistent file is refused, never read as a
+slightly different model. Segment checksums are computed on worker threads while the graphs decode.
+A bad file raises ArtifactError and only ArtifactError. Imports numpy, flatbuffers, xxhash, stdlib and aotc.ir.
 """
 
 from __future__ import annotations
@@ -12,18 +15,23 @@ import mmap
 import os
 import stat
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 
-from aotc.artifact.checks import interface_mismatch
+from aotc.artifact.checks import graph_problem, interface_mismatch
 from aotc.artifact.decode import ConstantInfo, Decoder, SegmentInfo
-from aotc.artifact.layout import PREAMBLE_SIZE, align_up, checksum, unpack_preamble
+from aotc.artifact.fbverify import verify_flatbuffer
+from aotc.artifact.layout import PREAMBLE_SIZE, checksum, unpack_preamble
+from aotc.artifact.plan_decode import PlanDecoder
+from aotc.artifact.segments import SegmentHasher, place_segments
 from aotc.errors import AotcError, ArtifactError
 from aotc.ir.dtypes import DType
 from aotc.ir.graph import Graph
+from aotc.ir.launch import KernelBinary
+from aotc.ir.schedule import Schedule
 from aotc.ir.verify import verify
 
 Buffer = bytes | mmap.mmap
@@ -43,6 +51,18 @@ class Artifact:
     constants: Mapping[str, np.ndarray]
     file_size: int
     path: str | None = None
+    # False only when read with verify_weights=False (``aotc inspect``): every check but the segment
+    # checksums ran, so the arrays in ``constants`` are unverified.
+    weights_verified: bool = True
+    # Per variant, its launch plan (None: that variant runs on the cpu only). Schema >= 3.
+    schedules: tuple[Schedule | None, ...] = ()
+    # The compiled kernels by name (empty when compiled with no targets, or with no kernels).
+    kernels: Mapping[str, KernelBinary] = field(default_factory=lambda: MappingProxyType({}))
+    # What reading the graphs needs, and what the schedules and kernels need (schema.fbs, version 3).
+    features: tuple[str, ...] = ("graph",)
+    kernel_features: tuple[str, ...] = ()
+    # Kernel features this aotc does not know: the file loads for the cpu, with no schedules or kernels.
+    unusable_kernel_features: tuple[str, ...] = ()
 
     @property
     def weight_bytes(self) -> int:
@@ -53,16 +73,24 @@ class Artifact:
         return f"<Artifact {self.name!r}{where}: {len(self.variants)} variant(s), {len(self.constants)} constants>"
 
 
-def read_artifact(source: str | os.PathLike[str] | bytes | bytearray | memoryview) -> Artifact:
-    """Read and verify an artifact from a path (memory-mapped) or from bytes; raises ArtifactError."""
+def read_artifact(
+    source: str | os.PathLike[str] | bytes | bytearray | memoryview, *, verify_weights: bool = True
+) -> Artifact:
+    """Read and verify an artifact from a path (memory-mapped) or from bytes; raises ArtifactError.
+
+    ``verify_weights=False`` skips only the data segments' checksums (everything else is still checked),
+    so describing a large file does not read its weights; such an artifact says so in
+    ``weights_verified`` and must not be run.
+    """
     buf, path = _open(source)
     label = f"invalid artifact {path!r}" if path else "invalid artifact"
     try:
-        return _read(buf, path)
+        return _read(buf, path, verify_weights)
     except ArtifactError as e:
         raise ArtifactError(f"{label}: {e}") from None
     except Exception as e:
-        # The FlatBuffers runtime reports a malformed buffer with whatever struct/numpy raise.
+        # The structure is verified before any accessor runs, so this is a check missing somewhere; still
+        # only ever ArtifactError for the caller (the mutation tests treat this message as a failure).
         raise ArtifactError(f"{label}: malformed FlatBuffer ({type(e).__name__}: {e})") from None
 
 
@@ -86,7 +114,7 @@ def _open(source: Any) -> tuple[Buffer, str | None]:
         raise ArtifactError(f"cannot read artifact {path!r}: {e}") from e
 
 
-def _read(buf: Buffer, path: str | None) -> Artifact:
+def _read(buf: Buffer, path: str | None, verify_weights: bool) -> Artifact:
     view = memoryview(buf)
     size = len(view)
     pre = unpack_preamble(view)
@@ -102,64 +130,78 @@ def _read(buf: Buffer, path: str | None) -> Artifact:
     fb = bytes(view[PREAMBLE_SIZE:fb_end])
     if checksum(fb) != pre.flatbuffer_checksum:
         raise ArtifactError("FlatBuffer is corrupted (checksum mismatch)")
+    # Every offset, length and table is sound before a generated accessor follows one.
+    verify_flatbuffer(fb)
 
-    dec = Decoder(fb)
+    dec = Decoder(fb, pre.schema_version)
     if dec.schema_version() != pre.schema_version:
         raise ArtifactError(
             f"schema version {dec.schema_version()} in the FlatBuffer != {pre.schema_version} in the preamble"
         )
     segments = dec.segments()
-    starts = _check_segments(view, fb_end, segments)
+    starts = place_segments(view, fb_end, segments)
+    hasher = SegmentHasher(view, starts, segments, pre.schema_version) if verify_weights else None
+    try:
+        art = _decode(dec, buf, pre, starts, segments, size, path)
+    except BaseException:
+        if hasher is not None:
+            hasher.cancel()
+        raise
+    if hasher is not None:
+        hasher.join()
+    return replace(art, weights_verified=verify_weights)
+
+
+def _decode(
+    dec: Decoder, buf: Buffer, pre: Any, starts: list[int], segments: Sequence[SegmentInfo], size: int, path: str | None
+) -> Artifact:
     infos = dec.constants(len(segments))
     if len(infos) != len(segments):
         raise ArtifactError(f"{len(segments) - len(infos)} data segment(s) belong to no constant")
     arrays = [(c.name, _constant_array(buf, starts[c.segment], segments[c.segment], c)) for c in infos]
+    plans = PlanDecoder(dec.root, dec.count, pre.schema_version)
 
-    variants = tuple(_graph(dec, g, arrays, f"variant {i}", True) for i, g in enumerate(dec.variants()))
+    fb_variants = dec.variants()
+    variants = tuple(_graph(dec, g, arrays, f"variant {i}", True) for i, g in enumerate(fb_variants))
     if not variants:
         raise ArtifactError("artifact holds no variants")
+    schedules = tuple(
+        plans.schedule(f, g, f"variant {i} schedule") for i, (f, g) in enumerate(zip(fb_variants, variants))
+    )
+    plans.finish()
     for i, g in enumerate(variants[1:], 1):
         problem = interface_mismatch(variants[0], g)
         if problem:
             raise ArtifactError(f"variant {i} does not match variant 0: {problem}")
+    name = dec.model_name()
+    if name != variants[0].name:
+        raise ArtifactError(f"model name {name!r} is not variant 0's name {variants[0].name!r}")
     src = dec.source()
     source = _graph(dec, src, arrays, "source graph", False) if src is not None else None
+    if src is not None and pre.schema_version >= 3 and src.Schedule() is not None:
+        raise ArtifactError("the source graph has a schedule (only variants have launch plans)")
+    dec.check_all_used()
+    held = {k for g in (*variants, *([source] if source is not None else [])) for k in g.constants}
+    for cname, _ in arrays:
+        if cname not in held:
+            raise ArtifactError(f"constant {cname!r} belongs to no graph")
     return Artifact(
         variants=variants,
         source=source,
         meta=dec.meta(),
-        name=dec.model_name(),
+        name=name,
         schema_version=pre.schema_version,
         format_version=pre.format_version,
         producer_version=dec.producer_version(),
         constants=MappingProxyType(dict(arrays)),
         file_size=size,
         path=path,
+        schedules=schedules,
+        kernels=MappingProxyType(plans.binaries),
+        features=plans.features,
+        kernel_features=plans.kernel_features,
+        unusable_kernel_features=plans.unusable,
     )
-
-
-def _check_segments(view: memoryview, fb_end: int, segments: Sequence[SegmentInfo]) -> list[int]:
-    """Where each segment starts in the file: in order after the FlatBuffer, each at the next 4096
-    boundary, zero padding between. Stored offsets count from the data start, the first 4096 boundary
-    at or after the FlatBuffer's end."""
-    size, pos = len(view), fb_end
-    data_start = align_up(fb_end)
-    starts = []
-    for i, s in enumerate(segments):
-        start = align_up(pos)
-        if s.offset != start - data_start:
-            raise ArtifactError(f"segment {i} starts at {s.offset} from the data start, expected {start - data_start}")
-        if s.length > size - start:
-            raise ArtifactError(f"segment {i} ({s.length} bytes at {start}) runs past the end of the file")
-        if bytes(view[pos:start]) != bytes(start - pos):
-            raise ArtifactError(f"padding before segment {i} is not zero")
-        if checksum(view[start : start + s.length]) != s.checksum:
-            raise ArtifactError(f"segment {i} is corrupted (checksum mismatch)")
-        starts.append(start)
-        pos = start + s.length
-    if pos != size:
-        raise ArtifactError(f"file has {size - pos} bytes after its last segment")
-    return starts
 
 
 def _constant_array(buf: Buffer, offset: int, seg: SegmentInfo, c: ConstantInfo) -> np.ndarray:
@@ -189,4 +231,7 @@ def _graph(dec: Decoder, fb_graph: Any, arrays: Sequence[tuple[str, np.ndarray]]
         verify(g, stage="artifact reader", primitive_only=primitive)
     except AotcError as e:
         raise ArtifactError(f"{what}: {e}") from None
+    problem = graph_problem(g)
+    if problem:
+        raise ArtifactError(f"{what}: {problem}")
     return g

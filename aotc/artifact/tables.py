@@ -4,8 +4,9 @@ once each and checked entry by entry, plus the small checked readers the decoder
 from __future__ import annotations
 
 import re
+import struct
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,8 @@ from aotc.ir.types import Attrs, TensorType
 # Canonical expressions are short; a cap keeps a hostile file from making the parser do heavy work.
 MAX_SEXPR_CHARS = 4096
 _PAREN = re.compile(r"\(\s*([^\s()]*)|\)")
+_DOUBLE = struct.Struct("<d")
+_ZERO_DOUBLE = _DOUBLE.pack(0.0)
 
 Counter = Callable[[int, str], int]
 
@@ -30,19 +33,41 @@ class Tables:
     types: list[TensorType]
     attr_values: list[Any]
     attr_sets: list[Attrs]
+    # what each entry refers to, as stored: a type's dim strings; an attr value's string (-1: none) and
+    # tuple items; an attr set's name strings and values. canonical.py checks the tables' order with them.
+    type_dims: list[list[int]] = field(default_factory=list)
+    value_refs: list[tuple[int, list[int]]] = field(default_factory=list)
+    set_refs: list[tuple[list[int], list[int]]] = field(default_factory=list)
 
 
 def decode_tables(root: Any, count: Counter) -> Tables:
-    """The shared tables of the FlatBuffer ``root`` (an Artifact); ``count`` bounds each vector length."""
+    """The shared tables of the FlatBuffer ``root`` (an Artifact); ``count`` bounds each vector length.
+    The writer interns every entry, so each table holding an entry twice is refused."""
     strings = [text(root.Strings(i), f"string {i}") for i in range(count(root.StringsLength(), "strings"))]
+    _unique(strings, "string table", repr)
     exprs = _Exprs(strings)
     types = [exprs.tensor_type(root.Types(i), f"type {i}") for i in range(count(root.TypesLength(), "types"))]
-    values = _attr_values(root, exprs, count)
+    _unique(types, "type table", str)
+    value_refs: list[tuple[int, list[int]]] = []
+    values = _attr_values(root, exprs, count, value_refs)
+    set_refs: list[tuple[list[int], list[int]]] = []
     sets = [
-        _attr_set(root.AttrSets(i), strings, values, f"attr set {i}")
+        _attr_set(root.AttrSets(i), strings, values, f"attr set {i}", set_refs)
         for i in range(count(root.AttrSetsLength(), "attr sets"))
     ]
-    return Tables(strings, types, values, sets)
+    _unique(
+        [(tuple(n), tuple(v)) for n, v in set_refs], "attr set table", lambda k: f"attrs {[strings[i] for i in k[0]]}"
+    )
+    return Tables(strings, types, values, sets, exprs.type_dims, value_refs, set_refs)
+
+
+def _unique(entries: list[Any], table: str, show: Callable[[Any], str]) -> None:
+    if len(set(entries)) == len(entries):
+        return
+    first: dict[Any, int] = {}
+    for i, e in enumerate(entries):
+        if first.setdefault(e, i) != i:
+            raise ArtifactError(f"{table} holds {show(e)} twice (entries {first[e]} and {i})")
 
 
 class _Exprs:
@@ -51,6 +76,7 @@ class _Exprs:
     def __init__(self, strings: list[str]) -> None:
         self.strings = strings
         self._parsed: dict[int, int | SymExpr] = {}
+        self.type_dims: list[list[int]] = []
 
     def __call__(self, index: int, what: str) -> int | SymExpr:
         e = self._parsed.get(index)
@@ -62,24 +88,35 @@ class _Exprs:
         if t is None:
             raise ArtifactError(f"{what} is missing")
         shape = []
-        for index in column(t.ShapeAsNumpy(), np.uint32).tolist():
+        dims = column(t.ShapeAsNumpy(), np.uint32).tolist()
+        for index in dims:
             d = self(index, f"{what} shape")
             if isinstance(d, int) and d < 0:
                 raise ArtifactError(f"{what} shape: negative dim {d}")
             shape.append(d)
+        self.type_dims.append(dims)
         return TensorType(dtype(t.Dtype(), what), tuple(shape))
 
 
-def _attr_values(root: Any, exprs: _Exprs, count: Counter) -> list[Any]:
-    """Entries in order; a tuple refers only to earlier entries, so each is built from finished ones."""
+def _attr_values(root: Any, exprs: _Exprs, count: Counter, refs: list[tuple[int, list[int]]]) -> list[Any]:
+    """Entries in order; a tuple refers only to earlier entries, so each is built from finished ones.
+    Each entry sets exactly the fields its kind uses (the writer leaves the others at their defaults),
+    so a kind changed under a field that stays set is caught rather than read as another value."""
     values: list[Any] = []
     levels: list[int] = []  # how deep each entry's tuples nest
+    keys: dict[tuple[int, Any], int] = {}  # the writer's interning key: kind and value (a float by its bits)
     for i in range(count(root.AttrValuesLength(), "attr values")):
         v = root.AttrValues(i)
         what = f"attr value {i}"
         if v is None:
             raise ArtifactError(f"{what} is missing")
-        kind, level = v.Kind(), 0
+        kind, level, string, items = v.Kind(), 0, -1, []
+        fields = _KIND_FIELDS.get(kind)
+        if fields is None:
+            raise ArtifactError(f"{what} has unknown value kind {kind}")
+        stray = _stray_fields(v, fields)
+        if stray:
+            raise ArtifactError(f"{what}: kind {_KIND_NAMES[kind]} also sets {stray}")
         if kind == ValueKind.Null:
             x: Any = None
         elif kind == ValueKind.Int:
@@ -92,14 +129,16 @@ def _attr_values(root: Any, exprs: _Exprs, count: Counter) -> list[Any]:
                 raise ArtifactError(f"{what}: bool stored as {b}")
             x = b == 1
         elif kind == ValueKind.Str:
-            x = string_at(exprs.strings, int(v.StrValue()), what)
+            string = int(v.StrValue())
+            x = string_at(exprs.strings, string, what)
         elif kind == ValueKind.Dtype:
             x = dtype(v.IntValue(), what)
         elif kind == ValueKind.Sym:
-            x = exprs(int(v.StrValue()), what)
+            string = int(v.StrValue())
+            x = exprs(string, what)
             if not isinstance(x, SymExpr):
                 raise ArtifactError(f"{what}: symbolic value {x} has no symbols")
-        elif kind == ValueKind.Tuple:
+        else:  # Tuple
             items = column(v.ItemsAsNumpy(), np.uint32).tolist()
             if any(j >= i for j in items):
                 raise ArtifactError(f"{what}: a tuple may only hold earlier attr values, not {max(items)}")
@@ -107,14 +146,51 @@ def _attr_values(root: Any, exprs: _Exprs, count: Counter) -> list[Any]:
             if level > MAX_ATTR_DEPTH:
                 raise ArtifactError(f"{what}: tuples nest deeper than {MAX_ATTR_DEPTH} levels")
             x = tuple([values[j] for j in items])
+        if kind == ValueKind.Float:
+            key: tuple[int, Any] = (kind, _DOUBLE.pack(x))
+        elif kind == ValueKind.Tuple:
+            key = (kind, tuple(items))
         else:
-            raise ArtifactError(f"{what} has unknown value kind {kind}")
+            key = (kind, string if string >= 0 else x)
+        if keys.setdefault(key, i) != i:
+            raise ArtifactError(f"attr values {keys[key]} and {i} hold the same value {x!r}")
         values.append(x)
         levels.append(level)
+        refs.append((string, items))
     return values
 
 
-def _attr_set(s: Any, strings: list[str], values: list[Any], what: str) -> Attrs:
+_KIND_NAMES = {v: k for k, v in vars(ValueKind).items() if not k.startswith("_")}
+# The fields each kind sets; every other field must hold its default (items: absent).
+_KIND_FIELDS: dict[int, frozenset[str]] = {
+    ValueKind.Null: frozenset(),
+    ValueKind.Int: frozenset({"int_value"}),
+    ValueKind.Float: frozenset({"float_value"}),
+    ValueKind.Bool: frozenset({"int_value"}),
+    ValueKind.Str: frozenset({"str_value"}),
+    ValueKind.Dtype: frozenset({"int_value"}),
+    ValueKind.Sym: frozenset({"str_value"}),
+    ValueKind.Tuple: frozenset({"items"}),
+}
+
+
+def _stray_fields(v: Any, fields: frozenset[str]) -> list[str]:
+    stray = []
+    if "int_value" not in fields and v.IntValue() != 0:
+        stray.append("int_value")
+    # by its bits: -0.0 and NaN are stray too
+    if "float_value" not in fields and _DOUBLE.pack(v.FloatValue()) != _ZERO_DOUBLE:
+        stray.append("float_value")
+    if "str_value" not in fields and v.StrValue() != 0:
+        stray.append("str_value")
+    if ("items" in fields) == v.ItemsIsNone():
+        stray.append("items" if "items" not in fields else "no items")
+    return stray
+
+
+def _attr_set(
+    s: Any, strings: list[str], values: list[Any], what: str, out_refs: list[tuple[list[int], list[int]]]
+) -> Attrs:
     if s is None:
         raise ArtifactError(f"{what} is missing")
     names = column(s.NamesAsNumpy(), np.uint32)
@@ -126,7 +202,11 @@ def _attr_set(s: Any, strings: list[str], values: list[Any], what: str) -> Attrs
     keys = [strings[k] for k in names.tolist()]
     if len(set(keys)) != len(keys):
         raise ArtifactError(f"{what} names an attr twice: {sorted(keys)}")
-    return Attrs(dict(zip(keys, [values[j] for j in refs.tolist()])))
+    if keys != sorted(keys):
+        raise ArtifactError(f"{what} names its attrs out of order: {keys}")
+    refs_l = refs.tolist()
+    out_refs.append((names.tolist(), refs_l))
+    return Attrs(dict(zip(keys, [values[j] for j in refs_l])))
 
 
 # -- small readers -------------------------------------------------------------------------------

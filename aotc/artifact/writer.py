@@ -11,12 +11,23 @@ from typing import Any
 import numpy as np
 
 from aotc import __version__
-from aotc.artifact.checks import check_output_tree, interface_mismatch
+from aotc.artifact.checks import check_output_tree, graph_problem, interface_mismatch
 from aotc.artifact.encode import ConstantEntry, Header, SegmentEntry, encode_artifact
-from aotc.artifact.layout import FORMAT_VERSION, PREAMBLE_SIZE, SCHEMA_VERSION, Preamble, align_up, checksum
+from aotc.artifact.layout import (
+    FORMAT_VERSION,
+    PREAMBLE_SIZE,
+    SCHEMA_VERSION,
+    Preamble,
+    align_up,
+    checksum,
+    segment_checksum,
+)
+from aotc.artifact.plan_encode import plan_kernels
 from aotc.errors import ArtifactError, ShapeError
 from aotc.ir.dtypes import DType, dtype_of
 from aotc.ir.graph import Graph
+from aotc.ir.launch import KernelBinary
+from aotc.ir.schedule import Schedule
 from aotc.ir.verify import verify
 
 
@@ -43,13 +54,18 @@ def write_artifact(
     *,
     source: Graph | None = None,
     meta: Mapping[str, Any] | None = None,
+    schedules: Sequence[Schedule | None] | None = None,
+    binaries: Sequence[KernelBinary] = (),
 ) -> bytes:
     """The artifact for ``variants`` (lowered, primitive-only graphs of one model) as bytes.
 
     ``source`` is the model's high-level graph, kept for ONNX export. ``meta`` must be JSON-able.
-    Raises VerifyError for an invalid graph and ArtifactError for anything that can't be stored.
+    ``schedules`` holds each variant's launch plan (None: that variant has no kernels), ``binaries`` the
+    compiled kernels (one per distinct kernel name, or none when compiled with no targets).
+    Raises VerifyError for an invalid graph and ArtifactError for anything that can't be stored,
+    including a plan that does not fit its variant (plan_checks.py).
     """
-    return b"".join(_plan(variants, source, meta).chunks())
+    return b"".join(_plan(variants, source, meta, schedules, binaries).chunks())
 
 
 def save_artifact(
@@ -58,12 +74,13 @@ def save_artifact(
     *,
     source: Graph | None = None,
     meta: Mapping[str, Any] | None = None,
+    schedules: Sequence[Schedule | None] | None = None,
+    binaries: Sequence[KernelBinary] = (),
 ) -> None:
-    """Write the artifact to ``path``, streaming the segments (no copy of the weights in memory).
-
-    The file appears atomically: it is written next to ``path`` and renamed into place.
+    """Write the artifact to ``path`` (see write_artifact), streaming the segments (no copy of the
+    weights in memory). The file appears atomically: it is written next to ``path`` and renamed into place.
     """
-    plan = _plan(variants, source, meta)
+    plan = _plan(variants, source, meta, schedules, binaries)
     path = os.fspath(path)
     tmp = f"{path}.tmp{os.getpid()}"
     try:
@@ -81,12 +98,19 @@ def save_artifact(
 # -- planning ------------------------------------------------------------------------------------
 
 
-def _plan(variants: Sequence[Graph], source: Graph | None, meta: Mapping[str, Any] | None) -> _Plan:
+def _plan(
+    variants: Sequence[Graph],
+    source: Graph | None,
+    meta: Mapping[str, Any] | None,
+    schedules: Sequence[Schedule | None] | None,
+    binaries: Sequence[KernelBinary],
+) -> _Plan:
     variants = _check_graphs(variants, source)
+    kernels = plan_kernels(variants, schedules, binaries)
     arrays = _collect_constants([*variants, *([source] if source is not None else [])])
     names = list(arrays)
     datas = [_bytes_of(arrays[n]) for n in names]
-    checksums = [checksum(d) for d in datas]
+    checksums = [segment_checksum(d) for d in datas]
     constants = [
         ConstantEntry(n, dtype_of(arrays[n].dtype), tuple(int(d) for d in arrays[n].shape), i)
         for i, n in enumerate(names)
@@ -97,7 +121,7 @@ def _plan(variants: Sequence[Graph], source: Graph | None, meta: Mapping[str, An
     # they are known before the FlatBuffer is built and one pass settles the layout.
     offsets = _segment_offsets([len(d) for d in datas])
     segments = [SegmentEntry(o, len(d), c) for o, d, c in zip(offsets, datas, checksums)]
-    fb = encode_artifact(header, variants, source, constants, segments)
+    fb = encode_artifact(header, variants, source, constants, segments, plan=kernels)
     data_start = align_up(PREAMBLE_SIZE + len(fb))
     placed = tuple((data_start + o, d) for o, d in zip(offsets, datas))
     end = placed[-1][0] + len(placed[-1][1]) if placed else PREAMBLE_SIZE + len(fb)
@@ -126,6 +150,9 @@ def _check_graphs(variants: Sequence[Graph], source: Graph | None) -> list[Graph
         what = "source graph" if i == len(variants) else f"variant {i}"
         verify(g, stage=f"artifact writer ({what})", primitive_only=i < len(variants))
         check_output_tree(g.output_tree, len(g.outputs), ArtifactError, what)
+        problem = graph_problem(g)
+        if problem:
+            raise ArtifactError(f"{what}: {problem}")
     first = variants[0]
     for i, g in enumerate(variants[1:], 1):
         problem = interface_mismatch(first, g)

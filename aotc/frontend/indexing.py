@@ -134,4 +134,5 @@ def _take(x: Tensor, items: tuple[Any, ...]) -> Tensor:
         ax = k
     if not 0 <= ax < x.ndim:
         raise trace_error(f"index tensor position is out of range for a tensor of rank {x.ndim}")
-    return wrap(tr.op(Op.GATHER, x._v(), idx._v(), axis=ax), tr)
+    # x[ids] takes ids in [-n, n) as PyTorch's advanced indexing does (index_select and embedding do not)
+    return wrap(tr.op(Op.GATHER, x._v(), idx._v(), axis=ax, negative_indices=True), tr)

@@ -8,7 +8,9 @@ from typing import Any
 import numpy as np
 
 from aotc.errors import ExecError
+from aotc.ir.analysis import analyze
 from aotc.ir.graph import Graph
+from aotc.ir.index_check import IndexRangeError, index_error_message, index_source, op_where
 from aotc.ir.ops import OPS, Op
 from aotc.ir.symbolic import SymExpr, evaluate
 from aotc.ir.types import Attrs
@@ -41,15 +43,7 @@ class GraphRunner:
 
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
-        last: dict[int, int] = {}
-        for i, node in enumerate(graph.nodes):
-            for v in node.inputs:
-                last[v.id] = i
-        keep = {o.id for o in graph.outputs}
-        self._free_after: list[tuple[int, ...]] = [() for _ in graph.nodes]
-        for vid, i in last.items():
-            if vid not in keep:
-                self._free_after[i] += (vid,)
+        self._free_after = analyze(graph).free_after
         # Per node, what every call would otherwise look up again: its reference, whether its attrs
         # need the call's dims, and its outputs' numpy dtypes.
         self._steps = [
@@ -84,10 +78,14 @@ class GraphRunner:
         attrs = concrete_attrs(node.attrs, env) if symbolic else node.attrs
         try:
             outs = ref([vals[v.id] for v in node.inputs], attrs)
-        except ExecError:
-            raise
+        except IndexRangeError as e:
+            name, same_place = index_source(self.graph, node)
+            pos = e.position if same_place else None
+            raise ExecError(index_error_message(op_where(node), e.low, e.high, name, e.value, pos)) from e
+        except ExecError as e:
+            raise ExecError(f"{op_where(node)}: {e}") from e
         except (ValueError, IndexError, TypeError, OverflowError, MemoryError) as e:
-            raise ExecError(f"{node.op.value}{' at ' + node.loc if node.loc else ''} failed: {e}") from e
+            raise ExecError(f"{op_where(node)} failed: {e}") from e
         return [np.asarray(x, dtype=dt) for x, dt in zip(outs, dtypes)]
 
 

@@ -60,7 +60,7 @@ class ShapeCtx:
             return
         y, k = atom.args
         self._zero.append(add(y, mul(floordiv(y, k), -k)))
-        if isinstance(y, SymExpr) and y.is_symbol():
+        if isinstance(y, SymExpr) and y.is_symbol() and isinstance(k, int):
             self.multiples[y.symbol_name] = math.lcm(self.multiples.get(y.symbol_name, 1), k)
 
     def bounds(self, d: ShapeDim) -> Range:

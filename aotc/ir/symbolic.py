@@ -1,9 +1,15 @@
 """Symbolic integers: normalized sums of products over named symbols.
 
 An expression is a polynomial with integer coefficients whose atoms are
-symbols, floor-divisions and remainders by positive constants, and min/max.
-Construction always normalizes, so two equal-looking expressions compare
-equal structurally and an expression with no symbols is a plain ``int``.
+symbols, floor-divisions and remainders, and min/max. A divisor is a positive
+int or a symbolic expression that is positive for every binding (a product of
+dims, say): construction relies on that, and ``evaluate`` raises ShapeError
+when a divisor comes out <= 0. Construction always normalizes, so two
+equal-looking expressions compare equal structurally and an expression with no
+symbols is a plain ``int``.
+
+Symbols named ``$name`` are kernel index variables (see ``aotc.ir.index``);
+``sym()`` refuses them, so they never clash with a user's dim names.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ Dim = "int | SymExpr"
 
 @dataclass(frozen=True, slots=True)
 class Atom:
-    """A factor of a monomial: ``sym`` (name), ``fdiv``/``mod`` (expr, int), ``min``/``max`` (a, b)."""
+    """A factor of a monomial: ``sym`` (name), ``fdiv``/``mod`` (numerator, divisor), ``min``/``max`` (a, b)."""
 
     kind: str
     name: str = ""
@@ -60,14 +66,14 @@ class SymExpr:
 
     __rmul__ = __mul__
 
-    def __floordiv__(self, other: int) -> int | SymExpr:
+    def __floordiv__(self, other: int | SymExpr) -> int | SymExpr:
         return floordiv(self, other)
 
-    def __mod__(self, other: int) -> int | SymExpr:
+    def __mod__(self, other: int | SymExpr) -> int | SymExpr:
         return mod(self, other)
 
     def __rfloordiv__(self, other: int) -> int | SymExpr:
-        return floordiv(other, self)  # raises: symbolic divisors are not supported
+        return floordiv(other, self)
 
     def __rmod__(self, other: int) -> int | SymExpr:
         return mod(other, self)
@@ -116,6 +122,20 @@ def sym(name: str) -> SymExpr:
     if not isinstance(name, str) or not _NAME.match(name) or name in ("min", "max"):
         raise ShapeError(f"invalid symbol name {name!r}: use letters, digits and _")
     return SymExpr((((Atom("sym", name),), 1),))
+
+
+INDEX_PREFIX = "$"
+
+
+def index_var(name: str) -> SymExpr:
+    """The kernel index variable ``$name``: a symbol no user dim can be named (``sym`` refuses the ``$``)."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ShapeError(f"invalid index variable name {name!r}: use letters, digits and _")
+    return SymExpr((((Atom("sym", INDEX_PREFIX + name),), 1),))
+
+
+def is_index_var(name: str) -> bool:
+    return name.startswith(INDEX_PREFIX)
 
 
 def _as_poly(x: int | SymExpr) -> SymExpr:
@@ -181,11 +201,11 @@ def _split(e: SymExpr, d: int) -> tuple[int | SymExpr, int | SymExpr]:
     return _make(q, qc), _make(r, rc)
 
 
-def _check_divisor(d: object, op: str) -> int:
+def _check_divisor(d: object, op: str) -> int | SymExpr:
     if isinstance(d, SymExpr):
-        raise ShapeError(f"symbolic divisor in {op} is not supported")
+        return d  # positive by the caller's ranges; evaluate() checks each binding
     if not isinstance(d, int) or isinstance(d, bool) or d <= 0:
-        raise ShapeError(f"{op} needs a positive int divisor, got {d!r}")
+        raise ShapeError(f"{op} needs a positive int or symbolic divisor, got {d!r}")
     return d
 
 
@@ -200,8 +220,25 @@ def _divide_exact(e: SymExpr, g: int) -> int | SymExpr:
     return _make({m: c // g for m, c in e.terms}, e.const // g)
 
 
-def floordiv(a: int | SymExpr, d: int) -> int | SymExpr:
+def _operand(a: object) -> int | SymExpr:
+    if isinstance(a, SymExpr):
+        return a
+    return _as_poly(a).const  # raises ShapeError unless a is a plain int
+
+
+def _single_atom(r: int | SymExpr, kind: str) -> Atom | None:
+    """The atom when r is exactly one atom of this kind (coefficient 1, no constant)."""
+    if isinstance(r, SymExpr) and r.const == 0 and len(r.terms) == 1 and r.terms[0][1] == 1:
+        mono = r.terms[0][0]
+        if len(mono) == 1 and mono[0].kind == kind:
+            return mono[0]
+    return None
+
+
+def floordiv(a: int | SymExpr, d: int | SymExpr) -> int | SymExpr:
     d = _check_divisor(d, "//")
+    if isinstance(d, SymExpr):
+        return _sym_floordiv(_operand(a), d)
     if isinstance(a, int):
         return a // d
     if d == 1:
@@ -212,16 +249,16 @@ def floordiv(a: int | SymExpr, d: int) -> int | SymExpr:
     g = _content(r, d)
     if g > 1:  # (g*x) // (g*d) == x // d
         return add(q, floordiv(_divide_exact(r, g), d // g))
-    # (x // a) // b == x // (a*b) for positive a, b
-    if r.const == 0 and len(r.terms) == 1 and r.terms[0][1] == 1 and len(r.terms[0][0]) == 1:
-        atom = r.terms[0][0][0]
-        if atom.kind == "fdiv":
-            return add(q, floordiv(atom.args[0], atom.args[1] * d))
+    inner = _single_atom(r, "fdiv")
+    if inner is not None:  # (x // a) // b == x // (a*b) for positive a, b
+        return add(q, floordiv(inner.args[0], mul(inner.args[1], d)))
     return add(q, SymExpr((((Atom("fdiv", args=(r, d)),), 1),)))
 
 
-def mod(a: int | SymExpr, d: int) -> int | SymExpr:
+def mod(a: int | SymExpr, d: int | SymExpr) -> int | SymExpr:
     d = _check_divisor(d, "%")
+    if isinstance(d, SymExpr):
+        return _sym_mod(_operand(a), d)
     if isinstance(a, int):
         return a % d
     if d == 1:
@@ -232,11 +269,119 @@ def mod(a: int | SymExpr, d: int) -> int | SymExpr:
     g = _content(r, d)
     if g > 1:  # (g*x) % (g*d) == g * (x % d)
         return mul(g, mod(_divide_exact(r, g), d // g))
-    if r.const == 0 and len(r.terms) == 1 and r.terms[0][1] == 1 and len(r.terms[0][0]) == 1:
-        atom = r.terms[0][0][0]
-        if atom.kind == "mod" and atom.args[1] % d == 0:
-            return mod(atom.args[0], d)
+    inner = _single_atom(r, "mod")
+    if inner is not None and isinstance(inner.args[1], int) and inner.args[1] % d == 0:
+        return mod(inner.args[0], d)
     return SymExpr((((Atom("mod", args=(r, d)),), 1),))
+
+
+# Symbolic divisors. The divisor d is positive for every binding, and so is each factor of a
+# one-term divisor (dims are never negative): the rules below rely on both.
+
+
+def _split_sym(a: SymExpr, d: SymExpr) -> tuple[int | SymExpr, int | SymExpr] | None:
+    """a == d*q + r, moving into q each term of a that is a multiple of the one-term divisor d."""
+    if d.const or len(d.terms) != 1:
+        return None
+    dmono, dc = d.terms[0]
+    if dc <= 0:
+        return None
+    q: dict[Monomial, int] = {}
+    r: dict[Monomial, int] = {}
+    qconst = 0
+    for m, c in a.terms:
+        rest = _remove_atoms(m, dmono)
+        if rest is None:
+            r[m] = r.get(m, 0) + c
+            continue
+        qc, rc = divmod(c, dc)
+        if not rest:
+            qconst += qc
+        elif qc:
+            q[rest] = q.get(rest, 0) + qc
+        if rc:
+            r[m] = r.get(m, 0) + rc
+    return _make(q, qconst), _make(r, a.const)
+
+
+def _remove_atoms(m: Monomial, sub: Monomial) -> Monomial | None:
+    rest = list(m)
+    for atom in sub:
+        if atom not in rest:
+            return None
+        rest.remove(atom)
+    return tuple(rest)
+
+
+def _common_factor(r: SymExpr, d: SymExpr) -> tuple[int, Monomial] | None:
+    """An int g > 1 or atoms shared by every term of r (r has no constant) and the one-term divisor d."""
+    if r.const or d.const or len(d.terms) != 1:
+        return None
+    dmono, dc = d.terms[0]
+    g = _content(r, dc)
+    shared = list(dmono)
+    for m, _ in r.terms:
+        left = list(m)
+        keep = []
+        for atom in shared:
+            if atom in left:
+                left.remove(atom)
+                keep.append(atom)
+        shared = keep
+    if g == 1 and not shared:
+        return None
+    return g, tuple(shared)
+
+
+def _cancel(e: int | SymExpr, g: int, atoms: Monomial) -> int | SymExpr:
+    out = exact_div(e, g) if g > 1 else e
+    for atom in atoms:
+        out = exact_div(out, SymExpr((((atom,), 1),)))
+    assert out is not None  # the caller checked every term holds g and the atoms
+    return out
+
+
+def _sym_floordiv(a: int | SymExpr, d: SymExpr) -> int | SymExpr:
+    if isinstance(a, int):
+        if a in (0, -1):  # 0 <= 0/d < 1 and -1 <= -1/d < 0 for every d >= 1
+            return a
+        return SymExpr((((Atom("fdiv", args=(a, d)),), 1),))
+    q = exact_div(a, d)
+    if q is not None:
+        return q
+    split = _split_sym(a, d)
+    if split is not None and split[0] != 0:
+        return add(split[0], _sym_floordiv(split[1], d))
+    common = _common_factor(a, d)
+    if common is not None:  # (g*k*x) // (g*k*y) == x // y
+        return floordiv(_cancel(a, *common), _cancel(d, *common))
+    inner = _single_atom(a, "fdiv")
+    if inner is not None:  # (x // b) // d == x // (b*d) for positive b, d
+        return floordiv(inner.args[0], mul(inner.args[1], d))
+    return SymExpr((((Atom("fdiv", args=(a, d)),), 1),))
+
+
+def _sym_mod(a: int | SymExpr, d: SymExpr) -> int | SymExpr:
+    if a == 0:
+        return 0
+    if isinstance(a, int):
+        return SymExpr((((Atom("mod", args=(a, d)),), 1),))
+    if exact_div(a, d) is not None:
+        return 0
+    split = _split_sym(a, d)
+    if split is not None and split[0] != 0:
+        return _sym_mod(split[1], d)
+    common = _common_factor(a, d)
+    if common is not None:  # (g*k*x) % (g*k*y) == g*k * (x % y)
+        g, atoms = common
+        factor: int | SymExpr = g
+        for atom in atoms:
+            factor = mul(factor, SymExpr((((atom,), 1),)))
+        return mul(factor, mod(_cancel(a, *common), _cancel(d, *common)))
+    inner = _single_atom(a, "mod")
+    if inner is not None and exact_div(inner.args[1], d) is not None:  # d divides b: (x % b) % d == x % d
+        return mod(inner.args[0], d)
+    return SymExpr((((Atom("mod", args=(a, d)),), 1),))
 
 
 def exact_div(a: int | SymExpr, b: int | SymExpr) -> int | SymExpr | None:
@@ -311,10 +456,11 @@ def _eval_atom(a: Atom, env: Mapping[str, int]) -> int:
             return env[a.name]
         except KeyError:
             raise ShapeError(f"symbol {a.name!r} is not bound") from None
-    if a.kind == "fdiv":
-        return evaluate(a.args[0], env) // a.args[1]
-    if a.kind == "mod":
-        return evaluate(a.args[0], env) % a.args[1]
+    if a.kind in ("fdiv", "mod"):
+        num, d = evaluate(a.args[0], env), evaluate(a.args[1], env)
+        if d <= 0:
+            raise ShapeError(f"divisor {to_infix(a.args[1])} = {d} is not positive")
+        return num // d if a.kind == "fdiv" else num % d
     x, y = evaluate(a.args[0], env), evaluate(a.args[1], env)
     return min(x, y) if a.kind == "min" else max(x, y)
 
@@ -358,7 +504,7 @@ def _floordivs_as_mods(e: SymExpr) -> int | SymExpr | None:
     """e with each term c*(r//d) split as (c - q*d)*(r//d) + q*(r - r%d), q = c//d; None if no term splits."""
     out: int | SymExpr = e
     for m, c in e.terms:
-        if len(m) != 1 or m[0].kind != "fdiv" or c // m[0].args[1] == 0:
+        if len(m) != 1 or m[0].kind != "fdiv" or not isinstance(m[0].args[1], int) or c // m[0].args[1] == 0:
             continue
         r, d = m[0].args
         q = c // d
@@ -373,17 +519,20 @@ def _atom_bounds(a: Atom, ranges: Mapping[str, Range], multiples: Mapping[str, i
             return ranges[a.name]
         except KeyError:
             raise ShapeError(f"symbol {a.name!r} has no range") from None
-    if a.kind == "fdiv":
-        lo, hi = bounds(a.args[0], ranges, multiples)
-        return lo // a.args[1], hi // a.args[1]
-    if a.kind == "mod":
+    if a.kind in ("fdiv", "mod"):
         num, d = a.args
-        if divisor(num, multiples) % d == 0:
-            return (0, 0)
+        dlo, dhi = bounds(d, ranges, multiples)
+        if dlo <= 0:
+            raise ShapeError(f"divisor {to_infix(d)} may be {dlo}, not positive, within the symbols' ranges")
         lo, hi = bounds(num, ranges, multiples)
-        if 0 <= lo and hi < d:
+        if a.kind == "fdiv":  # floor(n/d) is monotone in n, and in d for a fixed sign of n: the corners hold it
+            cands = (lo // dlo, lo // dhi, hi // dlo, hi // dhi)
+            return min(cands), max(cands)
+        if isinstance(d, int) and divisor(num, multiples) % d == 0:
+            return (0, 0)
+        if 0 <= lo and hi < dlo:
             return lo, hi
-        return (0, d - 1)
+        return (0, min(dhi - 1, hi) if lo >= 0 else dhi - 1)
     (xlo, xhi), (ylo, yhi) = (bounds(x, ranges, multiples) for x in a.args)
     if a.kind == "min":
         return min(xlo, ylo), min(xhi, yhi)
@@ -464,16 +613,20 @@ def _atom_infix(a: Atom) -> str:
     x, y = (to_infix(v) for v in a.args)
     if a.kind in ("fdiv", "mod"):
         op = "//" if a.kind == "fdiv" else "%"
-        inner = x if a.args[0].is_symbol() else f"({x})"
-        return f"{inner}{op}{y}"
+        num, d = a.args
+        simple = num.is_symbol() if isinstance(num, SymExpr) else num >= 0
+        inner = x if simple else f"({x})"
+        den = y if isinstance(d, int) or d.is_symbol() else f"({y})"
+        return f"{inner}{op}{den}"
     return f"{a.kind}({x}, {y})"
 
 
-_TOKEN = re.compile(r"\s*(\(|\)|-?[0-9]+|[A-Za-z_][A-Za-z0-9_]*|//|%|\+|\*)")
+_TOKEN = re.compile(r"\s*(\(|\)|-?[0-9]+|\$?[A-Za-z_][A-Za-z0-9_]*|//|%|\+|\*)")
 
 
-def parse(text: str) -> int | SymExpr:
-    """Inverse of ``to_sexpr``; raises ShapeError on anything malformed."""
+def parse(text: str, index_vars: bool = False) -> int | SymExpr:
+    """Inverse of ``to_sexpr``; raises ShapeError on anything malformed. Index variables (``$i``) belong to
+    kernels, not to shapes: they parse only when ``index_vars`` is set."""
     tokens: list[str] = []
     pos = 0
     text = text.strip()
@@ -485,13 +638,13 @@ def parse(text: str) -> int | SymExpr:
         pos = m.end()
     if not tokens or len(tokens) > 10_000:
         raise ShapeError(f"bad symbolic expression {text!r}")
-    value, end = _parse_at(tokens, 0, 0)
+    value, end = _parse_at(tokens, 0, 0, index_vars)
     if end != len(tokens):
         raise ShapeError(f"trailing tokens in symbolic expression {text!r}")
     return value
 
 
-def _parse_at(tokens: list[str], i: int, depth: int) -> tuple[int | SymExpr, int]:
+def _parse_at(tokens: list[str], i: int, depth: int, index_vars: bool) -> tuple[int | SymExpr, int]:
     if depth > 64 or i >= len(tokens):
         raise ShapeError("bad symbolic expression: unbalanced or too deep")
     tok = tokens[i]
@@ -502,7 +655,7 @@ def _parse_at(tokens: list[str], i: int, depth: int) -> tuple[int | SymExpr, int
         args: list[int | SymExpr] = []
         j = i + 2
         while j < len(tokens) and tokens[j] != ")":
-            v, j = _parse_at(tokens, j, depth + 1)
+            v, j = _parse_at(tokens, j, depth + 1, index_vars)
             args.append(v)
         if j >= len(tokens) or not args:
             raise ShapeError("bad symbolic expression: unbalanced")
@@ -513,6 +666,8 @@ def _parse_at(tokens: list[str], i: int, depth: int) -> tuple[int | SymExpr, int
         return int(tok), i + 1
     if _NAME.match(tok) and tok not in ("min", "max"):
         return sym(tok), i + 1
+    if index_vars and tok.startswith(INDEX_PREFIX):
+        return index_var(tok[1:]), i + 1
     raise ShapeError(f"bad symbolic expression token {tok!r}")
 
 
@@ -531,8 +686,6 @@ def _apply(op: str, args: list[int | SymExpr]) -> int | SymExpr:
         raise ShapeError(f"bad symbolic expression: {op} takes 2 arguments")
     a, b = args
     if op in ("//", "%"):
-        if not isinstance(b, int):
-            raise ShapeError("bad symbolic expression: symbolic divisor")
         return floordiv(a, b) if op == "//" else mod(a, b)
     if op in ("min", "max"):
         return _minmax(op, a, b)

@@ -1,4 +1,6 @@
-"""Constant folding: nodes whose inputs are all known at compile time become constants."""
+"""Constant folding: computations whose inputs are all known at compile time become constants.
+
+Views of known values are not folded (see ``fold``): each weight is stored once, as the model gave it."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from aotc.ir.graph import Graph
-from aotc.ir.ops import OPS, SOURCES, Op
+from aotc.ir.ops import OPS, SOURCES, Op, OpKind
 from aotc.ir.types import Node, Value
 from aotc.lowering.rewrite import Rewriter, rewrite
 
@@ -38,8 +40,16 @@ def fold_constants(graph: Graph, max_bytes: int = 1 << 16) -> Graph:
         if any(a is None for a in arrays):
             return None
         out_bytes = sum(int(np.prod(o.type.shape)) * o.type.dtype.itemsize for o in node.outputs)
-        # Don't blow a cheap broadcast of a scalar up into a large stored weight.
-        if out_bytes > max(max_bytes, sum(a.nbytes for a in arrays)):
+        if OPS[node.op].kind is OpKind.VIEW:
+            # A view costs nothing at run time (index math in its consumer), while a folded copy would be
+            # stored beside the weight it was made from, which the artifact's source graph keeps. So the view
+            # stays a node; its value is only remembered, for folding the computations that read it.
+            if out_bytes <= max(max_bytes, sum(a.nbytes for a in arrays)):
+                known[node.outputs[0].id] = OPS[node.op].ref(arrays, node.attrs)[0]
+            return None
+        # A large result would be a second stored copy of the weights it came from (or a cheap broadcast of
+        # a scalar blown up into a weight): leave that to run time, where it fuses into its consumer.
+        if out_bytes > max_bytes:
             return None
         with np.errstate(all="ignore"):
             results = OPS[node.op].ref(arrays, node.attrs)

@@ -6,7 +6,13 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass
+
+from aotc.errors import UnsupportedError
+from aotc.lowering.precision import check_precision
+
+_ARCH = re.compile(r"^sm_(\d{2,3})a?$")
 
 
 @dataclass(frozen=True)
@@ -19,6 +25,23 @@ class CompileOptions:
     max_fold_bytes: int = 1 << 16
     # Tests verify after every stage (AOTC_VERIFY_STAGES=1); a plain compile verifies its input and result.
     verify_each_stage: bool = False
+    # Keep SDPA whole and fold hand-written softmax(q @ k^T * s + mask) @ v into it (aotc/lowering/attention.py),
+    # so attention runs as one fused kernel.
+    fuse_attention: bool = True
+    # "fp32" (as traced), "tf32" (float32 matmuls may use tf32 tensor cores on a GPU), "bf16" or "fp16"
+    # (contractions in half precision with float32 accumulation, weights stored in it): see lowering/precision.py.
+    precision: str = "fp32"
+    # Pad matmul dims that break 16-byte alignment when it pays (lowering/padding.py).
+    matmul_padding: bool = True
+    # Fuse the lowered graph into Triton kernels (aotc.kernels) and store their launch plan.
+    kernels: bool = True
+    # GPU architectures the kernels are compiled for ahead of time; () schedules and generates the
+    # kernels (enough for the interpret backend) but compiles no binaries.
+    targets: tuple[str, ...] = ("sm_80", "sm_90")
+
+    def __post_init__(self) -> None:
+        check_precision(self.precision)
+        object.__setattr__(self, "targets", check_targets(self.targets))
 
     def key(self) -> str:
         blob = json.dumps(dataclasses.asdict(self), sort_keys=True).encode()
@@ -29,10 +52,40 @@ class CompileOptions:
 
     @classmethod
     def from_env(cls) -> CompileOptions:
-        """Defaults overridden by AOTC_NO_FOLD=1 / AOTC_NO_CSE=1 (to bisect a miscompile) and
+        """Defaults overridden by AOTC_NO_FOLD=1 / AOTC_NO_CSE=1 / AOTC_NO_FUSE_ATTENTION=1 /
+        AOTC_NO_KERNELS=1 (to bisect a miscompile), AOTC_TARGETS=sm_80,sm_90 or none, and
         AOTC_VERIFY_STAGES=1 (verify the graph after every stage, as the tests do)."""
+        targets = os.environ.get("AOTC_TARGETS")
         return cls(
             fold_constants=os.environ.get("AOTC_NO_FOLD", "") != "1",
             cse=os.environ.get("AOTC_NO_CSE", "") != "1",
             verify_each_stage=os.environ.get("AOTC_VERIFY_STAGES", "") == "1",
+            fuse_attention=os.environ.get("AOTC_NO_FUSE_ATTENTION", "") != "1",
+            kernels=os.environ.get("AOTC_NO_KERNELS", "") != "1",
+            **({} if targets is None else {"targets": parse_targets(targets)}),
         )
+
+
+def parse_targets(text: str) -> tuple[str, ...]:
+    """``"sm_80,sm_90"`` -> ("sm_80", "sm_90"); ``""`` or ``"none"`` -> () (no ahead-of-time compile)."""
+    text = text.strip()
+    if text.lower() in ("", "none"):
+        return ()
+    return check_targets(tuple(t.strip() for t in text.split(",")))
+
+
+def check_targets(targets: object) -> tuple[str, ...]:
+    """GPU architectures as ``sm_XY`` names, at least sm_80 (Triton's tensor-core floor), no repeats."""
+    if isinstance(targets, str) or not isinstance(targets, (tuple, list)):
+        raise UnsupportedError(
+            f"targets must be a tuple of GPU architectures such as ('sm_80', 'sm_90'), got {targets!r}"
+        )
+    out: list[str] = []
+    for t in targets:
+        m = _ARCH.match(t) if isinstance(t, str) else None
+        if m is None or int(m.group(1)) < 80:
+            raise UnsupportedError(f"GPU target {t!r} is not supported: expected sm_80 or newer, e.g. 'sm_80', 'sm_90'")
+        name = f"sm_{m.group(1)}"
+        if name not in out:
+            out.append(name)
+    return tuple(out)

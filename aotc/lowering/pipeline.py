@@ -9,17 +9,30 @@ from pathlib import Path
 
 from aotc.ir.graph import Graph
 from aotc.ir.verify import verify
+from aotc.lowering.attention import decompose_keeping_attention, explain_attention, fuse_attention
 from aotc.lowering.cse import cse, dce
 from aotc.lowering.decompose import decompose
 from aotc.lowering.fold import fold_constants
 from aotc.lowering.options import CompileOptions
+from aotc.lowering.padding import explain_padding, pad_matmuls
+from aotc.lowering.precision import LOW_DTYPES, convert_precision, mark_tf32
 from aotc.lowering.simplify import simplify
 
 Stage = tuple[str, Callable[[Graph], Graph]]
 
 
 def stages(options: CompileOptions) -> list[Stage]:
-    out: list[Stage] = [("decompose", decompose), ("simplify", simplify)]
+    out: list[Stage] = []
+    if options.precision in LOW_DTYPES:
+        # Before decomposition, so softmax and the norms decompose with their statistics in float32.
+        out.append(("precision", functools.partial(convert_precision, precision=options.precision)))
+    if options.fuse_attention:
+        out += [("decompose", decompose_keeping_attention), ("attention", fuse_attention)]
+    else:
+        out.append(("decompose", decompose))
+    out.append(("simplify", simplify))
+    if options.precision == "tf32":
+        out.append(("tf32", mark_tf32))
     # CSE before folding too: two equal folds would otherwise store two equal constants.
     if options.cse:
         out.append(("cse", cse))
@@ -27,6 +40,9 @@ def stages(options: CompileOptions) -> list[Stage]:
         out.append(("fold_constants", functools.partial(fold_constants, max_bytes=options.max_fold_bytes)))
         if options.cse:
             out.append(("cse_2", cse))
+    if options.matmul_padding:
+        # After folding, so the weights it pads are the ones the artifact stores.
+        out.append(("matmul_padding", pad_matmuls))
     out += [("simplify_2", simplify), ("dce", dce)]
     return out
 
@@ -57,3 +73,20 @@ def lower(
             (dump / f"{i:02d}-{name}.txt").write_text(str(graph) + "\n")
     verify(graph, stage="lowered", primitive_only=True)
     return graph
+
+
+def explain_lowering(graph: Graph, options: CompileOptions | None = None) -> list[str]:
+    """What the pattern passes decided, for ``aotc compile --explain``: each hand-written attention the
+    attention pass could not fold (and why), and each matmul the padding pass padded or declined (and why).
+
+    Re-runs the stages, reading the graph each of those passes receives; a compile never pays for it.
+    """
+    options = options or CompileOptions.from_env()
+    lines: list[str] = []
+    for name, fn in stages(options):
+        if name == "attention":
+            lines += [f"attention not fused: {reason}" for reason in explain_attention(graph)]
+        elif name == "matmul_padding":
+            lines += explain_padding(graph)
+        graph = fn(graph)
+    return lines

@@ -7,7 +7,7 @@ from types import ModuleType
 
 import numpy as np
 
-from aotc.errors import UnsupportedError
+from aotc.errors import ModelError, UnsupportedError
 from aotc.ir.dtypes import DType
 
 # Export writes this default-domain opset. 18 is the first opset where every reduction (ReduceMax, ReduceMean, ...)
@@ -99,3 +99,14 @@ def unique(name: str, taken: set[str]) -> str:
         i += 1
     taken.add(out)
     return out
+
+
+def io_name(name: str, what: str, taken: set[str]) -> str:
+    """A graph input or output name, kept exactly as the file spells it (feeds and results use it as onnxruntime
+    does); ModelError for an empty, repeated or non-printable one. Adds it to ``taken``."""
+    if not name or not name.isprintable():
+        raise ModelError(f"{what} name {name!r} must be a non-empty string of printable characters")
+    if name in taken:
+        raise ModelError(f"{what} name {name!r} is used twice")
+    taken.add(name)
+    return name

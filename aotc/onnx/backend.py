@@ -25,7 +25,7 @@ def compile_graph(graph: Graph) -> RunFn:
     """An imported high-level graph as a function of its flat inputs: lowered, written as an artifact and
     loaded by the runtime on the cpu backend, the path ``aotc compile model.onnx`` takes."""
     import aotc.runtime
-    from aotc.frontend.compile import compile_graph as compile_to_artifact
+    from aotc.compiler import compile_graph as compile_to_artifact
 
     exe = aotc.runtime.load(compile_to_artifact(graph).artifact_bytes, device="cpu")
     names = exe.input_names
@@ -58,7 +58,8 @@ class AotcRep(BackendRep):
 
 
 class SpecializingRep(BackendRep):
-    """A model that feeds a shape-like tensor (Reshape's shape, Slice's starts...) as a graph input.
+    """A model that feeds a shape-like tensor (Reshape's shape, Slice's starts...) as a graph input, or computes
+    one from small graph inputs (a window length).
 
     aotc needs those at compile time, so each call compiles the model with the values it was given for them
     (cached per value), the way a shape-tensor input is handled by ahead-of-time engines.
@@ -66,10 +67,10 @@ class SpecializingRep(BackendRep):
 
     MAX_VARIANTS = 16
 
-    def __init__(self, model: Any, onnx_input_names: Sequence[str], first_needed: str) -> None:
+    def __init__(self, model: Any, onnx_input_names: Sequence[str], first_needed: Sequence[str]) -> None:
         self.model = model
         self._names = list(onnx_input_names)
-        self._needed = [first_needed]
+        self._needed = list(first_needed)
         self._cache: dict[tuple, tuple[Graph, RunFn]] = {}
 
     def run(self, inputs: Any, **kwargs: Any) -> tuple[np.ndarray, ...]:
@@ -83,9 +84,10 @@ class SpecializingRep(BackendRep):
                 try:
                     graph = import_onnx(self.model, constant_inputs=frozen)
                 except NeedsKnownInput as e:
-                    if e.input_name is None or e.input_name in self._needed:
+                    more = [n for n in e.input_names if n not in self._needed]
+                    if not more:
                         raise
-                    self._needed.append(e.input_name)
+                    self._needed += more
                     continue
                 if len(self._cache) >= self.MAX_VARIANTS:
                     self._cache.pop(next(iter(self._cache)))
@@ -104,9 +106,9 @@ class AotcBackend(Backend):
         try:
             graph = import_onnx(model)
         except NeedsKnownInput as e:
-            if e.input_name is None:
+            if not e.input_names:
                 raise
-            return SpecializingRep(model, names, e.input_name)
+            return SpecializingRep(model, names, e.input_names)
         return AotcRep(graph, compile_graph(graph), names)
 
     @classmethod

@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
-from aotc.onnx import ops_einsum, ops_gather, ops_layout, ops_math, ops_nn, ops_resize, ops_scan, ops_shape
+from aotc.onnx import (
+    ops_einsum,
+    ops_gather,
+    ops_layout,
+    ops_math,
+    ops_nn,
+    ops_resize,
+    ops_scan,
+    ops_scatter,
+    ops_shape,
+    ops_trig,
+)
 from aotc.onnx.ops_attention import convert_attention, convert_rotary_embedding
 from aotc.onnx.ops_math import Converter
 
@@ -15,6 +26,8 @@ CONVERTERS: dict[str, Converter] = {
     **ops_gather.CONVERTERS,
     **ops_resize.CONVERTERS,
     **ops_einsum.CONVERTERS,
+    **ops_scatter.CONVERTERS,
+    **ops_trig.CONVERTERS,
     "Attention": convert_attention,
     "RotaryEmbedding": convert_rotary_embedding,
 }

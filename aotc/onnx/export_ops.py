@@ -134,6 +134,14 @@ def _gather(ctx: ExportCtx, node: Node, ins: list[str], outs: list[str]) -> None
     ctx.one("Gather", ins, outs[0], axis=node.attrs.get("axis", 0))
 
 
+def _scatter(ctx: ExportCtx, node: Node, ins: list[str], outs: list[str]) -> None:
+    idx = ins[1]
+    if node.inputs[1].type.dtype is not DType.int64:
+        idx = ctx.one("Cast", [idx], to=elem_type(DType.int64))  # ScatterND takes int64 indices only
+    reduction = node.attrs.get("reduction", "none")
+    ctx.one("ScatterND", [ins[0], idx, ins[2]], outs[0], **({} if reduction == "none" else {"reduction": reduction}))
+
+
 def _iota(ctx: ExportCtx, node: Node, ins: list[str], outs: list[str]) -> None:
     shape, dt = node.attrs["shape"], node.attrs["dtype"]
     axis = node.attrs.get("axis", 0) % max(len(shape), 1)
@@ -315,6 +323,7 @@ EMITTERS: dict[Op, Emitter] = {
     Op.PAD: _pad,
     Op.CONCAT: _concat,
     Op.GATHER: _gather,
+    Op.SCATTER: _scatter,
     Op.IOTA: _iota,
     Op.FULL: _full,
     Op.CONV: _conv,

@@ -37,6 +37,7 @@ from aotc.onnx._common import (
     dtype_from_np,
     dtype_from_onnx,
     identifier,
+    io_name,
     require_onnx,
     unique,
 )
@@ -52,6 +53,9 @@ NONDETERMINISTIC = frozenset(
 _GRAPH_ATTRS = (5, 10)
 # A reference fold producing more elements than this is kept as runtime ops instead of a stored constant.
 MAX_FOLD_ELEMENTS = 1 << 22
+# A graph input a compile-time value (a shape, pads) is computed from may be fixed per call, by the ONNX backend,
+# when it holds at most this many elements.
+MAX_SPECIALIZED_ELEMENTS = 64
 
 
 class GuardingCtx(ShapeCtx):
@@ -82,8 +86,8 @@ def import_onnx(
 
     ``dims`` maps a dim_param name to its inclusive (min, max) range (default ``DEFAULT_DIM_RANGE``).
     ``constant_inputs`` fixes graph inputs to values, as if they were initializers (for a shape or axes tensor
-    fed as an input). The graph's inputs keep the ONNX input names (made into identifiers); its outputs are a
-    dict keyed by the ONNX output names.
+    fed as an input). The graph's inputs keep the ONNX input names exactly (``exe.run({"gpu_0/data_0": x})``
+    works as with onnxruntime); its outputs are a dict keyed by the ONNX output names, in the file's order.
     """
     model = load_model(path_or_model)
     return Importer(model, dims or {}, constant_inputs or {}).run()
@@ -234,8 +238,7 @@ class Importer:
                 shape.append(int(d.dim_value))
             else:
                 shape.append(self._symbol(d.dim_param, f"{vi.name}_{axis}"))
-        name = unique(identifier(vi.name, "input", allow_dots=True), taken)
-        return name, self.b.new_value(TensorType(dtype, tuple(shape)))
+        return io_name(vi.name, "graph input", taken), self.b.new_value(TensorType(dtype, tuple(shape)))
 
     # -- operands ------------------------------------------------------------------------------------------
     def value(self, x: Operand, dtype: DType | None = None, what: str = "a constant") -> Value:
@@ -284,6 +287,8 @@ class Importer:
         taken: set[str] = set()
         inputs, names = [], []
         for vi in g.input:
+            if vi.name in taken:
+                io_name(vi.name, "graph input", taken)  # raises: a second input of one name
             if vi.name in env:  # IR < 4 lists initializers as inputs too: they are constants
                 continue
             name, v = self._input(vi, taken)
@@ -299,8 +304,9 @@ class Importer:
             )
             raise ShapeError(f"the model has no dynamic dim {', '.join(map(repr, unknown))}; its dims are: {have}")
         self.run_nodes(g.node, env)
-        outputs, tree = [], []
+        outputs, tree, out_names = [], [], set()
         for i, vi in enumerate(g.output):
+            io_name(vi.name, "graph output", out_names)
             if vi.name not in env:
                 raise ModelError(f"graph output {vi.name!r} is not produced by any node, input or initializer")
             outputs.append(self.value(env[vi.name], what=f"graph output {vi.name!r}"))
@@ -372,7 +378,7 @@ class Importer:
         try:
             outs = list(self._convert(node, env))
         except NeedsKnownInput as e:
-            e.input_name = self._graph_input_of.get(e.value.id)
+            e.input_names = self._inputs_behind(e.value)
             raise
         except AotcError as e:
             if node.label in str(e):
@@ -384,6 +390,29 @@ class Importer:
         if len(outs) < len(node.outputs) and wanted > len(outs):
             raise UnsupportedError(f"{node.label}: outputs beyond the first {len(outs)} are not supported")
         return outs
+
+    def _inputs_behind(self, value: Value) -> tuple[str, ...]:
+        """The graph inputs ``value`` is computed from, if each holds at most MAX_SPECIALIZED_ELEMENTS (a window
+        length, a target size): fixing those makes ``value`` known. Else ()."""
+        producer = {o.id: n for n in self.b.nodes for o in n.outputs}
+        found: dict[str, None] = {}
+        stack, seen = [value], set()
+        while stack:
+            v = stack.pop()
+            if v.id in seen:
+                continue
+            seen.add(v.id)
+            if v.id in self._graph_input_of:
+                shape = v.type.shape
+                if (
+                    not all(isinstance(d, int) for d in shape)
+                    or np.prod(shape, dtype=np.int64) > MAX_SPECIALIZED_ELEMENTS
+                ):
+                    return ()
+                found[self._graph_input_of[v.id]] = None
+            elif v.id in producer:
+                stack.extend(producer[v.id].inputs)
+        return tuple(found)
 
     def _convert(self, node: OnnxNode, env: dict[str, Operand]) -> list[Operand]:
         op = node.op_type

@@ -60,13 +60,15 @@ Operand = Value | Known
 class NeedsKnownInput(UnsupportedError):
     """An input aotc needs at compile time (a shape, axes, pads...) is computed at run time.
 
-    ``input_name`` is set when that value is a graph input, which ``import_onnx(constant_inputs=...)`` can fix.
+    ``input_names`` lists the graph inputs that value is computed from (itself, when it is one), if they are all
+    small enough to compile a model per value: ``import_onnx(constant_inputs=...)`` fixing them makes it known.
+    Empty when it depends on no graph input or on a large one.
     """
 
     def __init__(self, message: str, value: Value) -> None:
         super().__init__(message)
         self.value = value
-        self.input_name: str | None = None
+        self.input_names: tuple[str, ...] = ()
 
 
 def decode_attr(attr: Any) -> Any:

@@ -289,7 +289,8 @@ def _gather(imp: Importer, node: OnnxNode) -> list[Operand]:
             s = slice_axis(imp, x, axis, start, start + 1)
             return [imp.b.reshape(s, x.type.shape[:axis] + x.type.shape[axis + 1 :])]
     index = imp.value(idx, DType.int64 if isinstance(idx, Known) else None, what=f"{node.label} indices")
-    return [imp.b.op(Op.GATHER, x, index, axis=axis)]
+    # ONNX Gather takes ids in [-n, n), a negative one counting from the end
+    return [imp.b.op(Op.GATHER, x, index, axis=axis, negative_indices=True)]
 
 
 # -- broadcasting --------------------------------------------------------------------------------------------

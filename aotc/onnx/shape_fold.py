@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from aotc.ir.shapes import ShapeCtx
-from aotc.ir.symbolic import SymExpr, floordiv, mod, mul, smax, smin
+from aotc.ir.symbolic import SymExpr, exact_div, floordiv, mod, mul, smax, smin
 from aotc.onnx.node import Known, OnnxNode
 
 Fold = Callable[[OnnxNode, list[np.ndarray | None], ShapeCtx], list[Known] | None]
@@ -37,6 +37,10 @@ def _div(ctx: ShapeCtx) -> Callable:
         # ONNX integer division truncates; that is floor division when both sides are non-negative.
         if isinstance(b, int) and b > 0 and _nonneg(ctx, a):
             return floordiv(a, b)
+        if ctx.bounds(b)[0] >= 1:
+            q = exact_div(a, b)  # (B*H*W) / (H*W): an exact quotient needs no rounding rule
+            if q is not None:
+                return q
         raise _Undecided
 
     return fn
@@ -149,8 +153,10 @@ def _concat(node: OnnxNode, xs: list[np.ndarray | None], ctx: ShapeCtx) -> list[
 def _slice(node: OnnxNode, xs: list[np.ndarray | None], ctx: ShapeCtx) -> list[Known] | None:
     data = xs[0]
     if node.opset >= 10:
-        starts, ends = node.static_ints(1, "starts"), node.static_ints(2, "ends")
-        axes, steps = node.static_ints(3, "axes"), node.static_ints(4, "steps")
+        bounds = [node.ints(i, what) for i, what in enumerate(("starts", "ends", "axes", "steps"), start=1)]
+        if any(isinstance(v, SymExpr) for b in bounds if b is not None for v in b):
+            return None  # a constant sliced to a dynamic length (position_ids[:, :seq]) is sliced at run time
+        starts, ends, axes, steps = bounds
     else:
         starts, ends, axes, steps = node.attr("starts"), node.attr("ends"), node.attr("axes"), None
     axes = tuple(axes) if axes is not None else tuple(range(len(starts)))
@@ -246,6 +252,11 @@ def _expand(node: OnnxNode, xs: list[np.ndarray | None], ctx: ShapeCtx) -> list[
     return [Known.of(np.broadcast_to(xs[0], out_shape).copy(), _int_dtype(node))]
 
 
+def _transpose(node: OnnxNode, xs: list[np.ndarray | None], ctx: ShapeCtx) -> list[Known] | None:
+    perm = node.attr("perm")
+    return [Known.of(np.transpose(xs[0], None if perm is None else tuple(perm)), _int_dtype(node))]
+
+
 def _tile(node: OnnxNode, xs: list[np.ndarray | None], ctx: ShapeCtx) -> list[Known] | None:
     return [Known.of(np.tile(xs[0], node.static_ints(1, "repeats")), _int_dtype(node))]
 
@@ -280,6 +291,7 @@ FOLDS: dict[str, Fold] = {
     "Flatten": _flatten,
     "Expand": _expand,
     "Tile": _tile,
+    "Transpose": _transpose,
     "Where": _where,
     "Add": _binary(lambda ctx: lambda a, b: a + b),
     "Sub": _binary(lambda ctx: lambda a, b: a - b),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -9,37 +10,92 @@ from typing import Any
 import numpy as np
 
 from aotc.artifact.reader import Artifact, read_artifact
-from aotc.errors import AotcError, GuardError
+from aotc.errors import AotcError, ArtifactError, GuardError
 from aotc.ir.graph import unflatten_tree
-from aotc.runtime.backends import Backend, Program, get_backend
+from aotc.runtime.backends import Backend, Program, default_backend, get_backend
 from aotc.runtime.guards import Binder, InputSpec, gather_inputs, input_specs
 
 
-def load(source: str | os.PathLike[str] | bytes | Artifact, device: str | None = None) -> Executable:
+def load(
+    source: str | os.PathLike[str] | bytes | Artifact,
+    device: str | None = None,
+    *,
+    outputs: str = "numpy",
+    allow_unverified_weights: bool = False,
+) -> Executable:
     """Map and verify an artifact (a path, its bytes, or an already read Artifact) and bind it to ``device``.
 
-    ``device``: "cpu", or None for the best one available. Raises ArtifactError for a bad file and
-    AotcError for a device this build or artifact can't run on.
+    ``device``: "cpu", "cuda" (or "cuda:N"), or None for the best one available. ``outputs``: "numpy"
+    (default) or "device" (cuda only: outputs stay on the GPU as arrays exposing ``__dlpack__`` and
+    ``__cuda_array_interface__``). Raises ArtifactError for a bad file and AotcError for a device this
+    build or artifact can't run on. An Artifact read with ``verify_weights=False`` is refused unless
+    ``allow_unverified_weights``.
     """
-    backend = get_backend(device)
     artifact = source if isinstance(source, Artifact) else read_artifact(source)
-    return Executable(artifact, backend)
+    if device is None:
+        backend = default_backend(artifact.kernels.values() if artifact.kernels else None)
+    else:
+        backend = get_backend(device)
+    return Executable(artifact, backend, outputs=outputs, allow_unverified_weights=allow_unverified_weights)
+
+
+def prepare_variant(backend: Backend, artifact: Artifact, index: int) -> Program:
+    """Variant ``index`` prepared on ``backend``, given what that backend's ``prepare`` takes: the graph
+    always; ``schedule=`` (the variant's launch plan or None) and ``binaries=`` (name -> KernelBinary, None
+    when the file has none) only to backends whose ``prepare`` names those parameters (interpret, cuda),
+    so the cpu backend and older backends keep their ``prepare(graph)``."""
+    graph = artifact.variants[index]
+    params = _prepare_params(backend)
+    kwargs: dict[str, Any] = {}
+    if "schedule" in params:
+        kwargs["schedule"] = artifact.schedules[index] if index < len(artifact.schedules) else None
+    if "binaries" in params:
+        kwargs["binaries"] = dict(artifact.kernels) or None
+    return backend.prepare(graph, **kwargs)
+
+
+def _prepare_params(backend: Backend) -> frozenset[str]:
+    try:
+        params = inspect.signature(backend.prepare).parameters
+    except (TypeError, ValueError):  # a builtin or C-implemented prepare: give it the graph only
+        return frozenset()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return frozenset({"schedule", "binaries"})
+    return frozenset(params)
 
 
 class Executable:
     """Runs an artifact: checks inputs against the guards of each variant and runs the first that accepts.
 
     All state is fixed at construction, so one Executable may be called from many threads at once.
+    On a GPU backend, ``close()`` (or a ``with`` block) frees its device memory and modules.
     """
 
-    def __init__(self, artifact: Artifact, backend: Backend | str | None = None) -> None:
+    def __init__(
+        self,
+        artifact: Artifact,
+        backend: Backend | str | None = None,
+        *,
+        outputs: str = "numpy",
+        allow_unverified_weights: bool = False,
+    ) -> None:
         if not isinstance(artifact, Artifact):
             raise AotcError(f"Executable needs an Artifact, got {type(artifact).__name__}; use aotc.load(path)")
+        if not artifact.weights_verified and not allow_unverified_weights:
+            raise ArtifactError(
+                f"artifact {artifact.name!r} was read with verify_weights=False, so its weights are unchecked; "
+                "read it again with verification (read_artifact(path)) or pass allow_unverified_weights=True"
+            )
         self._artifact = artifact
         self._backend = backend if backend is not None and not isinstance(backend, str) else get_backend(backend)
-        self._variants: tuple[tuple[Binder, Program], ...] = tuple(
-            (Binder(g), self._backend.prepare(g)) for g in artifact.variants
-        )
+        self._outputs = self._check_outputs(outputs)
+        try:
+            self._variants: tuple[tuple[Binder, Program], ...] = tuple(
+                (Binder(g), prepare_variant(self._backend, artifact, i)) for i, g in enumerate(artifact.variants)
+            )
+        except BaseException:
+            self.close()  # a GPU backend frees what the variants prepared so far
+            raise
         first = artifact.variants[0]
         self._inputs = input_specs(first)
         self._output_tree = first.output_tree
@@ -47,23 +103,77 @@ class Executable:
     # -- calling ---------------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Inputs by position (in ``input_names`` order) or by name; returns the model's output structure."""
-        return unflatten_tree(self._output_tree, self._run(gather_inputs(self._inputs, args, kwargs)))
+        return unflatten_tree(self._output_tree, self._run(*self._gather(args, kwargs)))
 
-    def run(self, feeds: Mapping[str, Any]) -> list[np.ndarray]:
-        """Inputs by name; returns the flat list of outputs."""
+    def run(self, feeds: Mapping[str, Any], *, outputs: str | None = None) -> list[Any]:
+        """Inputs by name; returns the flat list of outputs (``outputs``: "numpy" or "device" for this call)."""
         if not isinstance(feeds, Mapping):
             raise GuardError(f"run() takes a mapping of input name to array, got {type(feeds).__name__}")
-        return self._run(gather_inputs(self._inputs, (), feeds))
+        mode = self._outputs if outputs is None else self._check_outputs(outputs)
+        return self._run(*self._gather((), feeds), outputs=mode)
 
-    def _run(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
+    def check(self, feeds: Mapping[str, Any]) -> None:
+        """Raise GuardError unless some variant accepts inputs of these names, dtypes and shapes; runs nothing.
+
+        Only dtypes and shapes are read, so zero-stride stand-ins (``np.broadcast_to(np.zeros((), dt), shape)``)
+        let a caller check sizes before it builds inputs that large.
+        """
+        if not isinstance(feeds, Mapping):
+            raise GuardError(f"check() takes a mapping of input name to array, got {type(feeds).__name__}")
+        self._select(self._gather((), feeds)[0])
+
+    def _run(self, arrays: list[np.ndarray], feeds: list[Any], outputs: str | None = None) -> list[Any]:
+        program, env = self._select(arrays)
+        mode = self._outputs if outputs is None else outputs
+        if mode == "numpy":
+            return program.run(feeds, env)
+        return program.run(feeds, env, outputs=mode)  # type: ignore[call-arg]
+
+    def _gather(self, args: Any, kwargs: Mapping[str, Any]) -> tuple[list[np.ndarray], list[Any]]:
+        """Arrays for the guards, and what the program reads: a GPU tensor stays on the GPU when the backend
+        takes one (``adopt``), its guards checked through a zero-stride stand-in of its dtype and shape."""
+        adopt = getattr(self._backend, "adopt", None)
+        if adopt is None:
+            arrays = gather_inputs(self._inputs, args, kwargs)
+            return arrays, arrays
+        on_device = [adopt(a) for a in args]
+        named = {k: adopt(v) for k, v in kwargs.items()}
+        arrays = gather_inputs(
+            self._inputs,
+            [a if d is None else d.standin() for a, d in zip(args, on_device)],
+            {k: v if named[k] is None else named[k].standin() for k, v in kwargs.items()},
+        )
+        given = dict(zip(self.input_names, on_device)) | named
+        return arrays, [a if given.get(n) is None else given[n] for n, a in zip(self.input_names, arrays)]
+
+    def _check_outputs(self, outputs: str) -> str:
+        if outputs not in ("numpy", "device"):
+            raise AotcError(f"outputs must be 'numpy' or 'device', got {outputs!r}")
+        if outputs == "device" and self._backend.name != "cuda":
+            raise AotcError(f"outputs='device' needs device='cuda'; this executable runs on {self._backend.name}")
+        return outputs
+
+    # -- lifetime ------------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Free what the backend holds on its device (GPU memory, modules, CUDA graphs); idempotent."""
+        close = getattr(self._backend, "close", None)
+        if close is not None:
+            close()
+
+    def __enter__(self) -> Executable:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def _select(self, arrays: list[np.ndarray]) -> tuple[Program, dict[str, int]]:
+        """The first variant whose guards these inputs meet, with its bound symbols."""
         errors: list[GuardError] = []
         for binder, program in self._variants:
             try:
-                env = binder.bind(arrays)
+                return program, binder.bind(arrays)
             except GuardError as e:
                 errors.append(e)
-                continue
-            return program.run(arrays, env)
         if len(errors) == 1:
             raise errors[0]
         lines = [f"  variant {i} ({b.graph.name}): {e}" for i, ((b, _), e) in enumerate(zip(self._variants, errors))]

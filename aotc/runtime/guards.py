@@ -60,18 +60,49 @@ def gather_inputs(specs: Sequence[InputSpec], args: Sequence[Any], kwargs: Mappi
 
 
 def _as_array(spec: InputSpec, value: Any) -> np.ndarray:
-    if isinstance(value, np.ndarray):
-        arr = value
-    else:
-        try:
-            arr = np.asarray(value)
-        except Exception as e:  # np.asarray raises many kinds for ragged or exotic objects
-            raise GuardError(f"input {spec.name!r} is not an array: {type(value).__name__} ({e})") from None
+    want = f"expected a numpy array of {spec.dtype.value} with shape {fmt_shape(spec.shape)}"
+    if value is None or isinstance(value, (str, bytes)):
+        raise GuardError(f"input {spec.name!r} is {_describe(value)}, {want}")
+    if isinstance(value, np.ma.MaskedArray):
+        # Dropping the mask would compute with whatever the masked slots hold: make the caller choose.
+        raise GuardError(
+            f"input {spec.name!r} is a numpy masked array, {want}; pass x.filled(value) to fill the masked "
+            "entries, or x.data to use them as they are"
+        )
+    try:
+        # A subclass (np.matrix, a memmap) becomes a plain view: the references must see ndarray semantics.
+        arr = np.asarray(value)
+    except Exception as e:  # np.asarray raises many kinds for ragged or exotic objects
+        raise GuardError(f"input {spec.name!r} is {_describe(value)}, which is not an array ({e}); {want}") from None
+    if arr.dtype.kind in "OUS":  # objects and strings; not "V", which bfloat16 is
+        what = f"a numpy array of dtype {arr.dtype}" if isinstance(value, np.ndarray) else _describe(value)
+        raise GuardError(f"input {spec.name!r} is {what}, {want}")
     if arr.ndim != len(spec.shape):
-        raise GuardError(f"input {spec.name!r} has rank {arr.ndim}, expected {len(spec.shape)} {fmt_shape(spec.shape)}")
+        raise GuardError(
+            f"input {spec.name!r} has shape {arr.shape} (rank {arr.ndim}), expected rank {len(spec.shape)}: "
+            f"{fmt_shape(spec.shape)}"
+        )
     if arr.dtype != spec.dtype.np:
+        if arr.dtype.newbyteorder("=") == spec.dtype.np:
+            # Refused, not converted, as torch.from_numpy does: inputs are read in place, never copied.
+            raise GuardError(
+                f"input {spec.name!r} has dtype {arr.dtype.str!r} ({arr.dtype.name} in non-native byte order), "
+                f"expected {spec.dtype.value} in native byte order; convert it with x.astype(np.{spec.dtype.value})"
+            )
         raise GuardError(f"input {spec.name!r} has dtype {arr.dtype.name}, expected {spec.dtype.value}")
     return arr
+
+
+def _describe(value: Any) -> str:
+    """``None``, ``a str ('hello')``, ``a list``: what a non-array input is, briefly."""
+    if value is None:
+        return "None"
+    kind = type(value).__name__
+    article = "an" if kind[:1].lower() in "aeiou" else "a"
+    if isinstance(value, (str, bytes)):
+        text = repr(value)
+        return f"{article} {kind} ({text if len(text) <= 40 else text[:37] + '...'})"
+    return f"{article} {kind}"
 
 
 # -- binding symbols -----------------------------------------------------------------------------

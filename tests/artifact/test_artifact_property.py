@@ -71,8 +71,10 @@ def graphs(draw: st.DrawFn) -> Any:
     names = SYMBOLS[:n_syms]
     symbols = []
     for name in names:
-        lo = draw(st.integers(0, 50))
-        symbols.append(Symbol(name, lo, lo + draw(st.integers(0, 10**6)), draw(st.sampled_from([1, 2, 8]))))
+        lo, mult = draw(st.integers(0, 50)), draw(st.sampled_from([1, 2, 8]))
+        # some value in [lo, hi] is a multiple of mult (the writer refuses an unsatisfiable symbol)
+        hi = max(lo + draw(st.integers(0, 10**6)), -(-lo // mult) * mult)
+        symbols.append(Symbol(name, lo, hi, mult))
     dims = [
         draw(st.one_of(st.integers(0, 5), *(st.just(sym(n)) for n in names))) for _ in range(draw(st.integers(0, 3)))
     ]

@@ -251,7 +251,7 @@ def test_offsets_and_lengths_are_64_bit() -> None:
     from aotc.artifact.decode import Decoder
     from aotc.artifact.encode import Header, SegmentEntry, encode_artifact
 
-    far = SegmentEntry(offset=5 << 30, length=(3 << 30) + 7, checksum=bytes(range(32)))
+    far = SegmentEntry(offset=5 << 30, length=(3 << 30) + 7, checksum=bytes(range(16)))
     fb = encode_artifact(Header(SCHEMA_VERSION, "0", "big", "{}"), [], None, [], [far])
     (seg,) = Decoder(fb).segments()
     assert (seg.offset, seg.length, seg.checksum) == (far.offset, far.length, far.checksum)

@@ -43,7 +43,7 @@ def test_unknown_option_is_a_usage_error() -> None:
     assert result.exit_code == EXIT_USAGE
 
 
-@pytest.mark.parametrize("dim", ["seq", "seq=", "=3", "seq=abc", "seq=1:x", "seq=5:2"])
+@pytest.mark.parametrize("dim", ["seq", "seq=", "=3", "seq=abc", "seq=1:x", "seq=5:2", "seq=-1:4", "seq=1:" + "9" * 30])
 def test_malformed_dim_is_a_usage_error(dim: str, tmp_path: Path) -> None:
     onnx_file = tmp_path / "m.onnx"
     onnx_file.write_bytes(b"")

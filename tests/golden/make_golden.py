@@ -2,7 +2,8 @@
 
     .venv/bin/python tests/golden/make_golden.py            # writes tests/golden/v<SCHEMA_VERSION>_mlp.{aotc,npz}
 
-Run it once per schema version, when SCHEMA_VERSION is bumped, and check both files in. Never
+From version 3 the file also holds the variant's launch plan and its kernels compiled for sm_80 (cubin and
+PTX; triton compiles them with no GPU). Run it once per schema version, when SCHEMA_VERSION is bumped, and check both files in. Never
 regenerate an older version's files: they prove that files written by earlier aotc versions still load.
 The model touches most of the schema: symbols with ranges and multiple_of, a guard with its source
 location, float32/int64/bool constants, attrs of every kind, a nested output tree and a source graph.
@@ -95,8 +96,19 @@ def main() -> int:
     variant = lower(src)
     verify(src)
     verify(variant, primitive_only=True)
+    from aotc.kernels.aot import compile_kernels
+    from aotc.kernels.scheduler import schedule_graph
+
+    schedule = schedule_graph(variant)
+    distinct = list({k.name: k for k in schedule.kernels}.values())
+    binaries = compile_kernels(distinct, targets=("sm_80",))
     save_artifact(
-        stem.with_suffix(".aotc"), [variant], source=src, meta={"golden": True, "schema_version": SCHEMA_VERSION}
+        stem.with_suffix(".aotc"),
+        [variant],
+        source=src,
+        meta={"golden": True, "schema_version": SCHEMA_VERSION},
+        schedules=[schedule],
+        binaries=tuple(binaries.values()),
     )
     feeds = sample_inputs()
     outs = run_graph(variant, list(feeds.values()), {"batch": 3, "seq": 10})

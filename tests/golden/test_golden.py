@@ -62,3 +62,51 @@ def test_v1_contents() -> None:
         **{k[3:]: v for k, v in np.load(HERE / "v1_mlp.npz").items() if k.startswith("in_")}
     )
     assert set(y) == {"y", "probs"} and isinstance(rest, list) and len(rest) == 2
+
+
+def test_each_version_keeps_its_segment_checksum() -> None:
+    """Version 1 files hash segments with blake2b-256, version 2 with XXH3-128; both load and agree."""
+    from aotc.artifact.decode import Decoder
+    from aotc.artifact.layout import PREAMBLE_SIZE, segment_checksum
+
+    arts = {}
+    for version, size in ((1, 32), (2, 16)):
+        data = (HERE / f"v{version}_mlp.aotc").read_bytes()
+        fb_len = int.from_bytes(data[24:32], "little")
+        segments = Decoder(data[PREAMBLE_SIZE : PREAMBLE_SIZE + fb_len], version).segments()
+        assert {len(s.checksum) for s in segments} == {size}
+        arts[version] = read_artifact(data)
+        first = arts[version].constants[sorted(arts[version].constants)[0]]
+        assert len(segment_checksum(first.tobytes(), version)) == size
+    assert sorted(arts[1].constants) == sorted(arts[2].constants)
+    for name, arr in arts[1].constants.items():
+        assert arr.tobytes() == arts[2].constants[name].tobytes()
+
+
+def test_v3_kernels_load_and_run_under_the_interpreter() -> None:
+    """The schema 3 golden file holds the launch plan and sm_80 cubins + PTX; its stored kernels, run by the
+    Triton interpreter, compute what the file's graph computed when it was written."""
+    pytest.importorskip("triton")
+    art = read_artifact(HERE / "v3_mlp.aotc")
+    assert art.kernel_features == ("kernels", "binaries") and art.features == ("graph",)
+    (schedule,) = art.schedules
+    assert schedule is not None and {k.name for k in schedule.kernels} == set(art.kernels)
+    assert all(b.archs == ("sm_80",) and b.ptx_meta.arch == "sm_80" for b in art.kernels.values())
+    assert any(k.checks for k in schedule.kernels)  # the embedding's index check
+    expected = np.load(HERE / "v3_mlp.npz")
+    feeds = {k[3:]: expected[k] for k in expected.files if k.startswith("in_")}
+    got = aotc.runtime.load(art, device="interpret").run(feeds)
+    for i, g in enumerate(got):
+        np.testing.assert_allclose(g, expected[f"out_{i}"], rtol=1e-4, atol=1e-5)
+    d = describe(art)
+    assert [k["name"] for k in d["kernels"]] == list(dict.fromkeys(k.name for k in schedule.kernels))
+    assert all(k["targets"] == ["sm_80"] and k["num_warps"] >= 1 for k in d["kernels"])
+    assert d["arena_bytes"] > 0
+
+
+def test_files_before_v3_have_no_kernels() -> None:
+    for version in (1, 2):
+        art = read_artifact(HERE / f"v{version}_mlp.aotc")
+        assert art.schedules == (None,) and dict(art.kernels) == {}
+        assert art.features == ("graph",) and art.kernel_features == ()
+        assert describe(art)["kernels"] == [] and describe(art)["arena_bytes"] is None

@@ -20,7 +20,7 @@ from aotc.ir.symbolic import evaluate
 from .test_ops_reduce import _conv_expected
 from .util import F16, F32, FLOATS, I32, I64, TOL, arr, decomposed, infer, ref_checked
 
-Spec = tuple  # ("x", shape) float | ("pos", shape) positive float | ("idx", shape, n) | ("mask", shape) | ("fmask", shape) | ("val", values)
+Spec = tuple  # ("x", shape) float | ("pos", shape) positive float | ("idx", shape, n) | ("sidx", shape, n) | ("mask", shape) | ("fmask", shape) | ("val", values)
 
 
 def _x(*shape: int) -> Spec:
@@ -73,6 +73,7 @@ CASES: dict[Op, list[tuple[list[Spec], dict[str, Any], float]]] = {
         ([_x(10, 4), ("idx", (2, 3), 10)], {}, 1),
         ([_x(5, 2), ("idx", (), 5)], {}, 1),
         ([_x(5, 2), ("idx32", (4,), 5)], {}, 1),
+        ([_x(10, 4), ("sidx", (2, 3), 10)], {"negative_indices": True}, 1),
     ],
     Op.SDPA: [
         ([_x(2, 3, 4, 8), _x(2, 3, 5, 8), _x(2, 3, 5, 6)], {}, 4),
@@ -130,9 +131,10 @@ def _inputs(specs: Sequence[Spec], dtype: DType, rng: np.random.Generator) -> li
             out.append(arr(rng.uniform(-1.5, 1.5, size=spec[1]), dtype))
         elif kind == "pos":
             out.append(arr(rng.uniform(0.5, 2.0, size=spec[1]), dtype))
-        elif kind in ("idx", "idx32"):
-            n = spec[2]
-            out.append(rng.integers(-n, n, size=spec[1]).astype(np.int64 if kind == "idx" else np.int32))
+        elif kind in ("idx", "idx32", "sidx"):
+            n = spec[2]  # ids in [0, n) as PyTorch takes them, or [-n, n) ("sidx") for negative_indices=True
+            ids = rng.integers(-n if kind == "sidx" else 0, n, size=spec[1])
+            out.append(ids.astype(np.int32 if kind == "idx32" else np.int64))
         elif kind == "mask":
             m = rng.random(spec[1]) < 0.6
             m[..., 0] = True  # every query sees at least one key, so no row is all -inf

@@ -17,7 +17,7 @@ from aotc.ir.evaluate import run_graph
 from aotc.ir.ops import BINARY, ELEMENTWISE, HIGH_LEVEL, OPS, PRIMITIVES, UNARY
 from aotc.ir.shapes import ShapeCtx
 
-from . import test_ops_highlevel, test_ops_layout, test_ops_reduce
+from . import test_ops_highlevel, test_ops_layout, test_ops_reduce, test_ops_scatter
 from .util import (
     ALL_DTYPES,
     BOOL,
@@ -452,6 +452,7 @@ def test_symbolic_elementwise_graph_runs_for_many_bindings() -> None:
 
 def test_every_op_has_a_case_table() -> None:
     tables = [UNARY_CASES, BINARY_CASES, test_ops_layout.CASES, test_ops_reduce.CASES, test_ops_highlevel.CASES]
+    tables.append(test_ops_scatter.CASES)
     covered = set(OTHER_ELEMENTWISE).union(*tables)
     assert covered >= set(Op), f"ops without tests: {sorted(o.value for o in set(Op) - covered)}"
     assert set(UNARY_CASES) == UNARY and set(BINARY_CASES) == BINARY

@@ -43,6 +43,7 @@ BASE: dict[Op, tuple[list[TensorType], dict[str, Any]]] = {
     Op.CONCAT: ([T(F32, (2, 3)), T(F32, (1, 3))], {"axis": 0}),
     Op.FLIP: ([T(F32, (2, 3))], {"axes": (1,)}),
     Op.GATHER: ([T(F32, (5, 3)), T(I64, (2,))], {"axis": 0}),
+    Op.SCATTER: ([T(F32, (5, 3)), T(I64, (2, 1)), T(F32, (2, 3))], {"reduction": "add"}),
     Op.IOTA: ([], {"shape": (3, 4), "axis": 1, "dtype": I64}),
     Op.FULL: ([], {"shape": (3, 4), "value": 1.5, "dtype": F32}),
     Op.CONSTANT: ([], {"name": "w", "shape": (3,), "dtype": F32}),

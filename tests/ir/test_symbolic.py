@@ -15,6 +15,7 @@ from aotc.ir.symbolic import (
     bounds,
     divisor,
     evaluate,
+    index_var,
     parse,
     smax,
     smin,
@@ -200,9 +201,13 @@ def test_bounds_see_through_floor_division() -> None:
         lambda: sym(3),
         lambda: sym("a") // 0,
         lambda: sym("a") % -2,
-        lambda: sym("a") // sym("b"),
-        lambda: 5 // sym("b"),
-        lambda: 5 % sym("b"),
+        lambda: sym("a") // -sym("b") // 1.5,
+        lambda: evaluate(sym("a") // sym("b"), {"a": 3, "b": 0}),
+        lambda: evaluate(5 % sym("b"), {"b": -2}),
+        lambda: bounds(sym("a") // sym("b"), {"a": (0, 4), "b": (0, 3)}),
+        lambda: sym("$a"),
+        lambda: index_var("0a"),
+        lambda: sym("a") // 1.5,
         lambda: sym("a") + 1.5,
         lambda: sym("a") * True,
         lambda: evaluate(sym("a"), {}),
@@ -225,7 +230,8 @@ MALFORMED = [
     "(+ 1 2",
     "1 2",
     "(+ 1 2))",
-    "(// a b)",
+    "(// a $)",
+    "(% a $1)",
     "(// a 0)",
     "(% a -3)",
     "(min a)",
@@ -280,3 +286,122 @@ def test_exact_div_is_exact_or_none():
     assert exact_div(6 * b * s, -3) == -2 * b * s
     assert exact_div(6 * b * s, 2 * s) == 3 * b and exact_div(b * s * s + 4 * s, s) == b * s + 4
     assert exact_div(b * s, 2 * s) is None and exact_div(b + 1, b) is None and exact_div(4, b) is None
+
+
+# -- symbolic divisors: positive by range (every symbol >= 1 below), any numerator ----------------------------
+
+positive = st.recursive(
+    st.one_of(st.sampled_from(NAMES), st.integers(1, 5)),
+    lambda ch: st.tuples(st.sampled_from(["+", "*"]), ch, ch),
+    max_leaves=3,
+)
+
+
+def _extend_sym(children: st.SearchStrategy) -> st.SearchStrategy:
+    return st.one_of(
+        st.tuples(st.sampled_from(["+", "-", "*", "min", "max"]), children, children),
+        st.tuples(st.sampled_from(["//", "%"]), children, st.one_of(st.integers(1, 7), positive)),
+    )
+
+
+sym_trees = st.recursive(leaves, _extend_sym, max_leaves=8)
+pos_envs = st.fixed_dictionaries({n: st.integers(1, 30) for n in NAMES})
+
+
+def py_pos(t: Any, env: dict[str, int]) -> int:
+    """Python arithmetic where a divisor may be a tree of its own (always > 0 under pos_envs)."""
+    if isinstance(t, str):
+        return env[t]
+    if isinstance(t, int):
+        return t
+    op, x, y = t
+    a, b = py_pos(x, env), py_pos(y, env)
+    if op in ("//", "%"):
+        assert b > 0
+        return a // b if op == "//" else a % b
+    return {"+": a + b, "-": a - b, "*": a * b, "min": min(a, b), "max": max(a, b)}[op]
+
+
+def build_sym(t: Any) -> int | SymExpr:
+    if not isinstance(t, tuple):
+        return build(t)
+    op, x, y = t
+    a, b = build_sym(x), build_sym(y)
+    return {
+        "+": lambda: a + b,
+        "-": lambda: a - b,
+        "*": lambda: a * b,
+        "min": lambda: smin(a, b),
+        "max": lambda: smax(a, b),
+        "//": lambda: a // b if isinstance(a, SymExpr) or isinstance(b, int) else b.__rfloordiv__(a),
+        "%": lambda: a % b if isinstance(a, SymExpr) or isinstance(b, int) else b.__rmod__(a),
+    }[op]()
+
+
+@SETTINGS
+@given(sym_trees, st.lists(pos_envs, min_size=1, max_size=5))
+def test_symbolic_divisors_evaluate_like_python(t: Any, bindings: list[dict[str, int]]) -> None:
+    e = build_sym(t)
+    for env in bindings:
+        assert evaluate(e, env) == py_pos(t, env), (to_infix(e), env)
+
+
+@SETTINGS
+@given(sym_trees)
+def test_symbolic_divisors_round_trip_through_text(t: Any) -> None:
+    e = build_sym(t)
+    text = to_sexpr(e)
+    assert parse(text) == e and to_sexpr(parse(text)) == text
+    assert isinstance(to_infix(e), str)
+
+
+@SETTINGS
+@given(sym_trees, st.data())
+def test_symbolic_divisor_bounds_contain_every_sampled_value(t: Any, data: st.DataObject) -> None:
+    ranges = {}
+    for n in NAMES:
+        lo = data.draw(st.integers(1, 20))
+        ranges[n] = (lo, data.draw(st.integers(lo, lo + 15)))
+    e = build_sym(t)
+    lo, hi = bounds(e, ranges)
+    for _ in range(8):
+        env = {n: data.draw(st.integers(*ranges[n])) for n in NAMES}
+        assert lo <= evaluate(e, env) <= hi, (to_infix(e), env, (lo, hi))
+
+
+@SETTINGS
+@given(sym_trees, positive, st.lists(pos_envs, min_size=1, max_size=3))
+def test_symbolic_division_identities(t: Any, dt: Any, bindings: list[dict[str, int]]) -> None:
+    e, d = build_sym(t), build_sym(dt)
+    q, r = e // d, e % d
+    for env in bindings:
+        dv = evaluate(d, env)
+        assert evaluate(q, env) * dv + evaluate(r, env) == evaluate(e, env)
+        assert 0 <= evaluate(r, env) < dv
+    if isinstance(d, SymExpr) and len(d.terms) == 1 and not d.const:  # one-term divisors divide exactly
+        assert (e * d) // d == e and (e * d) % d == 0
+
+
+def test_symbolic_divisor_normalization_facts() -> None:
+    b, s, h, n = sym("b"), sym("s"), sym("h"), sym("n")
+    assert ((b * s + s) * h + 3) // h == b * s + s + 3 // h
+    assert ((b * s + s) * h + 3) % h == 3 % h
+    assert (2 * b * h) // (4 * h) == b // 2 and (2 * b * h) % (4 * h) == 2 * h * (b % 2)
+    assert (b // s) // h == b // (s * h)
+    assert (b % (4 * h)) % (2 * h) == b % (2 * h)
+    assert (b * n) // n == b and (b * n) % n == 0
+    assert 0 // n == 0 and -1 // n == -1 and 0 % n == 0
+    assert to_sexpr(b // (s * h)) == "(// b (* h s))"
+    assert parse("(// b (+ h 1))") == b // (h + 1)
+    assert to_infix(b // (h + 1)) == "b//(h + 1)" and to_infix((b + 1) % h) == "(b + 1)%h"
+    assert bounds(b // s, {"b": (0, 10), "s": (2, 5)}) == (0, 5)
+    assert bounds(b % s, {"b": (0, 10), "s": (2, 5)}) == (0, 4)
+    assert bounds(b % s, {"b": (0, 1), "s": (2, 5)}) == (0, 1)
+
+
+def test_index_variables_cannot_clash_with_symbols() -> None:
+    i = index_var("i0")
+    assert i.symbol_name == "$i0" and i != sym("i0") and i.free_symbols() == {"$i0"}
+    assert parse(to_sexpr(3 * i + sym("i0")), index_vars=True) == 3 * i + sym("i0")
+    with pytest.raises(ShapeError):  # shapes (and so artifacts) never hold one
+        parse(to_sexpr(3 * i))

@@ -176,7 +176,9 @@ def test_duplicate_or_bad_input_names() -> None:
     x2 = Value(99, TensorType(F32, (3,)))
     _fails(g.replace(inputs=(g.inputs[0], x2), input_names=("x", "x")), "input names must be unique")
     _fails(g.replace(input_names=()), "one per input")
-    _fails(g.replace(input_names=("1x",)), "not an identifier")
+    for bad in ("", "a\nb", "nul\x00"):  # any printable name is fine ("gpu_0/data_0"); these are not
+        _fails(g.replace(input_names=(bad,)), "must be a non-empty string of printable characters")
+    verify(g.replace(input_names=("gpu_0/data_0",)))
 
 
 def test_arity_and_rule_violations_name_the_node() -> None:

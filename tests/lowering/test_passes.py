@@ -64,16 +64,34 @@ def test_simplify_keeps_narrowing_cast_pair(kit):
     assert ops(after) == [Op.CAST, Op.CAST]
 
 
-def test_fold_constants_pretransposes_weights(kit):
+def test_fold_keeps_views_of_weights_so_each_weight_is_stored_once(kit):
     x = kit.input((kit.seq, 8))
     w = kit.const("w", kit.rng.standard_normal((4, 8)).astype(np.float32))
-    y = kit.b.op(Op.MATMUL, x, kit.b.op(Op.PERMUTE, w, perm=(1, 0)))
+    y = kit.b.op(Op.MATMUL, x, kit.b.op(Op.PERMUTE, w, perm=(1, 0)))  # a transpose is index math in the matmul
     before = kit.graph(y)
     after = dce(fold_constants(before))
     verify(after, "fold")
-    assert ops(after) == [Op.CONSTANT, Op.MATMUL]
-    assert list(after.constants) != ["w"] and len(after.constants) == 1
+    assert ops(after) == [Op.CONSTANT, Op.PERMUTE, Op.MATMUL] and list(after.constants) == ["w"]
     same_outputs(before, after, [kit.rng.standard_normal((2, 8)).astype(np.float32)], {"seq": 2})
+
+
+def test_fold_computes_through_views_of_constants(kit):
+    x = kit.input((8, 4))
+    w = kit.const("w", kit.rng.standard_normal((4, 8)).astype(np.float32))
+    y = kit.b.op(Op.ADD, x, kit.b.op(Op.EXP, kit.b.op(Op.PERMUTE, w, perm=(1, 0))))
+    before = kit.graph(y)
+    after = dce(fold_constants(before))
+    assert ops(after) == [Op.CONSTANT, Op.ADD] and list(after.constants) != ["w"]
+    np.testing.assert_array_equal(next(iter(after.constants.values())), np.exp(before.constants["w"].T))
+    same_outputs(before, after, [kit.rng.standard_normal((8, 4)).astype(np.float32)], {})
+
+
+def test_fold_leaves_large_computations_on_weights_to_run_time(kit):
+    x = kit.input((128, 256))
+    w = kit.const("w", kit.rng.standard_normal((128, 256)).astype(np.float32))  # 128 KiB > max_bytes
+    y = kit.b.op(Op.ADD, x, kit.b.op(Op.NEG, w))
+    after = dce(fold_constants(kit.graph(y)))
+    assert ops(after) == [Op.CONSTANT, Op.NEG, Op.ADD] and list(after.constants) == ["w"]
 
 
 def test_fold_does_not_materialize_big_broadcast(kit):
@@ -118,7 +136,20 @@ def test_pipeline_dumps_every_stage_and_verifies(kit, tmp_path):
     seen = []
     after = lower(before, CompileOptions(verify_each_stage=True), dump_dir=tmp_path, progress=seen.append)
     verify(after, "lowered", primitive_only=True)
-    assert seen == [name for name in ("decompose", "simplify", "cse", "fold_constants", "cse_2", "simplify_2", "dce")]
+    assert seen == [
+        name
+        for name in (
+            "decompose",
+            "attention",
+            "simplify",
+            "cse",
+            "fold_constants",
+            "cse_2",
+            "matmul_padding",
+            "simplify_2",
+            "dce",
+        )
+    ]
     dumps = sorted(p.name for p in tmp_path.iterdir())
     assert dumps[0] == "00-input.txt" and dumps[-1].endswith("-dce.txt") and len(dumps) == len(seen) + 1
     assert "layer_norm" in (tmp_path / "00-input.txt").read_text()

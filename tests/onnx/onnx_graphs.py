@@ -181,7 +181,10 @@ def layout() -> Case:
     outs["pad"] = k.op(Op.PAD, x, pads=(0, 0, 1, 2, 3, 0), value=-1.5)
     outs["concat"] = k.op(Op.CONCAT, x, k.op(Op.NEG, x), axis=1)
     outs["flip"] = k.op(Op.FLIP, x, axes=(1, 2))
-    outs["gather"] = k.op(Op.GATHER, x, idx, axis=2)
+    outs["gather"] = k.op(Op.GATHER, x, idx, axis=2, negative_indices=True)  # exported as ONNX Gather, which wraps
+    rows = b.permute(x, (2, 0, 1))  # (6, batch, seq): idx's values are valid row numbers
+    first3 = k.op(Op.SLICE, rows, starts=(0, 0, 0), stops=(3, bs, s), steps=(1, 1, 1))
+    outs["scatter_add"] = k.op(Op.SCATTER, rows, b.reshape(idx, (3, 1)), first3, reduction="add")
     outs["iota"] = k.op(Op.IOTA, shape=(bs, s), axis=1, dtype=I64)
     outs["iota_f"] = k.op(Op.IOTA, shape=(s, 2), axis=0, dtype=F32)
     outs["full_sym"] = b.full(s * 2 + 1, F32, (bs, 2))

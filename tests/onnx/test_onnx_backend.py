@@ -14,7 +14,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from aotc.errors import GuardError
+from aotc.errors import GuardError, UnsupportedError
 from aotc.onnx.backend import AotcBackend, SpecializingRep
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,6 +76,39 @@ def test_shape_inputs_specialize_per_value() -> None:
     assert rep.run([x, np.array([3, 4])])[0].shape == (3, 4)
     assert rep.run([x, np.array([-1, 2])])[0].shape == (6, 2)
     np.testing.assert_array_equal(rep.run({"x": x, "shape": np.array([12, 1])})[0], x.reshape(12, 1))
+
+
+def test_a_length_computed_from_a_small_input_specializes_on_that_input() -> None:
+    """Range's limit is floor(size / 2) computed from a float input: the backend fixes ``size`` per call; a large
+    input feeding a compile-time value is never specialized on."""
+    nodes = [
+        helper.make_node("Div", ["size", "two"], ["half"]),
+        helper.make_node("Floor", ["half"], ["fl"]),
+        helper.make_node("Cast", ["fl"], ["n"], to=TensorProto.INT64),
+        helper.make_node("Range", ["zero", "n", "one"], ["y"]),
+    ]
+    inits = [
+        numpy_helper.from_array(np.array(2.0, np.float32), "two"),
+        numpy_helper.from_array(np.array(0, np.int64), "zero"),
+        numpy_helper.from_array(np.array(1, np.int64), "one"),
+    ]
+
+    def model(size_shape: list[int]) -> onnx.ModelProto:
+        graph = helper.make_graph(
+            nodes,
+            "w",
+            [helper.make_tensor_value_info("size", F, size_shape)],
+            [helper.make_tensor_value_info("y", TensorProto.INT64, None)],
+            inits,
+        )
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+    rep = AotcBackend.prepare(model([]))
+    assert isinstance(rep, SpecializingRep)
+    np.testing.assert_array_equal(rep.run([np.array(7.0, np.float32)])[0], np.arange(3))
+    np.testing.assert_array_equal(rep.run([np.array(10.0, np.float32)])[0], np.arange(5))
+    with pytest.raises(UnsupportedError, match=r"Range node .* must be known at compile time"):
+        AotcBackend.prepare(model([1000]))
 
 
 def test_node_test_subset_passes(tmp_path: Path) -> None:

@@ -190,7 +190,7 @@ def test_export_onnx_traces_an_nn_module(tmp_path: Path) -> None:
 
 
 def test_export_artifact_uses_its_high_level_graph(tmp_path: Path) -> None:
-    from aotc.frontend.compile import compile_graph
+    from aotc.compiler import compile_graph
     from aotc.onnx import export_artifact
 
     case = CASES["conv_net"]()

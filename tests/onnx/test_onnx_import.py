@@ -129,7 +129,7 @@ def test_dims_without_range_get_the_default_and_unnamed_dims_get_symbols() -> No
     x = helper.make_tensor_value_info("in:0", F, ["n", None, 3])
     model = model_of([helper.make_node("Relu", ["in:0"], ["y"])], [x], [helper.make_tensor_value_info("y", F, None)])
     graph = import_onnx(model)
-    assert graph.input_names == ("in_0",)
+    assert graph.input_names == ("in:0",)  # kept exactly; the unnamed dim's symbol is made an identifier
     assert [s.name for s in graph.symbols] == ["n", "in_0_1"]
     assert all((s.min, s.max) == DEFAULT_DIM_RANGE for s in graph.symbols)
     assert graph.inputs[0].type.shape[2] == 3

@@ -74,7 +74,7 @@ def test_good_inputs_run(exe, runs) -> None:
         ({"x": x(b=0), "mask": mask(b=0)}, r"^input 'x' dim 0 \(batch\) = 0 is outside \[1, 8\]$"),
         (
             {"x": np.ones((2, 16), np.float32), "mask": mask()},
-            r"^input 'x' has rank 2, expected 3 \(batch, seq, 256\)$",
+            r"^input 'x' has shape \(2, 16\) \(rank 2\), expected rank 3: \(batch, seq, 256\)$",
         ),
         ({"x": x(dtype=np.float64), "mask": mask()}, r"^input 'x' has dtype float64, expected float32$"),
         ({"x": x(), "mask": mask().astype(np.uint8)}, r"^input 'mask' has dtype uint8, expected bool$"),
@@ -115,9 +115,14 @@ def test_argument_errors(exe, runs) -> None:
 
 
 def test_non_arrays(exe, runs) -> None:
-    refused(runs, lambda: exe(x=[[[1.0], [2.0, 3.0]]], mask=mask()), "input 'x' is not an array")
+    want = r"expected a numpy array of float32 with shape \(batch, seq, 256\)"
+    refused(
+        runs,
+        lambda: exe(x=[[[1.0], [2.0, 3.0]]], mask=mask()),
+        rf"^input 'x' is a list, which is not an array .*{want}$",
+    )
     refused(runs, lambda: exe(x=x().tolist(), mask=mask()), "input 'x' has dtype float64, expected float32")
-    refused(runs, lambda: exe(x=object(), mask=mask()), "input 'x' has rank 0, expected 3")
+    refused(runs, lambda: exe(x=object(), mask=mask()), rf"^input 'x' is an object, {want}$")
 
 
 def test_anything_asarray_takes_is_accepted_without_casting(runs) -> None:

@@ -233,7 +233,72 @@ class Artifact(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(26))
         return o == 0
 
-def ArtifactStart(builder): builder.StartObject(12)
+    # Artifact
+    def Features(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(28))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.String(a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return ""
+
+    # Artifact
+    def FeaturesLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(28))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Artifact
+    def FeaturesIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(28))
+        return o == 0
+
+    # Artifact
+    def KernelFeatures(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(30))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.String(a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return ""
+
+    # Artifact
+    def KernelFeaturesLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(30))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Artifact
+    def KernelFeaturesIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(30))
+        return o == 0
+
+    # Artifact
+    def Kernels(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(32))
+        if o != 0:
+            x = self._tab.Vector(o)
+            x += flatbuffers.number_types.UOffsetTFlags.py_type(j) * 4
+            x = self._tab.Indirect(x)
+            from aotc.artifact.generated.KernelCode import KernelCode
+            obj = KernelCode()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+    # Artifact
+    def KernelsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(32))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Artifact
+    def KernelsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(32))
+        return o == 0
+
+def ArtifactStart(builder): builder.StartObject(15)
 def Start(builder):
     return ArtifactStart(builder)
 def ArtifactAddSchemaVersion(builder, schemaVersion): builder.PrependUint32Slot(0, schemaVersion, 0)
@@ -293,6 +358,24 @@ def AddAttrSets(builder, attrSets):
 def ArtifactStartAttrSetsVector(builder, numElems): return builder.StartVector(4, numElems, 4)
 def StartAttrSetsVector(builder, numElems):
     return ArtifactStartAttrSetsVector(builder, numElems)
+def ArtifactAddFeatures(builder, features): builder.PrependUOffsetTRelativeSlot(12, flatbuffers.number_types.UOffsetTFlags.py_type(features), 0)
+def AddFeatures(builder, features):
+    return ArtifactAddFeatures(builder, features)
+def ArtifactStartFeaturesVector(builder, numElems): return builder.StartVector(4, numElems, 4)
+def StartFeaturesVector(builder, numElems):
+    return ArtifactStartFeaturesVector(builder, numElems)
+def ArtifactAddKernelFeatures(builder, kernelFeatures): builder.PrependUOffsetTRelativeSlot(13, flatbuffers.number_types.UOffsetTFlags.py_type(kernelFeatures), 0)
+def AddKernelFeatures(builder, kernelFeatures):
+    return ArtifactAddKernelFeatures(builder, kernelFeatures)
+def ArtifactStartKernelFeaturesVector(builder, numElems): return builder.StartVector(4, numElems, 4)
+def StartKernelFeaturesVector(builder, numElems):
+    return ArtifactStartKernelFeaturesVector(builder, numElems)
+def ArtifactAddKernels(builder, kernels): builder.PrependUOffsetTRelativeSlot(14, flatbuffers.number_types.UOffsetTFlags.py_type(kernels), 0)
+def AddKernels(builder, kernels):
+    return ArtifactAddKernels(builder, kernels)
+def ArtifactStartKernelsVector(builder, numElems): return builder.StartVector(4, numElems, 4)
+def StartKernelsVector(builder, numElems):
+    return ArtifactStartKernelsVector(builder, numElems)
 def ArtifactEnd(builder): return builder.EndObject()
 def End(builder):
     return ArtifactEnd(builder)

@@ -432,7 +432,18 @@ class Graph(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(36))
         return o == 0
 
-def GraphStart(builder): builder.StartObject(17)
+    # Graph
+    def Schedule(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(38))
+        if o != 0:
+            x = self._tab.Indirect(o + self._tab.Pos)
+            from aotc.artifact.generated.Schedule import Schedule
+            obj = Schedule()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+def GraphStart(builder): builder.StartObject(18)
 def Start(builder):
     return GraphStart(builder)
 def GraphAddName(builder, name): builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(name), 0)
@@ -531,6 +542,9 @@ def AddConstants(builder, constants):
 def GraphStartConstantsVector(builder, numElems): return builder.StartVector(4, numElems, 4)
 def StartConstantsVector(builder, numElems):
     return GraphStartConstantsVector(builder, numElems)
+def GraphAddSchedule(builder, schedule): builder.PrependUOffsetTRelativeSlot(17, flatbuffers.number_types.UOffsetTFlags.py_type(schedule), 0)
+def AddSchedule(builder, schedule):
+    return GraphAddSchedule(builder, schedule)
 def GraphEnd(builder): return builder.EndObject()
 def End(builder):
     return GraphEnd(builder)

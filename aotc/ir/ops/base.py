@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -74,6 +74,7 @@ class Op(enum.Enum):
     CONCAT = "concat"
     FLIP = "flip"
     GATHER = "gather"
+    SCATTER = "scatter"
     # sources
     IOTA = "iota"
     FULL = "full"
@@ -102,6 +103,26 @@ class Op(enum.Enum):
     TRIU = "triu"
 
 
+class OpKind(enum.Enum):
+    """What a kernel does with an op (DESIGN §6); a high-level op has the kind of what it is.
+
+    POINTWISE: each output element from the same-index input elements (broadcast aside).
+    REDUCTION: output elements combine a row or window of inputs (reductions, softmax, norms, pooling).
+    VIEW: a data-independent re-indexing of its inputs (reshape, permute, broadcast, slice, flip, pad, concat):
+    index math in its consumer, never a kernel of its own.
+    INDEX: data movement driven by index tensors (gather, scatter, embedding); indices are checked at run time.
+    CONTRACTION: matmul-like sums of products (matmul, linear, conv, attention).
+    SOURCE: no tensor inputs (iota, full, constant).
+    """
+
+    POINTWISE = "pointwise"
+    REDUCTION = "reduction"
+    VIEW = "view"
+    INDEX = "index"
+    CONTRACTION = "contraction"
+    SOURCE = "source"
+
+
 InferFn = Callable[[Sequence[TensorType], Attrs, ShapeCtx], tuple[TensorType, ...]]
 RefFn = Callable[[Sequence[np.ndarray], Attrs], tuple[np.ndarray, ...]]
 # A decomposition gets a builder (aotc.ir.builder.Builder), input values and attrs.
@@ -114,7 +135,8 @@ class OpDef:
 
     ``ref`` is the numpy reference, called with concrete attrs (symbolic attrs
     already evaluated). ``decompose`` is set only for high-level ops.
-    ``arity`` is (min, max) inputs; max None means variadic.
+    ``arity`` is (min, max) inputs; max None means variadic. ``kind`` (keyword-only) says
+    what a kernel does with it.
     """
 
     op: Op
@@ -124,6 +146,7 @@ class OpDef:
     decompose: DecomposeFn | None = None
     onnx: str | None = None
     attrs: tuple[str, ...] = ()
+    kind: OpKind = field(kw_only=True)
 
     @property
     def primitive(self) -> bool:

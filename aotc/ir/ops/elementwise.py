@@ -8,7 +8,7 @@ import numpy as np
 
 from aotc.errors import ShapeError
 from aotc.ir.dtypes import DType
-from aotc.ir.ops.base import Op, OpDef, is_half, one, same_dtype
+from aotc.ir.ops.base import Op, OpDef, OpKind, is_half, one, same_dtype
 from aotc.ir.shapes import ShapeCtx, broadcast_shapes
 from aotc.ir.types import Attrs, TensorType
 
@@ -170,11 +170,12 @@ def _cast_ref(xs: Sequence[np.ndarray], attrs: Attrs) -> tuple[np.ndarray, ...]:
 
 def _u(op: Op, fn: Callable, kind: str = "float", onnx: str | None = None) -> OpDef:
     ref = _bool_unary(fn) if kind == "float->bool" else _unary(fn)
-    return OpDef(op, _infer_unary(kind), ref, (1, 1), onnx=onnx)
+    return OpDef(op, _infer_unary(kind), ref, (1, 1), onnx=onnx, kind=OpKind.POINTWISE)
 
 
 def _b(op: Op, fn: Callable, kind: str = "numeric", onnx: str | None = None) -> OpDef:
-    return OpDef(op, _infer_binary(kind), _binary(fn, keep_dtype=kind != "compare"), (2, 2), onnx=onnx)
+    infer, ref = _infer_binary(kind), _binary(fn, keep_dtype=kind != "compare")
+    return OpDef(op, infer, ref, (2, 2), onnx=onnx, kind=OpKind.POINTWISE)
 
 
 def _round_half_even(x: np.ndarray) -> np.ndarray:
@@ -218,6 +219,6 @@ DEFS = [
     _b(Op.AND, np.logical_and, "bool", "And"),
     _b(Op.OR, np.logical_or, "bool", "Or"),
     _b(Op.XOR, np.logical_xor, "bool", "Xor"),
-    OpDef(Op.WHERE, _where_infer, lambda xs, a: (np.where(*xs),), (3, 3), onnx="Where"),
-    OpDef(Op.CAST, _cast_infer, _cast_ref, (1, 1), onnx="Cast", attrs=("dtype",)),
+    OpDef(Op.WHERE, _where_infer, lambda xs, a: (np.where(*xs),), (3, 3), onnx="Where", kind=OpKind.POINTWISE),
+    OpDef(Op.CAST, _cast_infer, _cast_ref, (1, 1), onnx="Cast", attrs=("dtype",), kind=OpKind.POINTWISE),
 ]

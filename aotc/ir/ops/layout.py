@@ -8,7 +8,8 @@ import numpy as np
 
 from aotc.errors import ExecError, ShapeError
 from aotc.ir.dtypes import DType
-from aotc.ir.ops.base import Op, OpDef, number_attr, one, same_dtype
+from aotc.ir.index_check import NEGATIVE_INDICES, allows_negative, checked_indices
+from aotc.ir.ops.base import Op, OpDef, OpKind, number_attr, one, same_dtype
 from aotc.ir.shapes import ShapeCtx, fmt_shape, norm_axis, numel
 from aotc.ir.symbolic import SymExpr, add, floordiv, mul, smax
 from aotc.ir.types import Attrs, Shape, ShapeDim, TensorType
@@ -137,17 +138,16 @@ def _gather_infer(ts: Sequence[TensorType], attrs: Attrs, ctx: ShapeCtx) -> tupl
     if data.rank == 0:
         raise ShapeError("gather from a scalar: data needs rank >= 1")
     axis = norm_axis(attrs.get("axis", 0), data.rank)
+    if not isinstance(attrs.get(NEGATIVE_INDICES, False), bool):
+        raise ShapeError(f"gather attr {NEGATIVE_INDICES!r} must be a bool, got {attrs[NEGATIVE_INDICES]!r}")
     return one(data.dtype, data.shape[:axis] + idx.shape + data.shape[axis + 1 :])
 
 
 def _gather_ref(xs: Sequence[np.ndarray], attrs: Attrs) -> tuple[np.ndarray, ...]:
+    # Ids outside [0, n) (PyTorch) or [-n, n) (ONNX, negative_indices=True) raise IndexRangeError.
     data, idx = xs
     axis = attrs.get("axis", 0) % max(data.ndim, 1)
-    n = data.shape[axis]
-    if idx.size and (idx.min() < -n or idx.max() >= n):
-        bad = idx.max() if idx.max() >= n else idx.min()
-        raise ExecError(f"gather index {int(bad)} is out of range for a dim of size {n}")
-    return (np.take(data, np.where(idx < 0, idx + n, idx), axis=axis),)
+    return (np.take(data, checked_indices(idx, data.shape[axis], allows_negative(attrs)), axis=axis),)
 
 
 def _source_shape(attrs: Attrs, ctx: ShapeCtx) -> Shape:
@@ -197,7 +197,13 @@ def _constant_ref(xs: Sequence[np.ndarray], attrs: Attrs) -> tuple[np.ndarray, .
 
 DEFS = [
     OpDef(
-        Op.RESHAPE, _reshape_infer, lambda xs, a: (xs[0].reshape(a["shape"]),), (1, 1), onnx="Reshape", attrs=("shape",)
+        Op.RESHAPE,
+        _reshape_infer,
+        lambda xs, a: (xs[0].reshape(a["shape"]),),
+        (1, 1),
+        onnx="Reshape",
+        attrs=("shape",),
+        kind=OpKind.VIEW,
     ),
     OpDef(
         Op.PERMUTE,
@@ -206,6 +212,7 @@ DEFS = [
         (1, 1),
         onnx="Transpose",
         attrs=("perm",),
+        kind=OpKind.VIEW,
     ),
     OpDef(
         Op.BROADCAST,
@@ -214,9 +221,12 @@ DEFS = [
         (1, 1),
         onnx="Expand",
         attrs=("shape",),
+        kind=OpKind.VIEW,
     ),
-    OpDef(Op.SLICE, _slice_infer, _slice_ref, (1, 1), onnx="Slice", attrs=("starts", "stops", "steps")),
-    OpDef(Op.PAD, _pad_infer, _pad_ref, (1, 1), onnx="Pad", attrs=("pads", "value")),
+    OpDef(
+        Op.SLICE, _slice_infer, _slice_ref, (1, 1), onnx="Slice", attrs=("starts", "stops", "steps"), kind=OpKind.VIEW
+    ),
+    OpDef(Op.PAD, _pad_infer, _pad_ref, (1, 1), onnx="Pad", attrs=("pads", "value"), kind=OpKind.VIEW),
     OpDef(
         Op.CONCAT,
         _concat_infer,
@@ -224,6 +234,7 @@ DEFS = [
         (1, None),
         onnx="Concat",
         attrs=("axis",),
+        kind=OpKind.VIEW,
     ),
     OpDef(
         Op.FLIP,
@@ -231,9 +242,18 @@ DEFS = [
         lambda xs, a: (np.asarray(np.flip(xs[0], a.get("axes", ())), order="C"),),
         (1, 1),
         attrs=("axes",),
+        kind=OpKind.VIEW,
     ),
-    OpDef(Op.GATHER, _gather_infer, _gather_ref, (2, 2), onnx="Gather", attrs=("axis",)),
-    OpDef(Op.IOTA, _iota_infer, _iota_ref, (0, 0), attrs=("shape", "axis", "dtype")),
+    OpDef(
+        Op.GATHER,
+        _gather_infer,
+        _gather_ref,
+        (2, 2),
+        onnx="Gather",
+        attrs=("axis", NEGATIVE_INDICES),
+        kind=OpKind.INDEX,
+    ),
+    OpDef(Op.IOTA, _iota_infer, _iota_ref, (0, 0), attrs=("shape", "axis", "dtype"), kind=OpKind.SOURCE),
     OpDef(
         Op.FULL,
         _full_infer,
@@ -241,6 +261,15 @@ DEFS = [
         (0, 0),
         onnx="ConstantOfShape",
         attrs=("shape", "value", "dtype"),
+        kind=OpKind.SOURCE,
     ),
-    OpDef(Op.CONSTANT, _constant_infer, _constant_ref, (0, 0), onnx="Constant", attrs=("name", "shape", "dtype")),
+    OpDef(
+        Op.CONSTANT,
+        _constant_infer,
+        _constant_ref,
+        (0, 0),
+        onnx="Constant",
+        attrs=("name", "shape", "dtype"),
+        kind=OpKind.SOURCE,
+    ),
 ]

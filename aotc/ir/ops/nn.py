@@ -10,7 +10,8 @@ import numpy as np
 
 from aotc.errors import ShapeError
 from aotc.ir.dtypes import DType
-from aotc.ir.ops.base import Op, OpDef, acc, number_attr, one, require_float, same_dtype
+from aotc.ir.index_check import NEGATIVE_INDICES, allows_negative
+from aotc.ir.ops.base import Op, OpDef, OpKind, acc, number_attr, one, require_float, same_dtype
 from aotc.ir.ops.elementwise import erf
 from aotc.ir.ops.layout import _gather_ref
 from aotc.ir.shapes import ShapeCtx, broadcast_shapes, norm_axes, norm_axis, numel
@@ -261,7 +262,15 @@ def _embedding_infer(ts: Sequence[TensorType], attrs: Attrs, ctx: ShapeCtx) -> t
     w, idx = ts
     if w.rank != 2 or not idx.dtype.is_int:
         raise ShapeError(f"embedding needs a 2-D weight and int indices, got {w} and {idx}")
+    if not isinstance(attrs.get(NEGATIVE_INDICES, False), bool):
+        raise ShapeError(f"embedding attr {NEGATIVE_INDICES!r} must be a bool, got {attrs[NEGATIVE_INDICES]!r}")
     return one(w.dtype, idx.shape + (w.shape[1],))
+
+
+def _embedding_dec(b: B, xs: Sequence[Value], a: Attrs) -> tuple[Value, ...]:
+    # The id rule travels with the ids: PyTorch's [0, n) unless the node allows negative ids.
+    extra = {NEGATIVE_INDICES: True} if allows_negative(a) else {}
+    return (b.op(Op.GATHER, xs[0], xs[1], axis=0, **extra),)
 
 
 def _sdpa_infer(ts: Sequence[TensorType], attrs: Attrs, ctx: ShapeCtx) -> tuple[TensorType, ...]:
@@ -371,10 +380,34 @@ def _np(fn):
 
 
 DEFS = [
-    OpDef(Op.LINEAR, _linear_infer, _linear_ref, (2, 3), _linear_dec, onnx="Gemm"),
-    OpDef(Op.RELU, _same_float_infer, _np(lambda x, a: np.maximum(x, 0)), (1, 1), _relu_dec, onnx="Relu"),
-    OpDef(Op.GELU, _gelu_infer, _f32(_gelu_ref), (1, 1), _gelu_dec, onnx="Gelu", attrs=("approximate",)),
-    OpDef(Op.SILU, _same_float_infer, _f32(lambda x, a: x * _sigmoid_np(x.astype(np.float64))), (1, 1), _silu_dec),
+    OpDef(Op.LINEAR, _linear_infer, _linear_ref, (2, 3), _linear_dec, onnx="Gemm", kind=OpKind.CONTRACTION),
+    OpDef(
+        Op.RELU,
+        _same_float_infer,
+        _np(lambda x, a: np.maximum(x, 0)),
+        (1, 1),
+        _relu_dec,
+        onnx="Relu",
+        kind=OpKind.POINTWISE,
+    ),
+    OpDef(
+        Op.GELU,
+        _gelu_infer,
+        _f32(_gelu_ref),
+        (1, 1),
+        _gelu_dec,
+        onnx="Gelu",
+        attrs=("approximate",),
+        kind=OpKind.POINTWISE,
+    ),
+    OpDef(
+        Op.SILU,
+        _same_float_infer,
+        _f32(lambda x, a: x * _sigmoid_np(x.astype(np.float64))),
+        (1, 1),
+        _silu_dec,
+        kind=OpKind.POINTWISE,
+    ),
     OpDef(
         Op.SIGMOID,
         _same_float_infer,
@@ -382,6 +415,7 @@ DEFS = [
         (1, 1),
         _sigmoid_dec,
         onnx="Sigmoid",
+        kind=OpKind.POINTWISE,
     ),
     OpDef(
         Op.SOFTMAX,
@@ -391,6 +425,7 @@ DEFS = [
         _softmax_dec,
         onnx="Softmax",
         attrs=("axis",),
+        kind=OpKind.REDUCTION,
     ),
     OpDef(
         Op.LOG_SOFTMAX,
@@ -400,6 +435,7 @@ DEFS = [
         _log_softmax_dec,
         onnx="LogSoftmax",
         attrs=("axis",),
+        kind=OpKind.REDUCTION,
     ),
     OpDef(
         Op.LAYER_NORM,
@@ -409,19 +445,38 @@ DEFS = [
         _layer_norm_dec,
         onnx="LayerNormalization",
         attrs=("ndim", "eps"),
+        kind=OpKind.REDUCTION,
     ),
     OpDef(
-        Op.RMS_NORM, _norm_infer, _rms_norm_ref, (1, 2), _rms_norm_dec, onnx="RMSNormalization", attrs=("ndim", "eps")
+        Op.RMS_NORM,
+        _norm_infer,
+        _rms_norm_ref,
+        (1, 2),
+        _rms_norm_dec,
+        onnx="RMSNormalization",
+        attrs=("ndim", "eps"),
+        kind=OpKind.REDUCTION,
     ),
     OpDef(
         Op.EMBEDDING,
         _embedding_infer,
-        lambda xs, a: _gather_ref(xs, Attrs(axis=0)),
+        lambda xs, a: _gather_ref(xs, Attrs(axis=0, negative_indices=allows_negative(a))),
         (2, 2),
-        lambda b, xs, a: (b.op(Op.GATHER, xs[0], xs[1], axis=0),),
+        _embedding_dec,
         onnx="Gather",
+        attrs=(NEGATIVE_INDICES,),
+        kind=OpKind.INDEX,
     ),
-    OpDef(Op.SDPA, _sdpa_infer, _sdpa_ref, (3, 4), _sdpa_dec, onnx="Attention", attrs=("is_causal", "scale")),
+    OpDef(
+        Op.SDPA,
+        _sdpa_infer,
+        _sdpa_ref,
+        (3, 4),
+        _sdpa_dec,
+        onnx="Attention",
+        attrs=("is_causal", "scale"),
+        kind=OpKind.CONTRACTION,
+    ),
     OpDef(
         Op.REDUCE_MEAN,
         _mean_infer,
@@ -430,6 +485,7 @@ DEFS = [
         _mean_dec,
         onnx="ReduceMean",
         attrs=("axes", "keepdim"),
+        kind=OpKind.REDUCTION,
     ),
     OpDef(
         Op.TRIL,
@@ -439,6 +495,7 @@ DEFS = [
         _tri_dec(True),
         onnx="Trilu",
         attrs=("k",),
+        kind=OpKind.POINTWISE,
     ),
     OpDef(
         Op.TRIU,
@@ -448,5 +505,6 @@ DEFS = [
         _tri_dec(False),
         onnx="Trilu",
         attrs=("k",),
+        kind=OpKind.POINTWISE,
     ),
 ]

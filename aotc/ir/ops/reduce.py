@@ -8,7 +8,7 @@ import numpy as np
 
 from aotc.errors import ExecError, ShapeError
 from aotc.ir.dtypes import DType
-from aotc.ir.ops.base import Op, OpDef, acc, one, same_dtype
+from aotc.ir.ops.base import Op, OpDef, OpKind, acc, one, same_dtype
 from aotc.ir.shapes import ShapeCtx, broadcast_shapes, fmt_shape, norm_axes, norm_axis
 from aotc.ir.symbolic import add, floordiv, mul
 from aotc.ir.types import Attrs, TensorType
@@ -75,9 +75,18 @@ def _arg_ref(fn):
     return ref
 
 
+def _check_tf32(attrs: Attrs, dt: DType, what: str) -> None:
+    tf32 = attrs.get("allow_tf32", False)
+    if not isinstance(tf32, bool):
+        raise ShapeError(f"{what} attr 'allow_tf32' must be a bool, got {tf32!r}")
+    if tf32 and dt is not DType.float32:
+        raise ShapeError(f"{what} attr 'allow_tf32' applies to float32 inputs, got {dt.value}")
+
+
 def _matmul_infer(ts: Sequence[TensorType], attrs: Attrs, ctx: ShapeCtx) -> tuple[TensorType, ...]:
     a, b = ts
     dt = same_dtype(ts, "matmul")
+    _check_tf32(attrs, dt, "matmul")
     if dt is DType.bool or a.rank < 2 or b.rank < 2:
         raise ShapeError(f"matmul needs numeric inputs of rank >= 2, got {a} and {b}")
     ctx.require_equal(
@@ -116,6 +125,7 @@ def _is_int(v: object) -> bool:
 def _conv_infer(ts: Sequence[TensorType], attrs: Attrs, ctx: ShapeCtx) -> tuple[TensorType, ...]:
     x, w = ts
     dt = same_dtype(ts, "conv")
+    _check_tf32(attrs, dt, "conv")
     if not dt.is_float or x.rank < 3 or w.rank != x.rank:
         raise ShapeError(f"conv needs float input (N, C, ...) and weight of the same rank, got {x} and {w}")
     nsp = x.rank - 2
@@ -160,12 +170,70 @@ _max = _extreme(np.maximum, True)
 _min = _extreme(np.minimum, False)
 
 DEFS = [
-    OpDef(Op.REDUCE_SUM, _reduce_infer, _reducer(np.sum), (1, 1), onnx="ReduceSum", attrs=("axes", "keepdim")),
-    OpDef(Op.REDUCE_MAX, _reduce_infer, _reducer(_max), (1, 1), onnx="ReduceMax", attrs=("axes", "keepdim")),
-    OpDef(Op.REDUCE_MIN, _reduce_infer, _reducer(_min), (1, 1), onnx="ReduceMin", attrs=("axes", "keepdim")),
-    OpDef(Op.REDUCE_PROD, _reduce_infer, _reducer(np.prod), (1, 1), onnx="ReduceProd", attrs=("axes", "keepdim")),
-    OpDef(Op.ARGMAX, _arg_infer, _arg_ref(np.argmax), (1, 1), onnx="ArgMax", attrs=("axis", "keepdim")),
-    OpDef(Op.ARGMIN, _arg_infer, _arg_ref(np.argmin), (1, 1), onnx="ArgMin", attrs=("axis", "keepdim")),
-    OpDef(Op.MATMUL, _matmul_infer, _matmul_ref, (2, 2), onnx="MatMul"),
-    OpDef(Op.CONV, _conv_infer, _conv_ref, (2, 2), onnx="Conv", attrs=("strides", "pads", "dilations", "groups")),
+    OpDef(
+        Op.REDUCE_SUM,
+        _reduce_infer,
+        _reducer(np.sum),
+        (1, 1),
+        onnx="ReduceSum",
+        attrs=("axes", "keepdim"),
+        kind=OpKind.REDUCTION,
+    ),
+    OpDef(
+        Op.REDUCE_MAX,
+        _reduce_infer,
+        _reducer(_max),
+        (1, 1),
+        onnx="ReduceMax",
+        attrs=("axes", "keepdim"),
+        kind=OpKind.REDUCTION,
+    ),
+    OpDef(
+        Op.REDUCE_MIN,
+        _reduce_infer,
+        _reducer(_min),
+        (1, 1),
+        onnx="ReduceMin",
+        attrs=("axes", "keepdim"),
+        kind=OpKind.REDUCTION,
+    ),
+    OpDef(
+        Op.REDUCE_PROD,
+        _reduce_infer,
+        _reducer(np.prod),
+        (1, 1),
+        onnx="ReduceProd",
+        attrs=("axes", "keepdim"),
+        kind=OpKind.REDUCTION,
+    ),
+    OpDef(
+        Op.ARGMAX,
+        _arg_infer,
+        _arg_ref(np.argmax),
+        (1, 1),
+        onnx="ArgMax",
+        attrs=("axis", "keepdim"),
+        kind=OpKind.REDUCTION,
+    ),
+    OpDef(
+        Op.ARGMIN,
+        _arg_infer,
+        _arg_ref(np.argmin),
+        (1, 1),
+        onnx="ArgMin",
+        attrs=("axis", "keepdim"),
+        kind=OpKind.REDUCTION,
+    ),
+    # allow_tf32: a float32 matmul/conv may multiply in tf32 on tensor cores (compile precision "tf32");
+    # the numpy references ignore it, so the cpu backend computes in full float32 either way.
+    OpDef(Op.MATMUL, _matmul_infer, _matmul_ref, (2, 2), onnx="MatMul", attrs=("allow_tf32",), kind=OpKind.CONTRACTION),
+    OpDef(
+        Op.CONV,
+        _conv_infer,
+        _conv_ref,
+        (2, 2),
+        onnx="Conv",
+        attrs=("strides", "pads", "dilations", "groups", "allow_tf32"),
+        kind=OpKind.CONTRACTION,
+    ),
 ]

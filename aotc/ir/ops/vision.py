@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from aotc.errors import ShapeError
-from aotc.ir.ops.base import Op, OpDef, acc, number_attr, one, require_float, same_dtype
+from aotc.ir.ops.base import Op, OpDef, OpKind, acc, number_attr, one, require_float, same_dtype
 from aotc.ir.ops.nn import F32, B, _up
 from aotc.ir.ops.reduce import _conv_infer, _conv_params, _conv_ref
 from aotc.ir.shapes import ShapeCtx
@@ -186,6 +186,7 @@ DEFS = [
         _conv2d_dec,
         onnx="Conv",
         attrs=("strides", "pads", "dilations", "groups"),
+        kind=OpKind.CONTRACTION,
     ),
     OpDef(
         Op.MAX_POOL2D,
@@ -195,6 +196,7 @@ DEFS = [
         _max_pool_dec,
         onnx="MaxPool",
         attrs=("kernel", "strides", "pads"),
+        kind=OpKind.REDUCTION,
     ),
     OpDef(
         Op.AVG_POOL2D,
@@ -204,6 +206,7 @@ DEFS = [
         _avg_pool_dec,
         onnx="AveragePool",
         attrs=("kernel", "strides", "pads", "count_include_pad"),
+        kind=OpKind.REDUCTION,
     ),
     OpDef(
         Op.BATCH_NORM,
@@ -213,5 +216,6 @@ DEFS = [
         _batch_norm_dec,
         onnx="BatchNormalization",
         attrs=("eps",),
+        kind=OpKind.POINTWISE,
     ),
 ]

@@ -1,0 +1,238 @@
+"""Launch plans and kernel code (schema >= 3) back into ``aotc.ir.schedule`` / ``aotc.ir.launch`` objects.
+
+Structure is checked here (indices, enum codes, column lengths, canonical s-expressions, the kernel
+table's first-use order, the features lists); what the plan means is checked by plan_checks.py, the
+same checks the writer runs, so the reader accepts exactly the plans the writer writes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from aotc.artifact.plan_checks import (
+    ARG_KIND_CODES,
+    GRAPH_FEATURES,
+    KERNEL_FEATURES,
+    KIND_CODES,
+    check_code,
+    check_schedule,
+)
+from aotc.artifact.tables import Counter, column, expr, text
+from aotc.errors import ArtifactError
+from aotc.ir.graph import Graph
+from aotc.ir.launch import Cubin, KernelBinary, LaunchMeta
+from aotc.ir.schedule import Arg, ArgKind, Buffer, IndexCheck, Kernel, Schedule, Size, View
+from aotc.ir.symbolic import to_sexpr
+
+_KINDS = {c: k for k, c in KIND_CODES.items()}
+_ARG_KINDS = {c: k for k, c in ARG_KIND_CODES.items()}
+
+
+@dataclass
+class PlanDecoder:
+    """Decodes the kernel table once, then each variant's schedule in file order."""
+
+    root: Any
+    count: Counter
+    version: int
+    features: tuple[str, ...] = ()
+    kernel_features: tuple[str, ...] = ()
+    unusable: tuple[str, ...] = ()  # kernel features this reader does not know: kernels are ignored
+    codes: list[tuple[Kernel, KernelBinary | None]] = field(default_factory=list)
+    _next: int = 0
+    _schedules: int = 0
+
+    def __post_init__(self) -> None:
+        r = self.root
+        if self.version < 3:
+            if not (r.FeaturesIsNone() and r.KernelFeaturesIsNone() and r.KernelsIsNone()):
+                raise ArtifactError(f"a schema version {self.version} file holds schema 3 kernel tables")
+            self.features = GRAPH_FEATURES
+            return
+        if r.FeaturesIsNone() or r.KernelFeaturesIsNone() or r.KernelsIsNone():
+            raise ArtifactError("the features, kernel_features and kernels lists are required from schema 3")
+        self.features = self._strings(r.FeaturesLength(), r.Features, "features")
+        self.kernel_features = self._strings(r.KernelFeaturesLength(), r.KernelFeatures, "kernel features")
+        needs = [f for f in self.features if f not in GRAPH_FEATURES]
+        if needs:
+            raise ArtifactError(
+                f"this file needs feature {needs[0]!r}, which this aotc release cannot use (it knows "
+                f"{list(GRAPH_FEATURES)}); upgrade aotc to read it"
+            )
+        if self.features != GRAPH_FEATURES:
+            raise ArtifactError(f"features {list(self.features)} are not {list(GRAPH_FEATURES)}")
+        self.unusable = tuple(f for f in self.kernel_features if f not in KERNEL_FEATURES)
+        if self.unusable:
+            return  # the graphs still load (cpu); the kernel tables are left unread
+        n = self.count(r.KernelsLength(), "kernels")
+        self.codes = [self._code(r.Kernels(i), f"kernel {i}") for i in range(n)]
+        with_binary = sum(b is not None for _, b in self.codes)
+        if with_binary not in (0, n):
+            raise ArtifactError(f"{with_binary} of {n} kernels have binaries (every kernel has one, or none)")
+
+    @property
+    def binaries(self) -> dict[str, KernelBinary]:
+        return {k.name: b for k, b in self.codes if b is not None}
+
+    def schedule(self, fb_graph: Any, graph: Graph, what: str) -> Schedule | None:
+        s = fb_graph.Schedule() if self.version >= 3 else None
+        if s is None or self.unusable:
+            return None
+        self._schedules += 1
+        n = self.count(s.LaunchesLength(), f"{what} launches")
+        launches = tuple(self._launch(s.Launches(i), f"{what} launch {i}") for i in range(n))
+        buffers = tuple(self._buffer(s.Buffers(i), f"{what} buffer {i}") for i in range(s.BuffersLength()))
+        values = column(s.ViewValuesAsNumpy(), np.int64).tolist()
+        bases = column(s.ViewBasesAsNumpy(), np.int64).tolist()
+        if len(values) != len(bases):
+            raise ArtifactError(f"{what} has {len(values)} view values but {len(bases)} view bases")
+        schedule = Schedule(
+            kernels=launches,
+            buffers=buffers,
+            arena_bytes=_expr(text(s.ArenaBytes(), f"{what} arena"), f"{what} arena"),
+            views=tuple(View(v, b) for v, b in zip(values, bases)),
+            flags=int(s.Flags()),
+            declined=self._strings(s.DeclinedLength(), s.Declined, f"{what} declined"),
+        )
+        check_schedule(graph, schedule, what)
+        return schedule
+
+    def finish(self) -> None:
+        """After every variant's schedule: each kernel launched, and the kernel features what the writer writes."""
+        if self._next != len(self.codes):
+            raise ArtifactError(f"kernel {self._next} is not launched by any variant")
+        if self.unusable:
+            return
+        want = () if not self._schedules else KERNEL_FEATURES if self.binaries else KERNEL_FEATURES[:1]
+        if self.kernel_features != want:
+            raise ArtifactError(f"kernel features {list(self.kernel_features)} do not match its kernels ({list(want)})")
+
+    # -- tables --------------------------------------------------------------------------------
+    def _code(self, c: Any, what: str) -> tuple[Kernel, KernelBinary | None]:
+        name = text(c.Name(), f"{what} name")
+        what = f"{what} ({name})"
+        kind = _KINDS.get(int(c.Kind()))
+        if kind is None:
+            raise ArtifactError(f"{what} has unknown kernel kind {c.Kind()}")
+        cnames = self._strings(c.ConstexprNamesLength(), c.ConstexprNames, f"{what} constexpr names")
+        cvalues = column(c.ConstexprValuesAsNumpy(), np.int64).tolist()
+        names = self._strings(c.ArgNamesLength(), c.ArgNames, f"{what} arg names")
+        types = self._strings(c.ArgTypesLength(), c.ArgTypes, f"{what} arg types")
+        if len(cnames) != len(cvalues) or len(names) != len(types):
+            raise ArtifactError(f"{what}: its name and value/type columns have different lengths")
+        kernel = Kernel(
+            name=name,
+            kind=kind,
+            nodes=(),
+            inputs=(),
+            outputs=(),
+            args=tuple(Arg(n, t, ArgKind.SIZE) for n, t in zip(names, types)),
+            grid=(1, 1, 1),
+            source=text(c.Source(), f"{what} source"),
+            constexprs=tuple(zip(cnames, cvalues)),
+            num_warps=int(c.NumWarps()),
+            num_stages=int(c.NumStages()),
+            divisible=tuple(column(c.DivisibleAsNumpy(), np.uint32).tolist()),
+        )
+        binary = None
+        ptx, ptx_meta = c.Ptx(), c.PtxMeta()
+        if (ptx is None) != (ptx_meta is None):
+            raise ArtifactError(f"{what} has PTX without its launch metadata, or the other way round")
+        n_cubins = self.count(c.CubinsLength(), f"{what} cubins")
+        if ptx is None and n_cubins:
+            raise ArtifactError(f"{what} has cubins but no PTX")
+        if ptx is not None:
+            cubins = tuple(self._cubin(c.Cubins(i), f"{what} cubin {i}") for i in range(n_cubins))
+            binary = KernelBinary(name, cubins, text(ptx, f"{what} PTX"), self._meta(ptx_meta, f"{what} PTX"))
+        check_code(kernel, binary, what)
+        return kernel, binary
+
+    def _cubin(self, c: Any, what: str) -> Cubin:
+        data = column(c.DataAsNumpy(), np.uint8).tobytes()
+        return Cubin(text(c.Arch(), f"{what} arch"), data, self._meta(c.Meta(), f"{what} meta"))
+
+    def _meta(self, m: Any, what: str) -> LaunchMeta:
+        fp = int(m.EnableFpFusion())
+        if fp not in (0, 1):
+            raise ArtifactError(f"{what}: enable_fp_fusion is {fp}, not 0 or 1")
+        return LaunchMeta(
+            name=text(m.Name(), f"{what} name"),
+            arch=text(m.Arch(), f"{what} arch"),
+            num_warps=int(m.NumWarps()),
+            num_ctas=int(m.NumCtas()),
+            shared=int(m.Shared()),
+            global_scratch_size=int(m.GlobalScratchSize()),
+            global_scratch_align=int(m.GlobalScratchAlign()),
+            profile_scratch_size=int(m.ProfileScratchSize()),
+            profile_scratch_align=int(m.ProfileScratchAlign()),
+            params=self._strings(m.ParamsLength(), m.Params, f"{what} params"),
+            triton_version=text(m.TritonVersion(), f"{what} triton version"),
+            ptx_version=text(m.PtxVersion(), f"{what} PTX version"),
+            enable_fp_fusion=fp == 1,
+        )
+
+    def _launch(self, fl: Any, what: str) -> Kernel:
+        index = int(fl.Code())
+        if index >= len(self.codes):
+            raise ArtifactError(f"{what} launches kernel {index}, but the file has {len(self.codes)}")
+        if index > self._next:
+            raise ArtifactError(f"{what} is the first launch of kernel {index}, but kernel {self._next} comes first")
+        self._next += index == self._next
+        code, _ = self.codes[index]
+        what = f"{what} ({code.name})"
+        kinds = column(fl.ArgKindsAsNumpy(), np.uint8).tolist()
+        values = column(fl.ArgValuesAsNumpy(), np.int64).tolist()
+        sizes = self._strings(fl.ArgSizesLength(), fl.ArgSizes, f"{what} arg sizes")
+        if not len(kinds) == len(values) == len(sizes) == len(code.args):
+            raise ArtifactError(f"{what}: its arg columns do not all have the kernel's {len(code.args)} args")
+        args = []
+        for a, k, v, s in zip(code.args, kinds, values, sizes):
+            kind = _ARG_KINDS.get(k)
+            if kind is None:
+                raise ArtifactError(f"{what} arg {a.name} has unknown kind {k}")
+            args.append(Arg(a.name, a.type, kind, v, _expr(s, f"{what} arg {a.name} size")))
+        grid = self._strings(fl.GridLength(), fl.Grid, f"{what} grid")
+        if len(grid) != 3:
+            raise ArtifactError(f"{what} grid has {len(grid)} dims, expected 3")
+        n_checks = self.count(fl.ChecksLength(), f"{what} checks")
+        return code.replace(
+            nodes=tuple(column(fl.NodesAsNumpy(), np.uint32).tolist()),
+            inputs=tuple(column(fl.InputsAsNumpy(), np.int64).tolist()),
+            outputs=tuple(column(fl.OutputsAsNumpy(), np.int64).tolist()),
+            args=tuple(args),
+            grid=tuple(_expr(g, f"{what} grid") for g in grid),
+            checks=tuple(self._check(fl.Checks(i), f"{what} check {i}") for i in range(n_checks)),
+            fused=self._strings(fl.FusedLength(), fl.Fused, f"{what} fused"),
+        )
+
+    def _check(self, c: Any, what: str) -> IndexCheck:
+        return IndexCheck(
+            slot=int(c.Slot()),
+            input=text(c.Input(), f"{what} input"),
+            op=text(c.Op(), f"{what} op"),
+            low=_expr(text(c.Low(), what), f"{what} low"),
+            high=_expr(text(c.High(), what), f"{what} high"),
+        )
+
+    def _buffer(self, b: Any, what: str) -> Buffer:
+        return Buffer(
+            value=int(b.Value()),
+            nbytes=_expr(text(b.Nbytes(), what), f"{what} nbytes"),
+            offset=_expr(text(b.Offset(), what), f"{what} offset"),
+            first=int(b.First()),
+            last=int(b.Last()),
+        )
+
+    def _strings(self, n: int, get: Any, what: str) -> tuple[str, ...]:
+        return tuple(text(get(i), f"{what} {i}") for i in range(self.count(n, what)))
+
+
+def _expr(s: str, what: str) -> Size:
+    """A canonical s-expression (as the writer prints it), parsed; no index variables."""
+    e = expr(s, what)
+    if to_sexpr(e) != s:
+        raise ArtifactError(f"{what}: expression {s[:80]!r} is not in canonical form")
+    return e

@@ -1,0 +1,261 @@
+"""Launch plans and kernel code into the FlatBuffer (schema.fbs, version 3). Used by the writer only.
+
+``plan_kernels`` validates what the writer was given (plan_checks.py) and settles the file's kernel
+table: one KernelCode per distinct kernel name, in first-use order over the variants' launches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import flatbuffers
+import numpy as np
+
+from aotc.artifact.generated import Buffer as FbBuffer
+from aotc.artifact.generated import Cubin as FbCubin
+from aotc.artifact.generated import IndexCheck as FbIndexCheck
+from aotc.artifact.generated import KernelCode as FbKernelCode
+from aotc.artifact.generated import Launch as FbLaunch
+from aotc.artifact.generated import LaunchMeta as FbLaunchMeta
+from aotc.artifact.generated import Schedule as FbSchedule
+from aotc.artifact.plan_checks import (
+    ARG_KIND_CODES,
+    KERNEL_FEATURES,
+    KIND_CODES,
+    check_code,
+    check_schedule,
+    code_key,
+)
+from aotc.errors import ArtifactError
+from aotc.ir.graph import Graph
+from aotc.ir.launch import KernelBinary, LaunchMeta
+from aotc.ir.schedule import Kernel, Schedule
+from aotc.ir.symbolic import to_sexpr
+
+U32_MAX = 2**32 - 1
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    schedules: tuple[Schedule | None, ...]  # one per variant
+    codes: tuple[Kernel, ...]  # the first launch of each distinct kernel, in first-use order
+    binaries: Mapping[str, KernelBinary]  # by name: every code's, or none
+
+    @property
+    def kernel_features(self) -> tuple[str, ...]:
+        if all(s is None for s in self.schedules):
+            return ()
+        return KERNEL_FEATURES if self.binaries else KERNEL_FEATURES[:1]
+
+
+def plan_kernels(
+    variants: Sequence[Graph], schedules: Sequence[Schedule | None] | None, binaries: Sequence[KernelBinary]
+) -> KernelPlan:
+    """Checks the plans against their (verified) variants, and the binaries against the kernels."""
+    if schedules is None:
+        schedules = [None] * len(variants)
+    if isinstance(schedules, Schedule) or not isinstance(schedules, Sequence) or len(schedules) != len(variants):
+        raise ArtifactError(f"schedules must be a sequence of {len(variants)} Schedule or None (one per variant)")
+    codes: dict[str, Kernel] = {}
+    for i, (g, s) in enumerate(zip(variants, schedules)):
+        if s is None:
+            continue
+        if not isinstance(s, Schedule):
+            raise ArtifactError(f"schedule {i} is a {type(s).__name__}, not a Schedule")
+        check_schedule(g, s, f"variant {i} schedule")
+        for k in s.kernels:
+            first = codes.setdefault(k.name, k)
+            if code_key(first) != code_key(k):
+                raise ArtifactError(
+                    f"two launches of kernel {k.name!r} differ in what reaches its binary (source, kind, args' "
+                    "names and types, constexprs, warps, stages or divisibility)"
+                )
+    if isinstance(binaries, Mapping):
+        binaries = tuple(binaries.values())
+    by_name: dict[str, KernelBinary] = {}
+    for b in binaries:
+        if not isinstance(b, KernelBinary):
+            raise ArtifactError(f"binaries must be KernelBinary objects, got {type(b).__name__}")
+        if b.name not in codes:
+            raise ArtifactError(f"binary {b.name!r} belongs to no kernel of the schedules")
+        if by_name.setdefault(b.name, b) is not b:
+            raise ArtifactError(f"two binaries are named {b.name!r}")
+    if by_name and len(by_name) != len(codes):
+        missing = sorted(set(codes) - set(by_name))
+        raise ArtifactError(f"kernels {missing[:5]} have no binary (give every kernel one, or none)")
+    for name, k in codes.items():
+        check_code(k, by_name.get(name), f"kernel {name!r}")
+    return KernelPlan(tuple(schedules), tuple(codes.values()), {n: by_name[n] for n in codes if n in by_name})
+
+
+# -- encoding ------------------------------------------------------------------------------------
+
+
+def encode_codes(b: flatbuffers.Builder, plan: KernelPlan) -> int:
+    return _table_vector(b, [_code(b, k, plan.binaries.get(k.name)) for k in plan.codes])
+
+
+def encode_schedule(b: flatbuffers.Builder, s: Schedule, code_index: Mapping[str, int]) -> int:
+    launches = _table_vector(b, [_launch(b, k, code_index[k.name]) for k in s.kernels])
+    buffers = _table_vector(b, [_buffer(b, x.value, x.nbytes, x.offset, x.first, x.last) for x in s.buffers])
+    arena = _str(b, to_sexpr(s.arena_bytes))
+    view_values = _longs(b, [v.value for v in s.views])
+    view_bases = _longs(b, [v.base for v in s.views])
+    declined = _strings(b, s.declined)
+    FbSchedule.Start(b)
+    FbSchedule.AddLaunches(b, launches)
+    FbSchedule.AddBuffers(b, buffers)
+    FbSchedule.AddArenaBytes(b, arena)
+    FbSchedule.AddViewValues(b, view_values)
+    FbSchedule.AddViewBases(b, view_bases)
+    FbSchedule.AddFlags(b, _u32(s.flags, "schedule flags"))
+    FbSchedule.AddDeclined(b, declined)
+    return FbSchedule.End(b)
+
+
+def encode_strings(b: flatbuffers.Builder, items: Sequence[str]) -> int:
+    return _strings(b, items)
+
+
+def _code(b: flatbuffers.Builder, k: Kernel, binary: KernelBinary | None) -> int:
+    what = f"kernel {k.name!r}"
+    name, source = _str(b, k.name), _str(b, k.source)
+    cnames = _strings(b, [c for c, _ in k.constexprs])
+    cvalues = _longs(b, [v for _, v in k.constexprs])
+    divisible = b.CreateNumpyVector(np.array(k.divisible, dtype=np.uint32))
+    arg_names = _strings(b, [a.name for a in k.args])
+    arg_types = _strings(b, [a.type for a in k.args])
+    cubins = _table_vector(b, [_cubin(b, c.arch, c.data, c.meta) for c in binary.cubins] if binary else [])
+    ptx = _str(b, binary.ptx) if binary else None
+    ptx_meta = _meta(b, binary.ptx_meta) if binary else None
+    FbKernelCode.Start(b)
+    FbKernelCode.AddName(b, name)
+    FbKernelCode.AddKind(b, KIND_CODES[k.kind])
+    FbKernelCode.AddSource(b, source)
+    FbKernelCode.AddConstexprNames(b, cnames)
+    FbKernelCode.AddConstexprValues(b, cvalues)
+    FbKernelCode.AddNumWarps(b, _u32(k.num_warps, f"{what} num_warps"))
+    FbKernelCode.AddNumStages(b, _u32(k.num_stages, f"{what} num_stages"))
+    FbKernelCode.AddDivisible(b, divisible)
+    FbKernelCode.AddArgNames(b, arg_names)
+    FbKernelCode.AddArgTypes(b, arg_types)
+    FbKernelCode.AddCubins(b, cubins)
+    if ptx is not None and ptx_meta is not None:
+        FbKernelCode.AddPtx(b, ptx)
+        FbKernelCode.AddPtxMeta(b, ptx_meta)
+    return FbKernelCode.End(b)
+
+
+def _cubin(b: flatbuffers.Builder, arch: str, data: bytes, meta: LaunchMeta) -> int:
+    arch_off = _str(b, arch)
+    data_off = b.CreateByteVector(data)
+    meta_off = _meta(b, meta)
+    FbCubin.Start(b)
+    FbCubin.AddArch(b, arch_off)
+    FbCubin.AddData(b, data_off)
+    FbCubin.AddMeta(b, meta_off)
+    return FbCubin.End(b)
+
+
+def _meta(b: flatbuffers.Builder, m: LaunchMeta) -> int:
+    what = f"launch metadata of {m.name!r}"
+    name, arch = _str(b, m.name), _str(b, m.arch)
+    params = _strings(b, m.params)
+    triton, ptx = _str(b, m.triton_version), _str(b, m.ptx_version)
+    FbLaunchMeta.Start(b)
+    FbLaunchMeta.AddName(b, name)
+    FbLaunchMeta.AddArch(b, arch)
+    FbLaunchMeta.AddNumWarps(b, _u32(m.num_warps, what))
+    FbLaunchMeta.AddNumCtas(b, _u32(m.num_ctas, what))
+    FbLaunchMeta.AddShared(b, _u32(m.shared, what))
+    FbLaunchMeta.AddGlobalScratchSize(b, _u32(m.global_scratch_size, what))
+    FbLaunchMeta.AddGlobalScratchAlign(b, _u32(m.global_scratch_align, what))
+    FbLaunchMeta.AddProfileScratchSize(b, _u32(m.profile_scratch_size, what))
+    FbLaunchMeta.AddProfileScratchAlign(b, _u32(m.profile_scratch_align, what))
+    FbLaunchMeta.AddParams(b, params)
+    FbLaunchMeta.AddTritonVersion(b, triton)
+    FbLaunchMeta.AddPtxVersion(b, ptx)
+    FbLaunchMeta.AddEnableFpFusion(b, 1 if m.enable_fp_fusion else 0)
+    return FbLaunchMeta.End(b)
+
+
+def _launch(b: flatbuffers.Builder, k: Kernel, code: int) -> int:
+    nodes = b.CreateNumpyVector(np.array(k.nodes, dtype=np.uint32))
+    inputs, outputs = _longs(b, k.inputs), _longs(b, k.outputs)
+    kinds = b.CreateNumpyVector(np.array([ARG_KIND_CODES[a.kind] for a in k.args], dtype=np.uint8))
+    values = _longs(b, [a.value for a in k.args])
+    sizes = _strings(b, [to_sexpr(a.size) for a in k.args])
+    grid = _strings(b, [to_sexpr(g) for g in k.grid])
+    checks = _table_vector(b, [_check(b, c.slot, c.input, c.op, c.low, c.high) for c in k.checks])
+    fused = _strings(b, k.fused)
+    FbLaunch.Start(b)
+    FbLaunch.AddCode(b, code)
+    FbLaunch.AddNodes(b, nodes)
+    FbLaunch.AddInputs(b, inputs)
+    FbLaunch.AddOutputs(b, outputs)
+    FbLaunch.AddArgKinds(b, kinds)
+    FbLaunch.AddArgValues(b, values)
+    FbLaunch.AddArgSizes(b, sizes)
+    FbLaunch.AddGrid(b, grid)
+    FbLaunch.AddChecks(b, checks)
+    FbLaunch.AddFused(b, fused)
+    return FbLaunch.End(b)
+
+
+def _check(b: flatbuffers.Builder, slot: int, input: str, op: str, low: object, high: object) -> int:
+    offs = [_str(b, x) for x in (input, op, to_sexpr(low), to_sexpr(high))]  # type: ignore[arg-type]
+    FbIndexCheck.Start(b)
+    FbIndexCheck.AddSlot(b, _u32(slot, "index check slot"))
+    FbIndexCheck.AddInput(b, offs[0])
+    FbIndexCheck.AddOp(b, offs[1])
+    FbIndexCheck.AddLow(b, offs[2])
+    FbIndexCheck.AddHigh(b, offs[3])
+    return FbIndexCheck.End(b)
+
+
+def _buffer(b: flatbuffers.Builder, value: int, nbytes: object, offset: object, first: int, last: int) -> int:
+    n, o = _str(b, to_sexpr(nbytes)), _str(b, to_sexpr(offset))  # type: ignore[arg-type]
+    FbBuffer.Start(b)
+    FbBuffer.AddValue(b, value)
+    FbBuffer.AddNbytes(b, n)
+    FbBuffer.AddOffset(b, o)
+    FbBuffer.AddFirst(b, first)
+    FbBuffer.AddLast(b, last)
+    return FbBuffer.End(b)
+
+
+# -- helpers -------------------------------------------------------------------------------------
+
+
+def _u32(x: int, what: str) -> int:
+    if isinstance(x, bool) or not isinstance(x, int) or not 0 <= x <= U32_MAX:
+        raise ArtifactError(f"{what}: {x!r} is not an unsigned 32-bit int")
+    return x
+
+
+def _str(b: flatbuffers.Builder, s: str) -> int:
+    if not isinstance(s, str):
+        raise ArtifactError(f"expected a string in the launch plan, got {type(s).__name__}")
+    try:
+        return b.CreateString(s.encode("utf-8"))
+    except UnicodeEncodeError as e:
+        raise ArtifactError(f"{s[:40]!r} is not valid unicode ({e})") from None
+
+
+def _strings(b: flatbuffers.Builder, items: Sequence[str]) -> int:
+    return _table_vector(b, [_str(b, s) for s in items])
+
+
+def _longs(b: flatbuffers.Builder, xs: Sequence[int]) -> int:
+    try:
+        return b.CreateNumpyVector(np.array(list(xs), dtype=np.int64))
+    except OverflowError:
+        raise ArtifactError("a value id does not fit in 64 bits") from None
+
+
+def _table_vector(b: flatbuffers.Builder, offsets: Sequence[int]) -> int:
+    b.StartVector(4, len(offsets), 4)
+    for off in reversed(offsets):
+        b.PrependUOffsetTRelative(off)
+    return b.EndVector()

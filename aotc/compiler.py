@@ -1,0 +1,211 @@
+"""``aotc.compile``: trace -> lower -> artifact -> loaded executable, in one call.
+
+The one module that ties the layers together (DESIGN §2): frontend, lowering and artifact writer are
+imported here and nowhere else outside the CLI; the runtime only when a compiled model is first called.
+``compile_graph`` runs the stages in order, each a small function taking what the stage before produced.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from aotc import __version__
+from aotc.artifact.writer import write_artifact
+from aotc.errors import UnsupportedError
+from aotc.frontend.module import Module
+from aotc.frontend.spec import TensorSpec
+from aotc.frontend.trace import trace
+from aotc.ir.graph import Graph
+from aotc.ir.launch import KernelBinary
+from aotc.ir.schedule import Kernel, Schedule
+from aotc.lowering.options import CompileOptions
+from aotc.lowering.pipeline import lower
+from aotc.lowering.precision import check_precision
+from aotc.lowering.source_constants import rebase_source
+
+Progress = Callable[[str], None] | None
+
+
+class CompiledModel:
+    """A compiled model: call it like the model (numpy in, numpy out, same output structure).
+
+    The cpu executable is loaded from the artifact bytes on first use, so writing an artifact
+    (as the CLI does) never pays for a load it doesn't need.
+    """
+
+    def __init__(
+        self,
+        graph: Graph,
+        lowered: Graph,
+        artifact_bytes: bytes,
+        kernels: Kernels | None = None,
+        options: CompileOptions | None = None,
+    ) -> None:
+        self.graph = graph  # the traced (or imported) high-level graph
+        self.lowered = lowered  # the primitive graph stored in the artifact
+        self.artifact_bytes = artifact_bytes
+        self.kernels = kernels or Kernels(None, {}, "not scheduled")
+        self.options = options or CompileOptions.from_env()
+        self._executable: Any = None
+
+    @property
+    def schedule(self) -> Schedule | None:
+        """The kernels' launch plan, or None when the model runs on the cpu backend only."""
+        return self.kernels.schedule
+
+    def explain(self) -> str:
+        """What each kernel fuses and every fusion declined, with reasons, then what the attention and
+        padding passes did and declined (``aotc compile --explain``)."""
+        from aotc.lowering.pipeline import explain_lowering
+
+        if self.kernels.schedule is None:
+            text = self.kernels.note + "\n"
+        else:
+            from aotc.kernels.explain import explain
+
+            text = explain(self.lowered, self.kernels.schedule)
+        passes = explain_lowering(self.graph, self.options)
+        return text + "".join(f"{line}\n" for line in ["lowering:", *(f"  - {p}" for p in passes)] if passes)
+
+    @property
+    def executable(self) -> Any:
+        if self._executable is None:
+            from aotc.runtime import load
+
+            self._executable = load(self.artifact_bytes, device="cpu")
+        return self._executable
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.executable(*args, **kwargs)
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        """Flat outputs, in graph output order."""
+        return self.executable.run(feeds)
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return self.graph.input_names
+
+    def save(self, path: str | os.PathLike) -> None:
+        Path(path).write_bytes(self.artifact_bytes)
+
+    def __repr__(self) -> str:
+        return f"CompiledModel({self.graph.name!r}, inputs={list(self.input_names)}, {len(self.artifact_bytes)} bytes)"
+
+
+def compile(
+    model: Module | Callable[..., Any],
+    inputs: Mapping[str, TensorSpec],
+    *,
+    options: CompileOptions | None = None,
+    dump_ir: str | os.PathLike | None = None,
+    name: str | None = None,
+    progress: Progress = None,
+    precision: str | None = None,
+) -> CompiledModel:
+    """Trace ``model`` over ``inputs``, lower it to primitives, write the artifact and load it on the cpu.
+
+    ``options`` is an ``aotc.CompileOptions``; ``dump_ir`` a folder that receives every stage's graph;
+    ``progress(stage)`` is called as each compile stage starts. ``precision`` ("fp32", "tf32", "bf16" or
+    "fp16") overrides ``options.precision``.
+    """
+    options = _with_precision(options, precision)
+    _report(progress, "trace")
+    graph = trace(model, inputs, name=name or _default_name(model))
+    return compile_graph(graph, options=options, dump_ir=dump_ir, progress=progress)
+
+
+def compile_graph(
+    graph: Graph,
+    *,
+    options: CompileOptions | None = None,
+    dump_ir: str | os.PathLike | None = None,
+    progress: Progress = None,
+    precision: str | None = None,
+) -> CompiledModel:
+    """Lower a traced or imported high-level graph and write its artifact: the one path every compile takes."""
+    options = _with_precision(options, precision)
+    lowered = lower(graph, options, dump_dir=dump_ir, progress=progress)
+    kernels = kernel_stage(lowered, options, progress)
+    artifact = write_stage(graph, lowered, kernels, options, progress)
+    return CompiledModel(graph, lowered, artifact, kernels, options)
+
+
+def kernel_stage(lowered: Graph, options: CompileOptions, progress: Progress = None) -> Kernels:
+    """Fuse the lowered graph into Triton kernels and compile them for ``options.targets``.
+
+    A graph with an op no kernel template covers keeps only its cpu path: the reason is recorded
+    (``--explain``, the artifact's meta) rather than failing the compile.
+    """
+    if not options.kernels:
+        return Kernels(None, {}, "kernels disabled (CompileOptions.kernels=False)")
+    _report(progress, "schedule kernels")
+    from aotc.kernels.scheduler import schedule_graph
+
+    try:
+        schedule = schedule_graph(lowered, options)
+    except UnsupportedError as e:
+        return Kernels(None, {}, f"no kernels: {e}")
+    binaries: dict[str, KernelBinary] = {}
+    if options.targets:
+        _report(progress, "compile kernels")
+        from aotc.kernels.aot import compile_kernels
+
+        binaries = compile_kernels(_distinct(schedule.kernels), targets=options.targets)
+    return Kernels(schedule, binaries, "")
+
+
+def write_stage(
+    graph: Graph, lowered: Graph, kernels: Kernels, options: CompileOptions, progress: Progress = None
+) -> bytes:
+    """The artifact bytes for the lowered graph, its kernels, the source graph and the compile's metadata."""
+    _report(progress, "write artifact")
+    meta: dict[str, Any] = {"name": graph.name, "producer": f"aotc {__version__}", "options": options.to_meta()}
+    if kernels.note:
+        meta["kernels"] = kernels.note
+    # Lowering may store a weight padded or in half precision under its own name: the source graph reads that.
+    return write_artifact(
+        [lowered],
+        source=rebase_source(graph, lowered),
+        meta=meta,
+        schedules=[kernels.schedule] if kernels.schedule is not None else None,
+        binaries=tuple(kernels.binaries.values()),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Kernels:
+    """What the kernel stage made: the launch plan (None: cpu only, ``note`` says why) and binaries by name."""
+
+    schedule: Schedule | None
+    binaries: Mapping[str, KernelBinary]
+    note: str
+
+
+def _distinct(kernels: tuple[Kernel, ...]) -> list[Kernel]:
+    """One kernel per name: launches of the same kernel share its binary."""
+    seen: dict[str, Kernel] = {}
+    for k in kernels:
+        seen.setdefault(k.name, k)
+    return list(seen.values())
+
+
+def _with_precision(options: CompileOptions | None, precision: str | None) -> CompileOptions:
+    options = options or CompileOptions.from_env()
+    return options if precision is None else dataclasses.replace(options, precision=check_precision(precision))
+
+
+def _report(progress: Progress, stage: str) -> None:
+    if progress is not None:
+        progress(stage)
+
+
+def _default_name(model: Any) -> str:
+    raw = type(model).__name__ if isinstance(model, Module) else getattr(model, "__name__", "model")
+    return raw if raw.isidentifier() else "model"

@@ -1,0 +1,111 @@
+"""Index bounds for gather-like ops: which ids are valid, the check the numpy references run, and the one
+message every backend raises for a bad id.
+
+Two rules exist. aotc models follow PyTorch's ``nn.Embedding``: an id must lie in ``[0, n)``. ONNX ``Gather``
+also takes ``[-n, n)``, a negative id counting from the end. A GATHER node says which with its
+``negative_indices`` attr (absent: the strict rule). The cpu backend learns the offending value from the
+reference; a GPU kernel only sets an error flag, so the message builder takes the value as optional.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from aotc.errors import ExecError
+from aotc.ir.graph import Graph
+from aotc.ir.ops.base import Op
+from aotc.ir.symbolic import SymExpr, mul, to_infix
+from aotc.ir.types import Attrs, Node, ShapeDim
+
+NEGATIVE_INDICES = "negative_indices"
+
+# Ops through which an id reaches the gather unchanged in value (only moved or widened), so a bad id can be
+# blamed on the graph input it came from. CAST also keeps each id at its position.
+_VALUE_PRESERVING = frozenset({Op.CAST, Op.RESHAPE, Op.PERMUTE, Op.BROADCAST, Op.SLICE, Op.FLIP})
+
+
+class IndexRangeError(ExecError):
+    """An id outside the valid range of a gather; ``low``/``high`` bound it as ``[low, high)``.
+
+    Raised by the references without knowing where they run; the graph runner re-raises it with the op's
+    location and the input the ids come from (see :func:`index_error_message`).
+    """
+
+    def __init__(self, value: int, low: int, high: int, position: tuple[int, ...]) -> None:
+        self.value, self.low, self.high, self.position = value, low, high, position
+        super().__init__(f"index {value} (at {list(position)}) is outside the valid range [{low}, {high})")
+
+
+def allows_negative(attrs: Attrs | Mapping[str, object]) -> bool:
+    return bool(attrs.get(NEGATIVE_INDICES, False))
+
+
+def index_range(n: ShapeDim, negative_indices: bool) -> tuple[ShapeDim, ShapeDim]:
+    """``(low, high)`` with valid ids in ``[low, high)`` for a dim of size ``n`` (possibly symbolic)."""
+    return (mul(n, -1) if negative_indices else 0), n
+
+
+def checked_indices(idx: np.ndarray, n: int, negative_indices: bool) -> np.ndarray:
+    """``idx`` with negative ids wrapped (where allowed); IndexRangeError for the first id out of range."""
+    low, high = index_range(n, negative_indices)
+    if idx.size == 0:
+        return idx
+    lo, hi = idx.min(), idx.max()
+    if lo < low or hi >= high:
+        bad = np.argwhere((idx < low) | (idx >= high))[0]
+        pos = tuple(int(p) for p in bad)
+        raise IndexRangeError(int(idx[pos]), int(low), int(high), pos)
+    return np.where(idx < 0, idx + n, idx) if negative_indices and lo < 0 else idx
+
+
+def index_error_message(
+    where: str,
+    low: ShapeDim,
+    high: ShapeDim,
+    input_name: str | None = None,
+    value: int | None = None,
+    position: tuple[int, ...] | None = None,
+) -> str:
+    """The one wording of a bad-index error, e.g.
+    ``gather at model.py:12: index -1 in input 'input_ids' (at [0, 3]) is outside the valid range [0, 512)``.
+
+    ``where`` names the op and its source location; ``value`` and ``position`` are None where the backend only
+    knows that some id was out of range (a kernel's error flag).
+    """
+    what = "an index" if value is None else f"index {value}"
+    if input_name is not None:
+        what += f" in input {input_name!r}"
+        if position is not None and value is not None:
+            what += f" (at {list(position)})"
+    else:
+        what += " (computed inside the model)"
+    return f"{where}: {what} is outside the valid range [{_dim(low)}, {_dim(high)})"
+
+
+def _dim(d: ShapeDim) -> str:
+    return to_infix(d) if isinstance(d, SymExpr) else str(d)
+
+
+def op_where(node: Node) -> str:
+    """``gather at model.py:12``, or the op name alone when the node has no location."""
+    return f"{node.op.value} at {node.loc}" if node.loc else node.op.value
+
+
+def index_source(graph: Graph, node: Node, operand: int = 1) -> tuple[str | None, bool]:
+    """The name of the graph input that operand ``operand`` of ``node`` carries ids from, or None when they are
+    computed; and whether each id still sits at the same position as in that input."""
+    producers = {o.id: n for n in graph.nodes for o in n.outputs}
+    inputs = {v.id: name for v, name in zip(graph.inputs, graph.input_names)}
+    v, same_place = node.inputs[operand], True
+    while v.id not in inputs:
+        src = producers.get(v.id)
+        if src is None or src.op not in _VALUE_PRESERVING:
+            return None, False
+        x = src.inputs[0]
+        if src.op is Op.CAST and not (x.type.dtype.is_int and x.type.dtype.itemsize <= v.type.dtype.itemsize):
+            return None, False  # a narrowing or float cast changes the id, so the input's value would differ
+        same_place = same_place and src.op is Op.CAST
+        v = x
+    return inputs[v.id], same_place

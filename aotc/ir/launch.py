@@ -1,0 +1,66 @@
+"""What a compiled kernel needs at launch, recorded at compile time so the runtime never asks Triton.
+
+The artifact stores one ``KernelBinary`` per kernel of a ``Schedule``: a cubin per requested GPU
+architecture, each with its ``LaunchMeta``, plus PTX for the portable fallback. Pure data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# The two pointers Triton appends to every kernel's parameters (global scratch, profile scratch):
+# null when the matching scratch size is 0, else a buffer of grid * num_ctas * size bytes.
+SCRATCH_PARAMS = ("*i8", "*i8")
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchMeta:
+    """How to launch one compiled kernel for one architecture."""
+
+    name: str  # the entry function's name in the cubin / PTX
+    arch: str  # the ISA the code targets, from its PTX: "sm_80", "sm_90a", ...
+    num_warps: int  # block = 32 * num_warps threads
+    num_ctas: int  # grid x is multiplied by this; > 1 on sm_90 needs a cluster launch
+    shared: int  # dynamic shared memory bytes (> 48 KiB needs the max-dynamic-shared attribute)
+    global_scratch_size: int
+    global_scratch_align: int
+    profile_scratch_size: int
+    profile_scratch_align: int
+    params: tuple[str, ...]  # every parameter's type in order: the kernel's args, then SCRATCH_PARAMS
+    triton_version: str
+    ptx_version: str  # e.g. "8.7"; the driver must support it to JIT the PTX or load its cubin
+    enable_fp_fusion: bool  # fused multiply-add contraction: pinned, since it changes the last bits
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.num_warps
+
+
+@dataclass(frozen=True, slots=True)
+class Cubin:
+    """Machine code for one requested architecture (``arch``: "sm_80", "sm_90", ...)."""
+
+    arch: str
+    data: bytes  # an ELF image for cuModuleLoadData
+    meta: LaunchMeta
+
+
+@dataclass(frozen=True, slots=True)
+class KernelBinary:
+    """A kernel compiled ahead of time. ``ptx`` is sm_80 PTX, which newer GPUs can JIT (sm_90a PTX
+    runs on Hopper only), launched with ``ptx_meta`` where no cubin fits the device."""
+
+    name: str
+    cubins: tuple[Cubin, ...]
+    ptx: str
+    ptx_meta: LaunchMeta
+
+    def cubin(self, arch: str) -> Cubin:
+        for c in self.cubins:
+            if c.arch == arch:
+                return c
+        raise KeyError(f"kernel {self.name} has no cubin for {arch}; it has {[c.arch for c in self.cubins]}")
+
+    @property
+    def archs(self) -> tuple[str, ...]:
+        return tuple(c.arch for c in self.cubins)

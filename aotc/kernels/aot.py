@@ -1,0 +1,336 @@
+"""Ahead-of-time compile: each kernel of a ``Schedule`` to a cubin per GPU architecture, on a machine
+with no GPU, plus the sm_80 PTX every newer GPU can JIT.
+
+``triton.compile(ASTSource(...), target=GPUTarget("cuda", cap, 32), options)`` does the work
+(see shared/KERNELS.md). Compiles run in parallel worker processes (fresh interpreters running
+``worker_main``), behind the on-disk ``KernelCache``; a full cache hit imports no Triton at all. Every output records the launch facts
+(``LaunchMeta``) the runtime needs, checked against the PTX entry's parameter list so a Triton
+release that changes the launch ABI fails here instead of at launch.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import hashlib
+import json
+import linecache
+import os
+import re
+import subprocess
+import sys
+import types
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from aotc.errors import AotcError, UnsupportedError
+from aotc.ir.launch import SCRATCH_PARAMS, Cubin, KernelBinary, LaunchMeta
+from aotc.ir.schedule import Kernel
+from aotc.kernels.cache import Compiled, KernelCache, cache_key, from_json, to_json
+
+DEFAULT_TARGETS = ("sm_80", "sm_90")
+# PTX for sm_80 is what later GPUs (sm_100, sm_120, ...) can JIT; sm_90a PTX runs on Hopper only.
+PORTABLE_ARCH = "sm_80"
+MIN_CAPABILITY = 80
+# The oldest Triton whose ahead-of-time API and launch ABI (two trailing scratch pointers) aotc knows.
+MIN_TRITON = (3, 6)
+_ARCH = re.compile(r"sm_(\d{2,3})$")
+# PTX parameter width by Triton type: the launch ABI the runtime packs arguments with.
+_PTX_PARAM = {"i32": ".u32", "i64": ".u64", "fp32": ".f32"}
+
+
+class KernelCompileError(AotcError):
+    """Triton could not compile a generated kernel (a compiler bug: the message names the kernel)."""
+
+
+@dataclass(frozen=True)
+class AotOptions:
+    """What the ahead-of-time compile produces (the fields in ``key()``) and how it runs (the rest)."""
+
+    # Fused multiply-add contraction changes results in the last bits; pinned and recorded, since
+    # Triton's default flips in 3.10.
+    enable_fp_fusion: bool = True
+    # Line tables triple a cubin's size and only help profilers.
+    line_info: bool = False
+    # Lower the emitted PTX ISA version (e.g. 84) for older drivers; None: Triton's default.
+    ptx_version: int | None = None
+    jobs: int | None = None  # worker processes; None: os.cpu_count()
+    cache: bool = True
+    cache_dir: str | None = None  # None: KernelCache's default (AOTC_CACHE_DIR)
+
+    def key(self) -> dict[str, Any]:
+        return {"enable_fp_fusion": self.enable_fp_fusion, "line_info": self.line_info, "ptx_version": self.ptx_version}
+
+
+def triton_version() -> str:
+    """The installed Triton's version, read without importing it (a cache hit must stay cheap)."""
+    try:
+        version = metadata.version("triton")
+    except metadata.PackageNotFoundError:
+        version = None
+    found = re.match(r"(\d+)\.(\d+)", version or "")
+    if found is None or (int(found.group(1)), int(found.group(2))) < MIN_TRITON:
+        have = f"triton {version} is installed" if version else "triton is not installed"
+        raise UnsupportedError(
+            f"compiling kernels ahead of time needs triton >= {'.'.join(map(str, MIN_TRITON))}, but {have}; "
+            "install it with pip install 'aotc[compiler]'"
+        )
+    return version
+
+
+def parse_targets(targets: Sequence[str]) -> tuple[str, ...]:
+    """Validated, de-duplicated ``sm_XY`` names, in the order given."""
+    if isinstance(targets, str) or not targets:
+        raise AotcError(f"targets must be a non-empty list such as ['sm_80', 'sm_90'], got {targets!r}")
+    out: list[str] = []
+    for t in targets:
+        m = _ARCH.match(t) if isinstance(t, str) else None
+        if m is None:
+            raise AotcError(f"unknown GPU target {t!r}; expected a name such as 'sm_80' or 'sm_90'")
+        if int(m.group(1)) < MIN_CAPABILITY:
+            raise UnsupportedError(f"GPU target {t!r} is not supported; aotc kernels need sm_{MIN_CAPABILITY} or newer")
+        if t not in out:
+            out.append(t)
+    return tuple(out)
+
+
+def compile_kernels(
+    kernels: Sequence[Kernel],
+    targets: Sequence[str] = DEFAULT_TARGETS,
+    options: AotOptions | None = None,
+) -> dict[str, KernelBinary]:
+    """Compile every kernel for every target (and sm_80 for the portable PTX), by kernel name."""
+    options = options or AotOptions()
+    archs = parse_targets(targets)
+    compile_archs = archs if PORTABLE_ARCH in archs else (*archs, PORTABLE_ARCH)
+    by_name: dict[str, Kernel] = {}
+    for k in kernels:
+        if by_name.setdefault(k.name, k) != k:
+            raise AotcError(f"two different kernels are named {k.name!r}")
+    version = triton_version()
+    cache = KernelCache(options.cache_dir) if options.cache else None
+    jobs = {(k.name, arch): job_spec(k, arch, options) for k in by_name.values() for arch in compile_archs}
+    keys = {jk: cache_key({**spec, "triton": version}) for jk, spec in jobs.items()}
+    done: dict[tuple[str, str], Compiled] = {}
+    for jk, key in keys.items():
+        hit = cache.get(key) if cache is not None else None
+        if hit is not None:
+            done[jk] = hit
+    misses = [jk for jk in jobs if jk not in done]
+    errors: list[str] = []
+    for jk, result in zip(misses, _run_jobs([jobs[jk] for jk in misses], options.jobs)):
+        if isinstance(result, str):
+            errors.append(result)
+            continue
+        done[jk] = result
+        if cache is not None:
+            cache.put(keys[jk], result)
+    if errors:
+        more = f" (and {len(errors) - 1} more failures)" if len(errors) > 1 else ""
+        raise KernelCompileError(errors[0] + more)
+    return {
+        name: KernelBinary(
+            name=name,
+            cubins=tuple(Cubin(arch, done[name, arch].cubin, done[name, arch].meta) for arch in archs),
+            ptx=done[name, PORTABLE_ARCH].ptx,
+            ptx_meta=done[name, PORTABLE_ARCH].meta,
+        )
+        for name in by_name
+    }
+
+
+def job_spec(kernel: Kernel, arch: str, options: AotOptions) -> dict[str, Any]:
+    """Everything one compile depends on, JSON-able: the cache key's parts and the worker's input."""
+    return {
+        "name": kernel.name,
+        "source": kernel.source,
+        "signature": [[a.name, a.type] for a in kernel.args],
+        "constexprs": [[n, v] for n, v in kernel.constexprs],
+        "divisible": sorted(set(kernel.divisible)),
+        "arch": arch,
+        "num_warps": kernel.num_warps,
+        "num_stages": kernel.num_stages,
+        "options": options.key(),
+    }
+
+
+def _run_jobs(specs: list[dict[str, Any]], jobs: int | None) -> list[Compiled | str]:
+    workers = max(1, min(jobs or os.cpu_count() or 1, len(specs)))
+    # Fresh interpreters running this module, never this process: the Triton interpreter (the
+    # interpret backend) patches triton.language process-wide, after which an in-process compile
+    # fails. Not multiprocessing either: spawn would re-run an unguarded user script that called the
+    # compiler, and fork would copy the parent's threads mid-state.
+    order = sorted(range(len(specs)), key=lambda i: -len(specs[i]["source"]))  # big kernels spread first
+    chunks = [order[w::workers] for w in range(workers)]
+    results: list[Compiled | str] = [""] * len(specs)
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        for chunk, out in zip(chunks, pool.map(lambda c: _run_worker([specs[i] for i in c]), chunks)):
+            for i, r in zip(chunk, out):
+                results[i] = r
+    return results
+
+
+def _run_worker(specs: list[dict[str, Any]]) -> list[Compiled | str]:
+    package_root = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+    proc = subprocess.run(
+        [sys.executable, "-c", "from aotc.kernels.aot import worker_main; worker_main()"],
+        input=json.dumps(specs).encode(),
+        capture_output=True,
+        env=env,
+    )
+    try:
+        if proc.returncode != 0:
+            raise ValueError(f"exit status {proc.returncode}")
+        return [from_json(r["ok"]) if "ok" in r else str(r["error"]) for r in json.loads(proc.stdout)]
+    except (ValueError, KeyError, TypeError) as e:
+        tail = proc.stderr.decode(errors="replace").strip()[-2000:]
+        return [f"kernel {s['name']}: the compile worker for {s['arch']} failed ({e}): {tail}" for s in specs]
+
+
+def worker_main() -> None:
+    """A compile worker's body: compile the JSON list of job specs on stdin, answer on stdout."""
+    specs = json.loads(sys.stdin.buffer.read())
+    out = []
+    for spec in specs:
+        r = compile_one(spec)
+        out.append({"error": r} if isinstance(r, str) else {"ok": to_json(r)})
+    sys.stdout.write(json.dumps(out))
+
+
+def compile_one(spec: Mapping[str, Any]) -> Compiled | str:
+    """One kernel for one target (a worker's task); a failure comes back as its message."""
+    name, arch = spec["name"], spec["arch"]
+    try:
+        import triton
+        from triton.backends.compiler import GPUTarget
+        from triton.compiler import ASTSource
+    except ImportError as e:
+        return f"kernel {name}: triton is not importable ({e}); install it with pip install 'aotc[compiler]'"
+    try:
+        fn = _jit_function(name, spec["source"])
+        signature = dict(spec["signature"])
+        constexprs = dict(spec["constexprs"])
+        src = ASTSource(
+            fn=fn,
+            signature={**signature, **dict.fromkeys(constexprs, "constexpr")},
+            constexprs=constexprs,
+            attrs={(i,): [["tt.divisibility", 16]] for i in spec["divisible"]},
+        )
+        opts = spec["options"]
+        compile_options: dict[str, Any] = {
+            "num_warps": spec["num_warps"],
+            "num_stages": spec["num_stages"],
+            "enable_fp_fusion": opts["enable_fp_fusion"],
+        }
+        if opts["ptx_version"] is not None:
+            compile_options["ptx_version"] = opts["ptx_version"]
+        cap = int(_ARCH.match(arch).group(1))  # type: ignore[union-attr]
+        with _line_info(triton, opts["line_info"]):
+            k = triton.compile(src, target=GPUTarget("cuda", cap, 32), options=compile_options)
+        ptx = k.asm["ptx"]
+        meta = _launch_meta(k.metadata, ptx, [t for _, t in spec["signature"]], opts["enable_fp_fusion"])
+        return Compiled(bytes(k.asm["cubin"]), ptx, meta)
+    except Exception as e:
+        text = str(e).strip() or type(e).__name__
+        return f"kernel {name} does not compile for {arch}: {type(e).__name__}: {text}"
+
+
+def _launch_meta(md: Any, ptx: str, arg_types: list[str], fp_fusion: bool) -> LaunchMeta:
+    version = re.search(r"^\.version\s+(\S+)", ptx, re.M)
+    target = re.search(r"^\.target\s+(\w+)", ptx, re.M)
+    if version is None or target is None:
+        raise AotcError("the PTX has no .version/.target line")
+    params = (*arg_types, *SCRATCH_PARAMS)
+    _check_abi(md.name, ptx, params)
+    return LaunchMeta(
+        name=md.name,
+        arch=target.group(1),
+        num_warps=int(md.num_warps),
+        num_ctas=int(md.num_ctas),
+        shared=int(md.shared),
+        global_scratch_size=int(md.global_scratch_size),
+        global_scratch_align=int(md.global_scratch_align),
+        profile_scratch_size=int(getattr(md, "profile_scratch_size", 0)),
+        profile_scratch_align=int(getattr(md, "profile_scratch_align", 1)),
+        params=params,
+        triton_version=str(md.triton_version),
+        ptx_version=version.group(1),
+        enable_fp_fusion=bool(md.enable_fp_fusion) if hasattr(md, "enable_fp_fusion") else fp_fusion,
+    )
+
+
+def _check_abi(name: str, ptx: str, params: tuple[str, ...]) -> None:
+    """The entry's PTX parameters must be exactly ``params`` (pointers 64-bit, then by type)."""
+    entry = re.search(rf"\.entry\s+{re.escape(name)}\s*\((.*?)\)", ptx, re.S)
+    if entry is None:
+        raise AotcError(f"the PTX has no entry named {name!r}")
+    found = [line.split()[1] for line in entry.group(1).split(",") if ".param" in line]
+    want = [".u64" if t.startswith("*") else _PTX_PARAM.get(t, "?") for t in params]
+    if found != want:
+        raise AotcError(
+            f"the compiled entry takes parameters {found}, but aotc's launch ABI expects {want} "
+            "(the Triton release may have changed its launch ABI)"
+        )
+
+
+def _jit_function(name: str, source: str) -> Any:
+    """The compiled-mode ``@triton.jit`` function ``name`` from module text ``source``. Registered with
+    linecache because Triton reads a kernel's source back through ``inspect``."""
+    import triton
+
+    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+    filename = f"<aotc-kernel {name} {digest}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    module = types.ModuleType(f"aotc_kernel_{name}_{digest}")
+    module.__file__ = filename
+    with _knob(triton.knobs.runtime, "interpret", False, None):
+        exec(compile(source, filename, "exec"), module.__dict__)
+    fn = module.__dict__.get(name)
+    if fn is None or not hasattr(fn, "fn"):
+        raise AotcError(f"its source defines no @triton.jit function named {name!r}")
+    return fn
+
+
+@contextlib.contextmanager
+def _line_info(triton: Any, keep: bool) -> Iterator[None]:
+    # Set through the environment as well: Triton's own compile cache keys on the variable.
+    with _knob(triton.knobs.compilation, "disable_line_info", not keep, "TRITON_DISABLE_LINE_INFO"):
+        yield
+
+
+@contextlib.contextmanager
+def _knob(knobs: Any, name: str, value: bool, env: str | None) -> Iterator[None]:
+    missing = object()
+    saved = knobs.__dict__.get(name, missing)
+    saved_env = os.environ.get(env) if env else None
+    knobs.__dict__[name] = value
+    if env:
+        os.environ[env] = "1" if value else "0"
+    try:
+        yield
+    finally:
+        if saved is missing:
+            knobs.__dict__.pop(name, None)
+        else:
+            knobs.__dict__[name] = saved
+        if env:
+            if saved_env is None:
+                os.environ.pop(env, None)
+            else:
+                os.environ[env] = saved_env
+
+
+__all__ = [
+    "DEFAULT_TARGETS",
+    "PORTABLE_ARCH",
+    "AotOptions",
+    "KernelCompileError",
+    "compile_kernels",
+    "parse_targets",
+    "triton_version",
+]

@@ -1,0 +1,127 @@
+"""Tile configurations for the contraction templates (matmul, conv), from per-arch heuristics.
+
+Sizes may be symbolic: a heuristic looks at the largest value a dim can take (its upper bound over the
+symbols' ranges), so a kernel is sized for the big calls and stays correct (masked) for small ones.
+Tables follow the shapes Triton's tutorials and Inductor's mm configs settle on for A100 (sm_80) and
+H100 (sm_90): fp32 tiles are half as deep in K as 16-bit ones because each element takes twice the
+shared memory, and tiny-M problems (decode steps, GEMV-like linears) use a 16-row tile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from aotc.errors import UnsupportedError
+from aotc.ir.dtypes import DType
+from aotc.ir.symbolic import SymExpr, bounds
+
+ARCHS = ("sm_80", "sm_90")
+# tl.dot needs every tile dimension to be at least 16.
+MIN_DOT_BLOCK = 16
+
+
+@dataclass(frozen=True, slots=True)
+class TileConfig:
+    """One launch configuration of a contraction kernel."""
+
+    block_m: int
+    block_n: int
+    block_k: int
+    group_m: int = 8
+    num_warps: int = 4
+    num_stages: int = 3
+
+    def __post_init__(self) -> None:
+        for name in ("block_m", "block_n", "block_k"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1 or v & (v - 1):
+                raise UnsupportedError(f"tile config {name}={v!r}: expected a positive power of two")
+        if self.group_m < 1 or self.num_warps not in (1, 2, 4, 8, 16) or self.num_stages < 1:
+            raise UnsupportedError(
+                f"tile config group_m={self.group_m}, num_warps={self.num_warps}, num_stages={self.num_stages}: "
+                "expected group_m >= 1, num_warps a power of two <= 16 and num_stages >= 1"
+            )
+
+
+def check_dot_config(cfg: TileConfig) -> TileConfig:
+    """``cfg`` if every tile dim fits tl.dot (at least 16), else UnsupportedError."""
+    dims = (("block_m", cfg.block_m), ("block_n", cfg.block_n), ("block_k", cfg.block_k))
+    small = [f"{name}={v}" for name, v in dims if v < MIN_DOT_BLOCK]
+    if small:
+        raise UnsupportedError(f"tile config {', '.join(small)}: tl.dot tiles need every dim >= {MIN_DOT_BLOCK}")
+    return cfg
+
+
+# (block_m, block_n, block_k(16-bit), num_warps, num_stages) per arch. Shared memory per stage is
+# (block_m + block_n) * block_k * itemsize; every entry stays under ~150 KiB at its stage count, which both
+# A100 (164 KiB) and H100 (227 KiB) give a block.
+_LARGE = {
+    "sm_80": (128, 128, 64, 8, 3),
+    "sm_90": (128, 256, 64, 8, 3),
+}
+_MEDIUM = {
+    "sm_80": (64, 128, 64, 4, 4),
+    "sm_90": (64, 128, 64, 4, 4),
+}
+_SMALL_M = {
+    "sm_80": (16, 128, 128, 4, 3),
+    "sm_90": (16, 128, 128, 4, 3),
+}
+
+
+def upper(dim: int | SymExpr, ranges: Mapping[str, tuple[int, int]]) -> int:
+    """The largest value ``dim`` takes for any binding of its symbols."""
+    return dim if isinstance(dim, int) else bounds(dim, ranges)[1]
+
+
+def _pow2_at_least(n: int, lo: int, hi: int) -> int:
+    b = lo
+    while b < n and b < hi:
+        b *= 2
+    return b
+
+
+def check_arch(arch: str | int | None) -> str:
+    """The table to use for a target: ``"sm_86"`` or ``86`` (a compute capability) picks the newest
+    table not newer than it; ``None`` picks sm_80, whose configs also run (a little slower) on sm_90."""
+    if arch is None:
+        return "sm_80"
+    cc = arch
+    if isinstance(arch, str) and arch.startswith("sm_") and arch[3:].isdigit():
+        cc = int(arch[3:])
+    if isinstance(cc, bool) or not isinstance(cc, int) or cc < 80:
+        raise UnsupportedError(f"arch hint {arch!r}: expected a target like 'sm_80' or 90 (compute capability >= 80)")
+    return "sm_90" if cc >= 90 else "sm_80"
+
+
+def matmul_config(m: int, n: int, k: int, dtype: DType, arch: str | int | None = None, dot: bool = True) -> TileConfig:
+    """A config for an (m x k) @ (k x n) product whose dims are at most m, n, k (upper bounds)."""
+    arch = check_arch(arch)
+    if not dot:
+        # Integer products multiply a (BM, BK, BN) tile in registers instead of on tensor cores.
+        return TileConfig(_pow2_at_least(m, MIN_DOT_BLOCK, 32), _pow2_at_least(n, MIN_DOT_BLOCK, 32), 8, 8, 4, 1)
+    if m <= 16:
+        bm, bn, bk, warps, stages = _SMALL_M[arch]
+    elif m * n <= 256 * 256:
+        bm, bn, bk, warps, stages = _MEDIUM[arch]
+    else:
+        # IEEE fp32 dots run on FMA units, not wgmma: a 128x256 fp32 accumulator would spill registers.
+        bm, bn, bk, warps, stages = _LARGE["sm_80" if dtype is DType.float32 else arch]
+    if dtype is DType.float32:
+        bk //= 2
+    # Never tile far past a small static dim: 64 columns of a 17-wide product waste less than 256.
+    bm = min(bm, _pow2_at_least(m, MIN_DOT_BLOCK, bm))
+    bn = min(bn, _pow2_at_least(n, MIN_DOT_BLOCK, bn))
+    bk = min(bk, _pow2_at_least(k, MIN_DOT_BLOCK, bk))
+    if bm * bn <= 64 * 64:
+        warps = min(warps, 4)
+    return TileConfig(bm, bn, bk, 8, warps, stages)
+
+
+def direct_conv_config(rows: int, channels: int, arch: str | int | None = None) -> TileConfig:
+    """A config for the depthwise (direct) convolution: rows = N*OH*OW, channels = C_out. No K tile."""
+    check_arch(arch)
+    bm = _pow2_at_least(rows, 16, 128)
+    bc = _pow2_at_least(channels, 1, 32)
+    return TileConfig(bm, bc, 1, 1, 4, 1)

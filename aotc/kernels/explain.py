@@ -1,0 +1,36 @@
+"""``aotc compile --explain``: what each kernel fuses and which fusions the scheduler declined, and why."""
+
+from __future__ import annotations
+
+from aotc.ir.graph import Graph
+from aotc.ir.schedule import Schedule
+from aotc.ir.symbolic import to_infix
+from aotc.kernels.memplan import arena_bytes_at_max
+
+
+def explain(graph: Graph, schedule: Schedule) -> str:
+    """Readable text: one line per kernel (name, template, what it computes and stores), the views that
+    share storage, the arena, then every declined fusion with its reason."""
+    lines = [f"{len(schedule.kernels)} kernels ({len({k.name for k in schedule.kernels})} distinct) for {graph.name}"]
+    for i, k in enumerate(schedule.kernels):
+        ops = ", ".join(_counted(k.fused)) or "no ops"
+        outs = ", ".join(f"%{v}" for v in k.outputs)
+        grid = " x ".join(to_infix(d) for d in k.grid)
+        lines.append(f"  [{i}] {k.name} ({k.kind.value}, grid {grid}): {ops} -> {outs}")
+        for c in k.checks:
+            lines.append(f"        checks ids of {c.op} in [{to_infix(c.low)}, {to_infix(c.high)}) (flag {c.slot})")
+    for v in schedule.views:
+        lines.append(f"  view: output %{v.value} shares the storage of %{v.base}")
+    at_max = arena_bytes_at_max(graph, schedule.arena_bytes)
+    lines.append(f"arena: {len(schedule.buffers)} buffers, {to_infix(schedule.arena_bytes)} bytes ({at_max} at max)")
+    if schedule.declined:
+        lines.append("declined fusions:")
+        lines += [f"  - {d}" for d in schedule.declined]
+    return "\n".join(lines) + "\n"
+
+
+def _counted(ops: tuple[str, ...]) -> list[str]:
+    counts: dict[str, int] = {}
+    for op in ops:
+        counts[op] = counts.get(op, 0) + 1
+    return [f"{op}" if n == 1 else f"{op} x{n}" for op, n in counts.items()]

@@ -1,0 +1,334 @@
+"""Which values are stored to memory, and which kernel computes each of them.
+
+Every kernel stores one *anchor* value and computes everything it needs from stored values (graph inputs,
+weights, other anchors) inline: views and sources as index arithmetic, elementwise ops and gathers as
+expressions, reductions as the kernel's row loop. Deciding the kernels is therefore deciding the set of
+stored values. It starts with the graph outputs and the end of each contraction's epilogue, and grows
+until every kernel can be generated:
+
+- a contraction operand that needs more than views and casts is stored (the template loads operands);
+- reductions in one kernel share an input shape and axes, and the anchor lies at full or row shape;
+  any other reduction is stored and read back;
+- a value computed from memory that two kernels would each recompute is stored once.
+
+Each growth step is recorded with its reason, which ``--explain`` prints.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from aotc.errors import UnsupportedError
+from aotc.ir.graph import Graph
+from aotc.ir.ops import ELEMENTWISE, HIGH_LEVEL, REDUCTIONS, Op
+from aotc.ir.schedule import View
+from aotc.ir.types import Node, Shape, Value
+from aotc.kernels.anchors import epilogues as epilogues_of
+from aotc.kernels.anchors import output_views
+from aotc.kernels.fusion_graph import (
+    CONTRACTIONS,
+    INDEX_SOURCES,
+    VIEWS,
+    FusionGraph,
+    compute_below_views,
+    has_reduction,
+    inline_values,
+    needs_compute,
+    reads_memory,
+)
+from aotc.kernels.reduction import reduced_axes
+
+__all__ = ["VIEWS", "FusionPlan", "KernelPlan", "plan_fusion", "reduction_deps"]
+
+
+@dataclass
+class KernelPlan:
+    """One kernel: the value it stores, the node indices it computes and how."""
+
+    anchor: Value
+    nodes: set[int] = field(default_factory=set)
+    reads: set[int] = field(default_factory=set)
+    root: Node | None = None  # the contraction, for matmul/conv kernels
+    epilogue: tuple[Node, ...] = ()
+    reductions: tuple[Node, ...] = ()
+    stored_first: tuple[Value, ...] = ()  # values of merged producer kernels this kernel also stores
+    # graph outputs that are permute/flip/reshape views of the anchor, stored beside it: (output, view chain)
+    view_outputs: tuple[tuple[Value, tuple[Node, ...]], ...] = ()
+
+    @property
+    def outputs(self) -> tuple[Value, ...]:
+        return (*self.stored_first, self.anchor)
+
+    @property
+    def kind(self) -> str:
+        if self.root is not None:
+            return "attention" if self.root.op is Op.SDPA else self.root.op.value
+        return "reduction" if self.reductions else "pointwise"
+
+
+@dataclass
+class FusionPlan:
+    kernels: list[KernelPlan]
+    views: list[View]
+    declined: list[str]
+
+
+def plan_fusion(graph: Graph) -> FusionPlan:
+    g = FusionGraph(graph)
+    declined: list[str] = []
+    stored: set[int] = set()
+    views: list[View] = []
+    for n in graph.nodes:
+        if n.op not in ELEMENTWISE | REDUCTIONS | VIEWS | INDEX_SOURCES | CONTRACTIONS | {Op.CONSTANT, Op.GATHER}:
+            if n.op in HIGH_LEVEL and n.op is not Op.SDPA:
+                raise UnsupportedError(f"graph {graph.name} is not lowered: {n.op.value} ({n}) is a high-level op")
+            raise UnsupportedError(f"no kernel for op {n.op.value} ({n}): it runs on the cpu backend only")
+    view_outputs = output_views(g, stored, views, declined)
+    epilogues = epilogues_of(g, stored, declined)
+    fixed = set(stored)
+    operands: set[int] = set()
+    while True:
+        kernels = [_closure(g, vid, stored, epilogues) for vid in _anchors(g, stored)]
+        grow = _needed(g, kernels, stored, declined, operands)
+        if grow:
+            stored |= grow
+            continue
+        # An operand stored early may have become a view of values stored since: read it through the view.
+        views_now = {v for v in (stored & operands) - fixed if not needs_compute(g, v, stored)}
+        if not views_now:
+            break
+        stored -= views_now
+        fixed |= stored
+    for k in kernels:
+        k.view_outputs = tuple(view_outputs.get(k.anchor.id, ()))
+    return FusionPlan(_merge_pointwise(g, _order(g, kernels)), views, _dedupe(declined))
+
+
+def _dedupe(lines: list[str]) -> list[str]:
+    return list(dict.fromkeys(lines))
+
+
+def _anchors(g: FusionGraph, stored: set[int]) -> list[int]:
+    return sorted((v for v in stored if v not in g.external), key=lambda v: g.prod[v][0])
+
+
+def _closure(
+    g: FusionGraph, anchor: int, stored: set[int], epilogues: dict[int, tuple[Node, tuple[Node, ...]]]
+) -> KernelPlan:
+    plan = KernelPlan(next(o for o in g.node(anchor).outputs if o.id == anchor))
+    if anchor in epilogues:
+        plan.root, plan.epilogue = epilogues[anchor]
+    starts = [anchor]
+    if plan.root is not None:
+        starts += [x.id for x in plan.root.inputs]
+    stack = list(starts)
+    seen: set[int] = set()
+    while stack:
+        v = stack.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        if v in g.external or (v in stored and v != anchor):
+            plan.reads.add(v)
+            continue
+        i, n = g.prod[v]
+        if plan.root is not None and n is plan.root:
+            continue
+        plan.nodes.add(i)
+        stack.extend(x.id for x in n.inputs)
+    plan.reductions = tuple(g.graph.nodes[i] for i in sorted(plan.nodes) if g.graph.nodes[i].op in REDUCTIONS)
+    return plan
+
+
+def _row_shapes(shape: Shape, axes: tuple[int, ...]) -> tuple[Shape, Shape]:
+    keep = tuple(1 if k in axes else d for k, d in enumerate(shape))
+    drop = tuple(d for k, d in enumerate(shape) if k not in axes)
+    return keep, drop
+
+
+def reduction_key(n: Node) -> tuple[Shape, tuple[int, ...]]:
+    return n.inputs[0].type.shape, reduced_axes(n)
+
+
+def _needed(
+    g: FusionGraph, kernels: list[KernelPlan], stored: set[int], declined: list[str], operand_values: set[int]
+) -> set[int]:
+    """Values that must be stored for every kernel to be generable (empty when the plan is final).
+    Values stored for a contraction's operand are also added to ``operand_values``."""
+    grow: set[int] = set()
+    for k in kernels:  # 1. contraction operands that need computing
+        for x in k.root.inputs if k.root is not None else ():
+            if x.id not in stored and x.id not in g.external and needs_compute(g, x.id, stored):
+                base = compute_below_views(g, x.id)
+                grow.add(base)
+                declined.append(f"operand %{x.id} of {k.root.op.value} is computed, not a view: %{base} stored first")
+    operand_values |= grow
+    if grow:
+        return grow
+    for k in kernels:  # 2. an epilogue input computed with a reduction gets its own (reduction) kernel
+        if k.root is None or not k.reductions:
+            continue
+        chain = {k.root.outputs[0].id} | {n.outputs[0].id for n in k.epilogue}
+        for n in k.epilogue:
+            for x in n.inputs:
+                if x.id not in chain and has_reduction(g, x.id, stored):
+                    base = compute_below_views(g, x.id)
+                    grow.add(base)
+                    declined.append(
+                        f"%{x.id} is computed with a reduction: not fused into the {k.root.op.value} epilogue, "
+                        f"%{base} stored first"
+                    )
+    if grow:
+        return grow
+    for k in kernels:  # 3. reductions that cannot share one row loop
+        if k.root is None and k.reductions:
+            grow |= _reduction_conflicts(g, k, declined)
+    if grow:
+        return grow  # 4. (below) sharing, once the kernels' shapes settle
+    counts: dict[int, int] = {}
+    for k in kernels:
+        for i in k.nodes:
+            counts[i] = counts.get(i, 0) + 1
+    for i, c in counts.items():
+        n = g.graph.nodes[i]
+        v = n.outputs[0].id
+        if c < 2 or v in stored or n.op in VIEWS | INDEX_SOURCES:
+            continue
+        if reads_memory(g, v, stored):
+            grow.add(v)
+    # Store only the outermost shared values: what they are computed from is then read by one kernel.
+    inner: set[int] = set()
+    for v in grow:
+        inner |= inline_values(g, v, stored) - {v}
+    for v in sorted(grow - inner):
+        declined.append(f"%{v} ({g.node(v).op.value}) is needed by several kernels: stored once, not recomputed")
+    return grow - inner
+
+
+def _reduction_conflicts(g: FusionGraph, k: KernelPlan, declined: list[str]) -> set[int]:
+    """Reductions of ``k`` that cannot share its row loop; empty when the kernel is a valid reduction."""
+    last = k.reductions[-1]
+    key = reduction_key(last)
+    shape, axes = key
+    rows = _row_shapes(shape, axes)
+    out: set[int] = set()
+    for r in k.reductions:
+        if reduction_key(r) != key:
+            out.add(r.outputs[0].id)
+            declined.append(
+                f"reduction %{r.outputs[0].id} over axes {reduced_axes(r)} of {r.inputs[0].type.shape} not fused "
+                f"with the reduction %{last.outputs[0].id} over {axes} of {shape}: other rows"
+            )
+    if out:
+        return out
+    allowed = {shape, *rows}
+    above = _above_reductions(g, k)
+    for i in sorted(above):
+        n = g.graph.nodes[i]
+        ok = n.op in REDUCTIONS or ((n.op in ELEMENTWISE or n.op is Op.RESHAPE) and n.outputs[0].type.shape in allowed)
+        if not ok or (n.outputs[0].id == k.anchor.id and k.anchor.type.shape not in allowed):
+            for r in k.reductions:
+                out.add(r.outputs[0].id)
+            declined.append(
+                f"{n.op.value} %{n.outputs[0].id} uses reduction results at other rows than {shape} over {axes}: "
+                "the reductions are stored first"
+            )
+            break
+    return out
+
+
+def _above_reductions(g: FusionGraph, k: KernelPlan) -> set[int]:
+    """Nodes of ``k`` that depend (inside the kernel) on one of its reductions."""
+    red = {r.outputs[0].id for r in k.reductions}
+    dep: set[int] = set()
+    out: set[int] = set()
+    for i in sorted(k.nodes):
+        n = g.graph.nodes[i]
+        if any(x.id in red or x.id in dep for x in n.inputs):
+            dep.update(o.id for o in n.outputs)
+            out.add(i)
+    return out
+
+
+def reduction_deps(g: Graph, k: KernelPlan) -> dict[int, frozenset[int]]:
+    """For each reduction of ``k``: the kernel's reductions its input depends on."""
+    red = {r.outputs[0].id for r in k.reductions}
+    reach: dict[int, frozenset[int]] = {}
+    for i in sorted(k.nodes):
+        n = g.nodes[i]
+        acc: set[int] = set()
+        for x in n.inputs:
+            acc |= reach.get(x.id, frozenset())
+            if x.id in red:
+                acc.add(x.id)
+        for o in n.outputs:
+            reach[o.id] = frozenset(acc)
+    return {r.outputs[0].id: reach.get(r.inputs[0].id, frozenset()) | _direct(r, red) for r in k.reductions}
+
+
+def _direct(r: Node, red: set[int]) -> frozenset[int]:
+    return frozenset(x.id for x in r.inputs if x.id in red)
+
+
+def _order(g: FusionGraph, kernels: Iterable[KernelPlan]) -> list[KernelPlan]:
+    """Kernels in dependency order (a kernel runs after the kernels whose anchors it reads), ties broken by
+    the anchor's position in the graph."""
+    kernels = sorted(kernels, key=lambda k: g.prod[k.anchor.id][0])
+    by_anchor = {k.anchor.id: i for i, k in enumerate(kernels)}
+    waiting = [sum(1 for r in k.reads if r in by_anchor) for k in kernels]
+    readers: dict[int, list[int]] = {}
+    for i, k in enumerate(kernels):
+        for r in k.reads:
+            if r in by_anchor:
+                readers.setdefault(by_anchor[r], []).append(i)
+    ready = [i for i, w in enumerate(waiting) if w == 0]
+    heapq.heapify(ready)
+    out: list[KernelPlan] = []
+    while ready:
+        i = heapq.heappop(ready)
+        out.append(kernels[i])
+        for j in readers.get(i, ()):
+            waiting[j] -= 1
+            if waiting[j] == 0:
+                heapq.heappush(ready, j)
+    if len(out) != len(kernels):
+        raise UnsupportedError("fusion produced a cycle between kernels")  # a scheduler bug, never user input
+    return out
+
+
+def _merge_pointwise(g: FusionGraph, kernels: list[KernelPlan]) -> list[KernelPlan]:
+    """Folds a pointwise kernel into the next pointwise kernel of the same shape that reads its value at the
+    same element (an LSTM's cell state and hidden state): one kernel stores both."""
+    out: list[KernelPlan] = []
+    for k in kernels:
+        for j in range(len(out) - 1, -1, -1):
+            p = out[j]
+            if _can_merge(g, p, k) and not any(p.anchor.id in q.reads for q in out[j + 1 :]):
+                k.nodes |= p.nodes
+                k.reads = (k.reads | p.reads) - {p.anchor.id}
+                k.stored_first = (*p.stored_first, p.anchor)
+                k.view_outputs = (*p.view_outputs, *k.view_outputs)
+                del out[j]
+                break
+            if p.anchor.id in k.reads:
+                break  # only the nearest producer is tried, so ordering is kept
+        out.append(k)
+    return out
+
+
+def _can_merge(g: FusionGraph, p: KernelPlan, k: KernelPlan) -> bool:
+    if p.root or k.root or p.reductions or k.reductions or p.anchor.id not in k.reads:
+        return False
+    if p.anchor.type.shape != k.anchor.type.shape or k.stored_first:
+        return False
+    # every node of k between p's value and k's anchor keeps the element where it is
+    on_path: set[int] = {p.anchor.id}
+    for i in sorted(k.nodes):
+        n = g.graph.nodes[i]
+        if any(x.id in on_path for x in n.inputs):
+            if n.op not in ELEMENTWISE or n.outputs[0].type.shape != k.anchor.type.shape:
+                return False
+            on_path.add(n.outputs[0].id)
+    return True

@@ -1,0 +1,246 @@
+"""Matmul and batched matmul (the MATMUL primitive) as one ``tl.dot`` kernel.
+
+The kernel tiles the output in BLOCK_M x BLOCK_N tiles visited in grouped order, loops over K in
+BLOCK_K steps with masks for the tails and accumulates in float32 (integers: in their own type,
+wrapping as numpy does). Operands are loaded through the builder, so a transposed or broadcast
+weight, or a cast feeding the product, is index math and a conversion inside the loop (the fused
+prologue), never a copy. The pointwise consumers of the product (bias, activation, residual, cast)
+run on the accumulator tile before the masked store (the fused epilogue).
+
+Batch dims broadcast as numpy's matmul does. When B does not vary over the batch (a Linear applied
+to a (batch, seq, d) input) the batch folds into the rows, so a decode step with seq = 1 still fills
+BLOCK_M rows; otherwise the batch is grid axis y.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from aotc.errors import UnsupportedError
+from aotc.ir.dtypes import DType
+from aotc.ir.ops import Op
+from aotc.ir.schedule import Kernel, KernelKind
+from aotc.ir.symbolic import SymExpr, mul
+from aotc.ir.types import Node, Value
+from aotc.kernels.contraction_config import TileConfig, check_dot_config, matmul_config, upper
+from aotc.kernels.contraction_emit import (
+    anchor_index,
+    can_fuse_epilogue,
+    cdiv,
+    check_epilogue,
+    emit_epilogue,
+    emit_tile_order,
+    full_tile,
+    grid_with_batch,
+    is_multiple,
+    mask_and,
+    reserve,
+    size_text,
+    unravel,
+    why_not_epilogue,
+)
+
+if TYPE_CHECKING:
+    from aotc.kernels.emit import KernelBuilder
+
+__all__ = [
+    "MatmulShape",
+    "can_fuse_epilogue",
+    "emit_matmul",
+    "matmul_shape",
+    "why_not_epilogue",
+    "why_not_matmul",
+]
+
+Size = int | SymExpr
+
+DOT_DTYPES = (DType.float32, DType.float16, DType.bfloat16)
+FIXED_NAMES = (
+    *("pid", "pid_b", "tiles", "num_pid_m", "num_pid_n", "num_pid_in_group", "group_id", "first_pid_m"),
+    *("group_size_m", "pid_m", "pid_n", "offs_m", "offs_n", "offs_k", "mask_m", "mask_n", "row", "batch_row"),
+    *("acc", "k0", "a", "b"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class MatmulShape:
+    """The problem a MATMUL node poses: ``out[batch] = a[a_batch] @ b[b_batch]``, (m, k) @ (k, n).
+
+    ``a_batch``/``b_batch`` are the operands' batch dims right-aligned to ``batch`` (static 1 where an
+    operand broadcasts or lacks the dim). ``fold`` says the batch rides in the rows.
+    """
+
+    batch: tuple[Size, ...]
+    m: Size
+    n: Size
+    k: Size
+    a_batch: tuple[Size, ...]
+    b_batch: tuple[Size, ...]
+    fold: bool
+    a_dims: int  # how many batch dims each operand really has
+    b_dims: int
+
+    @property
+    def rows(self) -> Size:
+        return mul(_prod(self.batch), self.m) if self.fold else self.m
+
+    @property
+    def batch_count(self) -> Size:
+        return 1 if self.fold else _prod(self.batch)
+
+
+def _prod(dims: Sequence[Size]) -> Size:
+    out: Size = 1
+    for d in dims:
+        out = mul(out, d)
+    return out
+
+
+def _aligned(batch: tuple[Size, ...], nb: int) -> tuple[Size, ...]:
+    return (1,) * (nb - len(batch)) + batch
+
+
+def matmul_shape(node: Node) -> MatmulShape:
+    if node.op is not Op.MATMUL or len(node.inputs) != 2:
+        raise UnsupportedError(f"matmul template: expected a MATMUL node with 2 inputs, got {node.op.value}")
+    a, b = (v.type.shape for v in node.inputs)
+    out = node.outputs[0].type.shape
+    batch = out[:-2]
+    a_batch, b_batch = _aligned(a[:-2], len(batch)), _aligned(b[:-2], len(batch))
+    fold = all(d == 1 for d in b_batch)
+    return MatmulShape(batch, out[-2], out[-1], a[-1], a_batch, b_batch, fold, len(a) - 2, len(b) - 2)
+
+
+def why_not_matmul(node: Node) -> str | None:
+    """None when the template can emit ``node``, else the reason."""
+    if node.op is not Op.MATMUL:
+        return f"{node.op.value} is not a matmul"
+    dt = node.outputs[0].type.dtype
+    if dt is DType.bool:
+        return "bool matmul"
+    return None
+
+
+def emit_matmul(
+    builder: KernelBuilder,
+    node: Node,
+    epilogue: Sequence[Node] = (),
+    outputs: Sequence[Value] | None = None,
+    *,
+    arch_hint: str | int | None = None,
+    config: TileConfig | None = None,
+    name: str = "matmul",
+    allow_tf32: bool = False,
+) -> Kernel:
+    """Emit ``node`` (MATMUL) with ``epilogue`` (pointwise nodes on its output, in order) into ``builder``
+    and return the finished Kernel. ``outputs`` are the values the kernel stores (default: the last
+    epilogue value, or the product). fp32 products use IEEE precision unless ``allow_tf32``."""
+    reason = why_not_matmul(node)
+    if reason is not None:
+        raise UnsupportedError(f"matmul template: {reason}")
+    anchor = node.outputs[0]
+    outputs = tuple(outputs) if outputs is not None else ((epilogue[-1].outputs[0],) if epilogue else (anchor,))
+    check_epilogue(builder.graph, node, epilogue, outputs)
+    node_index = anchor_index(builder, node)
+    shape = matmul_shape(node)
+    dtype = anchor.type.dtype
+    dot = dtype in DOT_DTYPES
+    ranges = builder.graph.ranges
+    cfg = config or matmul_config(
+        upper(shape.rows, ranges), upper(shape.n, ranges), upper(shape.k, ranges), dtype, arch_hint, dot
+    )
+    if dot:
+        check_dot_config(cfg)
+    tiles = mul(cdiv(shape.rows, cfg.block_m), cdiv(shape.n, cfg.block_n))
+    grid, batch_on_x = grid_with_batch(tiles, shape.batch_count, ranges)
+
+    reserve(builder, (*FIXED_NAMES, *_batch_names(shape)))
+    rows, n, k = (size_text(builder, d) for d in (shape.rows, shape.n, shape.k))
+    mask_m = None if is_multiple(builder, shape.rows, cfg.block_m) else "mask_m[:, None]"
+    mask_n = None if is_multiple(builder, shape.n, cfg.block_n) else "mask_n[None, :]"
+    tail_k = not is_multiple(builder, shape.k, cfg.block_k)
+    a_idx, b_idx, out_batch, m_idx = _emit_program_ids(builder, shape, rows, n, batch_on_x)
+    if mask_m:
+        builder.line(f"mask_m = offs_m < {rows}")
+    if mask_n:
+        builder.line(f"mask_n = offs_n < {n}")
+    acc_dtype = {DType.int32: "tl.int32", DType.int64: "tl.int64"}.get(dtype, "tl.float32")
+    builder.line(f"acc = tl.zeros((BLOCK_M, BLOCK_N), dtype={acc_dtype})")
+    with builder.block(f"for k0 in range(0, {k}, BLOCK_K)"):
+        builder.line("offs_k = k0 + tl.arange(0, BLOCK_K)")
+        a_mask = mask_and(mask_m, "offs_k[None, :] < " + k if tail_k else None)
+        b_mask = mask_and("offs_k[:, None] < " + k if tail_k else None, mask_n)
+        other = "0.0" if dot else "0"
+        a_tile = builder.load(node.inputs[0], [*a_idx, f"{m_idx}[:, None]", "offs_k[None, :]"], a_mask, other)
+        b_tile = builder.load(node.inputs[1], [*b_idx, "offs_k[:, None]", "offs_n[None, :]"], b_mask, other)
+        a_tile = full_tile(builder, a_tile, "(BLOCK_M, BLOCK_K)", node.inputs[0].type.dtype, "a")
+        b_tile = full_tile(builder, b_tile, "(BLOCK_K, BLOCK_N)", node.inputs[1].type.dtype, "b")
+        if dot:
+            precision = "tf32" if allow_tf32 else "ieee"
+            extra = f', input_precision="{precision}"' if dtype is DType.float32 else ""
+            builder.line(f"acc = tl.dot(a, b, acc{extra})")
+        else:
+            builder.line("acc += tl.sum(a[:, :, None] * b[None, :, :], axis=1)")
+    out_index = [*out_batch, f"{m_idx}[:, None]", "offs_n[None, :]"]
+    emit_epilogue(builder, anchor, "acc", out_index, mask_and(mask_m, mask_n), outputs)
+    return builder.finish(
+        name=name,
+        kind=KernelKind.MATMUL,
+        grid=grid,
+        constexprs=(
+            ("BLOCK_M", cfg.block_m),
+            ("BLOCK_N", cfg.block_n),
+            ("BLOCK_K", cfg.block_k),
+            ("GROUP_M", cfg.group_m),
+        ),
+        num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
+        extra_nodes=(node_index,),
+    )
+
+
+def _emit_program_ids(
+    builder: KernelBuilder, shape: MatmulShape, rows: str, n: str, batch_on_x: bool
+) -> tuple[list[str], list[str], list[str], str]:
+    """Program ids and offsets; returns the per-operand batch indices, the output's batch
+    indices and the name of the row index inside one batch entry."""
+    builder.line("pid = tl.program_id(0)")
+    pid_b = None
+    if shape.batch_count != 1:
+        if batch_on_x:
+            builder.line(f"tiles = tl.cdiv({rows}, BLOCK_M) * tl.cdiv({n}, BLOCK_N)")
+            builder.line("pid_b = pid // tiles")
+            builder.line("pid = pid % tiles")
+        else:
+            builder.line("pid_b = tl.program_id(1)")
+        pid_b = "pid_b"
+    emit_tile_order(builder, rows, n, "pid")
+    builder.line("offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)")
+    builder.line("offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)")
+    m_idx = "offs_m"
+    if shape.fold and shape.batch:
+        m = size_text(builder, shape.m)
+        builder.line(f"row = offs_m % {m}")
+        builder.line(f"batch_row = offs_m // {m}")
+        m_idx = "row"
+        flat = unravel(builder, "batch_row", shape.batch, _batch_names(shape))
+        out_batch = [i if i == "0" else f"{i}[:, None]" for i in flat]
+    elif pid_b is not None:
+        out_batch = unravel(builder, pid_b, shape.batch, _batch_names(shape))
+    else:
+        out_batch = ["0"] * len(shape.batch)
+    a_idx = _operand_batch(out_batch, shape.a_batch, shape.a_dims)
+    b_idx = _operand_batch(out_batch, shape.b_batch, shape.b_dims)
+    return a_idx, b_idx, out_batch, m_idx
+
+
+def _batch_names(shape: MatmulShape) -> list[str]:
+    return [f"b{i}" for i in range(len(shape.batch))]
+
+
+def _operand_batch(out_batch: list[str], aligned: tuple[Size, ...], dims: int) -> list[str]:
+    """An operand's own batch indices: the output's, or 0 where the operand broadcasts."""
+    start = len(out_batch) - dims
+    return ["0" if aligned[i] == 1 else out_batch[i] for i in range(start, len(out_batch))]

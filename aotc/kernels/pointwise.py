@@ -1,0 +1,43 @@
+"""The pointwise template: one flat block of the output's elements per program."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from aotc.ir.schedule import Kernel, KernelKind
+from aotc.ir.symbolic import add, bounds, floordiv
+from aotc.ir.types import Shape, Value
+from aotc.kernels import index_text as ix
+from aotc.kernels.config import KernelConfig
+from aotc.kernels.emit import KernelBuilder, numel
+
+
+def emit_pointwise(b: KernelBuilder, outputs: Sequence[Value], name: str, config: KernelConfig) -> Kernel:
+    """Computes every value of ``outputs`` (one shape) at each element and stores it.
+
+    ``offs`` walks the elements in row-major order; each dim's index is unravelled from it once, and
+    every fused view turns that index into its operand's index.
+    """
+    shape = outputs[0].type.shape
+    n = numel(shape)
+    n_max = bounds(n, b.graph.ranges, b.graph.multiples)[1]
+    block, warps = config.pointwise_block(max(1, n_max))
+    b.line("pid = tl.program_id(0)")
+    start = "pid.to(tl.int64) * BLOCK" if b.wide(n) else "pid * BLOCK"
+    b.line(f"offs = {start} + tl.arange(0, BLOCK)")
+    b.line(f"mask = offs < {b.size_arg(n, 'numel')}")
+    index = unravel_into(b, "offs", shape, "x")
+    env: dict[int, str] = {}
+    for v in outputs:  # a later output reads an earlier one at the same element: from the register
+        env[v.id] = b.compute(v, index, "mask", env)
+        b.store(v, index, env[v.id], "mask")
+    grid = (floordiv(add(n, block - 1), block), 1, 1)
+    return b.finish(name, KernelKind.POINTWISE, grid, (("BLOCK", block),), num_warps=warps, num_stages=1)
+
+
+def unravel_into(b: KernelBuilder, linear: str, shape: Shape, stem: str) -> list[str]:
+    """Names one variable per dim holding the row-major index of ``linear`` (size-1 dims are ``0``)."""
+    out = []
+    for d, expr in zip(shape, ix.unravel(linear, b.dims(shape))):
+        out.append("0" if ix.is_one(d) else b.let(stem, expr))
+    return out

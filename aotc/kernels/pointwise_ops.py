@@ -1,0 +1,179 @@
+"""Each elementwise primitive as a Triton expression over already-computed operands.
+
+Semantics follow the op table's numpy references (aotc/ir/ops/elementwise.py): half-precision operands
+are computed in float32 and rounded once per op, integer division truncates toward zero with x / 0 == 0,
+``maximum``/``minimum`` propagate NaN. Only ``triton.language`` is used, no libdevice, so the kernels
+also run under the Triton interpreter.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from aotc.errors import UnsupportedError
+from aotc.ir.dtypes import DType
+from aotc.ir.ops import Op
+
+TL_DTYPE = {
+    DType.float32: "tl.float32",
+    DType.float16: "tl.float16",
+    DType.bfloat16: "tl.bfloat16",
+    DType.int32: "tl.int32",
+    DType.int64: "tl.int64",
+    DType.bool: "tl.int1",
+}
+POINTER_TYPE = {
+    DType.float32: "*fp32",
+    DType.float16: "*fp16",
+    DType.bfloat16: "*bf16",
+    DType.int32: "*i32",
+    DType.int64: "*i64",
+    DType.bool: "*i1",
+}
+HALF = frozenset({DType.float16, DType.bfloat16})
+
+_NAN_ALL = "propagate_nan=tl.PropagateNan.ALL"
+
+
+def literal(v: float | int | bool, dtype: DType) -> str:
+    """A Python literal Triton folds at compile time (inf and NaN included)."""
+    if dtype is DType.bool:
+        return "1" if v else "0"
+    if dtype.is_int:
+        return str(int(v))
+    f = float(v)
+    if math.isnan(f):
+        return 'float("nan")'
+    if math.isinf(f):
+        return 'float("inf")' if f > 0 else '-float("inf")'
+    return repr(f)
+
+
+def is_literal(text: str) -> bool:
+    """A Python number Triton folds (as ``literal`` writes them): it takes the other operand's type."""
+    return bool(_NUMBER.fullmatch(text))
+
+
+_NUMBER = re.compile(r'-?(\d+(\.\d*)?(e[-+]?\d+)?|float\("(nan|inf)"\))')
+
+
+def _tanh(x: str) -> str:
+    # tanh from exp of -2|x| never overflows; a short series keeps relative accuracy near 0.
+    ax = f"tl.abs({x})"
+    t = f"tl.exp(-2.0 * {ax})"
+    big = f"tl.where({x} < 0, -1.0, 1.0) * (1.0 - {t}) / (1.0 + {t})"
+    x2 = f"({x} * {x})"
+    small = f"{x} * (1.0 + {x2} * (-0.3333333333333333 + {x2} * (0.13333333333333333 - {x2} * 0.05396825396825397)))"
+    return f"tl.where({ax} < 0.0625, {small}, {big})"
+
+
+def _rint(x: str) -> str:
+    # round half to even; values of magnitude >= 2**23 are already integers
+    r = f"tl.floor({x} + 0.5)"
+    tie_odd = f"(({r} - {x}) == 0.5) & (({r} - 2.0 * tl.floor({r} * 0.5)) != 0.0)"
+    return f"tl.where(tl.abs({x}) >= 8388608.0, {x}, tl.where({tie_odd}, {r} - 1.0, {r}))"
+
+
+def _pow(a: str, b: str) -> str:
+    mag = f"tl.exp2({b} * tl.log2(tl.abs({a})))"
+    b_int = f"(tl.floor({b}) == {b})"
+    b_odd = f"({b_int} & ((tl.floor({b} * 0.5) * 2.0) != {b}))"
+    neg = f"tl.where({b_int}, tl.where({b_odd}, -{mag}, {mag}), float('nan'))"
+    return f"tl.where({b} == 0.0, 1.0, tl.where({a} < 0, {neg}, {mag}))"
+
+
+def _int_div(a: str, b: str) -> str:
+    return f"tl.where({b} == 0, 0, {a} // tl.where({b} == 0, 1, {b}))"
+
+
+def _int_mod(a: str, b: str, floored: bool) -> str:
+    r = f"({a} % tl.where({b} == 0, 1, {b}))"
+    if floored:
+        r = f"tl.where(({r} != 0) & (({r} < 0) != ({b} < 0)), {r} + {b}, {r})"
+    return f"tl.where({b} == 0, 0, {r})"
+
+
+_UNARY_FLOAT = {
+    Op.EXP: "tl.exp({0})",
+    Op.LOG: "tl.log({0})",
+    Op.SQRT: "tl.sqrt({0})",
+    Op.RSQRT: "1.0 / tl.sqrt({0})",
+    Op.RECIPROCAL: "1.0 / {0}",
+    Op.SIN: "tl.sin({0})",
+    Op.COS: "tl.cos({0})",
+    Op.ERF: "tl.erf({0})",
+    Op.FLOOR: "tl.floor({0})",
+    Op.CEIL: "tl.ceil({0})",
+}
+_COMPARE = {Op.EQ: "==", Op.NE: "!=", Op.LT: "<", Op.LE: "<=", Op.GT: ">", Op.GE: ">="}
+_LOGIC = {Op.AND: "&", Op.OR: "|", Op.XOR: "^"}
+_ARITH = {Op.ADD: "+", Op.SUB: "-", Op.MUL: "*"}
+
+
+def elementwise(op: Op, args: list[str], dtype: DType, out: DType) -> str:
+    """The Triton expression of ``op`` on operand variables ``args`` of element type ``dtype``."""
+    if dtype in HALF and op not in _COMPARE and op not in (Op.WHERE, Op.CAST):
+        args = [a if is_literal(a) else f"{a}.to(tl.float32)" for a in args]
+        return f"({_expr(op, args, DType.float32)}).to({TL_DTYPE[out]})"
+    return _expr(op, args, dtype)
+
+
+def _expr(op: Op, a: list[str], dt: DType) -> str:
+    if op in _UNARY_FLOAT:
+        return _UNARY_FLOAT[op].format(*a)
+    if op is Op.TANH:
+        return _tanh(a[0])
+    if op is Op.ROUND:
+        return _rint(a[0])
+    if op is Op.NEG:
+        return f"-{a[0]}"
+    if op is Op.ABS:
+        return f"tl.abs({a[0]})"
+    if op is Op.SIGN:
+        if dt.is_float:
+            return f"tl.where({a[0]} > 0, 1.0, tl.where({a[0]} < 0, -1.0, {a[0]}))"
+        return f"tl.where({a[0]} > 0, 1, tl.where({a[0]} < 0, -1, 0)).to({TL_DTYPE[dt]})"
+    if op is Op.NOT:
+        return f"{a[0]} == 0"
+    if op is Op.ISNAN:
+        return f"{a[0]} != {a[0]}"
+    if op is Op.ISINF:
+        return f"tl.abs({a[0]}) == float('inf')"
+    if op in _ARITH:
+        return f"{a[0]} {_ARITH[op]} {a[1]}"
+    if op in _COMPARE:
+        return f"{a[0]} {_COMPARE[op]} {a[1]}"
+    if op in _LOGIC:
+        return f"{a[0]} {_LOGIC[op]} {a[1]}"
+    if op is Op.DIV:
+        return _int_div(a[0], a[1]) if dt.is_int else f"{a[0]} / {a[1]}"
+    if op in (Op.MAXIMUM, Op.MINIMUM):
+        fn = "tl.maximum" if op is Op.MAXIMUM else "tl.minimum"
+        return f"{fn}({a[0]}, {a[1]}, {_NAN_ALL})" if dt.is_float else f"{fn}({a[0]}, {a[1]})"
+    if op in (Op.MOD, Op.FMOD):
+        if dt.is_int:
+            return _int_mod(a[0], a[1], floored=op is Op.MOD)
+        fn = "tl.floor" if op is Op.MOD else "_trunc"
+        if fn == "_trunc":
+            q = f"({a[0]} / {a[1]})"
+            return f"{a[0]} - tl.where({q} < 0, tl.ceil({q}), tl.floor({q})) * {a[1]}"
+        return f"{a[0]} - tl.floor({a[0]} / {a[1]}) * {a[1]}"
+    if op is Op.POW:
+        if dt.is_int:
+            raise UnsupportedError("integer pow has no kernel: compute it in float or on the cpu backend")
+        return _pow(a[0], a[1])
+    if op is Op.WHERE:
+        return f"tl.where({a[0]}, {a[1]}, {a[2]})"
+    raise UnsupportedError(f"no Triton expression for op {op.value}")
+
+
+def cast(x: str, src: DType, dst: DType) -> str:
+    """``x`` converted as the cast reference does: float -> int truncates with NaN -> 0, -> bool is != 0."""
+    if src is dst:
+        return x
+    if dst is DType.bool:
+        return f"{x} != 0"
+    if src.is_float and dst.is_int:
+        return f"tl.where({x} != {x}, 0.0, {x}).to({TL_DTYPE[dst]})"
+    return f"{x}.to({TL_DTYPE[dst]})"

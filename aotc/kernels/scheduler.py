@@ -1,0 +1,96 @@
+"""schedule_graph: a lowered primitive graph -> the Schedule (kernels, arena, views) that runs it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aotc.ir.graph import Graph
+from aotc.ir.ops import Op
+from aotc.ir.schedule import Kernel, Schedule
+from aotc.kernels.attention import emit_attention
+from aotc.kernels.config import KernelConfig
+from aotc.kernels.conv import emit_conv
+from aotc.kernels.emit import FlagSlots, KernelBuilder
+from aotc.kernels.fusion import VIEWS, KernelPlan, plan_fusion, reduction_deps
+from aotc.kernels.matmul import emit_matmul
+from aotc.kernels.memplan import plan_memory
+from aotc.kernels.pointwise import emit_pointwise
+from aotc.kernels.reduction import emit_reduction
+
+
+def schedule_graph(graph: Graph, options: Any = None) -> Schedule:
+    """Fuse ``graph`` into kernels, generate each kernel's Triton source and plan the arena.
+
+    ``options`` may carry ``targets`` (e.g. ``("sm_80", "sm_90")``); the heuristics size blocks for the
+    oldest. Identical kernels (same source apart from the name) share one name and source.
+    """
+    config = KernelConfig(arch=_oldest_arch(options))
+    plan = plan_fusion(graph)
+    producers = {o.id: (i, n) for i, n in enumerate(graph.nodes) for o in n.outputs}
+    flags = FlagSlots()
+    # values some kernel reads, or the graph returns, or a View shares: the rest are stored only through views
+    needed = {v for kp in plan.kernels for v in kp.reads} | {v.id for v in graph.outputs} | {v.base for v in plan.views}
+    kernels: list[Kernel] = []
+    seen: dict[tuple, Kernel] = {}
+    for idx, kp in enumerate(plan.kernels):
+        inline = {o.id for i in kp.nodes for o in graph.nodes[i].outputs}
+        builder = KernelBuilder(graph, inline, producers, flags)
+        for output, chain in kp.view_outputs:
+            builder.store_view(chain[0].inputs[0], output, chain)
+        if kp.view_outputs and kp.anchor.id not in needed:
+            builder.discard(kp.anchor)
+        name = _name(graph, kp, idx)
+        kernel = _emit(builder, kp, name, config)
+        key = _binary_key(kernel, name)
+        if key in seen:
+            kernel = kernel.replace(name=seen[key].name, source=seen[key].source)
+        else:
+            seen[key] = kernel
+        kernels.append(kernel)
+    buffers, arena = plan_memory(graph, kernels, plan.views)
+    return Schedule(tuple(kernels), buffers, arena, tuple(plan.views), flags.count, tuple(plan.declined))
+
+
+def _emit(b: KernelBuilder, kp: KernelPlan, name: str, config: KernelConfig) -> Kernel:
+    arch = f"sm_{config.arch}"
+    if kp.root is not None and kp.root.op is Op.SDPA:
+        return emit_attention(b, kp.root, arch_hint=arch, name=name)
+    if kp.root is not None:
+        emit = emit_matmul if kp.root.op is Op.MATMUL else emit_conv
+        return emit(b, kp.root, kp.epilogue, outputs=(kp.anchor,), arch_hint=arch, name=name)
+    if kp.reductions:
+        deps = reduction_deps(b.graph, kp)
+        return emit_reduction(b, kp.reductions, (kp.anchor,), name, config, deps)
+    return emit_pointwise(b, kp.outputs, name, config)
+
+
+def _binary_key(k: Kernel, name: str) -> tuple:
+    """Everything the compiled binary depends on, the kernel's own name aside."""
+    return (
+        k.source.replace(f"def {name}(", "def KERNEL(", 1),
+        tuple((a.name, a.type) for a in k.args),
+        k.constexprs,
+        k.num_warps,
+        k.num_stages,
+        k.divisible,
+    )
+
+
+def _name(graph: Graph, kp: KernelPlan, idx: int) -> str:
+    """``k3_reduction_max_sum``: position, template and the main ops (views left out)."""
+    ops: list[str] = []
+    for i in sorted(kp.nodes):
+        op = graph.nodes[i].op
+        if op in VIEWS or op.value in ("full", "iota", "constant") or op.value in ops:
+            continue
+        ops.append(op.value.replace("reduce_", ""))
+    if kp.root is not None:
+        ops = [o for o in ops if o != kp.root.op.value]
+    tail = "_".join(ops[:3])
+    return f"k{idx}_{kp.kind}" + (f"_{tail}" if tail else "")
+
+
+def _oldest_arch(options: Any) -> int:
+    targets = getattr(options, "targets", None) or ()
+    archs = [int(str(t).removeprefix("sm_").rstrip("a")) for t in targets if str(t).removeprefix("sm_")[:2].isdigit()]
+    return min(archs, default=80)

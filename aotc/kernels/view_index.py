@@ -1,0 +1,181 @@
+"""Views, concatenation, padding and gathers as index arithmetic inside the kernel that consumes them.
+
+Each rule takes the index its output is wanted at and asks the builder for its input at the index the
+element comes from, so no view is ever copied. ``forward`` goes the other way for the bijective views
+(permute, flip, reshape): where an element of the input lands in the output, for storing a graph output
+that is a view of a value a kernel computes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
+from aotc.ir.index_check import allows_negative, index_range, index_source, op_where
+from aotc.ir.ops import Op
+from aotc.ir.schedule import IndexCheck
+from aotc.ir.symbolic import add
+from aotc.ir.types import Node, ShapeDim
+from aotc.kernels import index_text as ix
+from aotc.kernels.pointwise_ops import TL_DTYPE, literal
+
+if TYPE_CHECKING:
+    from aotc.kernels.emit import KernelBuilder
+
+Index = tuple[str, ...]
+
+
+def forward(b: KernelBuilder, node: Node, index: list[str]) -> list[str]:
+    """Where the element at ``index`` of the view's input lands in its output (bijective views)."""
+    src, dst = node.inputs[0].type.shape, node.outputs[0].type.shape
+    if node.op is Op.PERMUTE:
+        return [index[p] for p in node.attrs["perm"]]
+    if node.op is Op.FLIP:
+        axes = {ax % len(src) for ax in node.attrs.get("axes", ())}
+        return [ix.sub(b.size_arg(add(d, -1)), i) if k in axes else i for k, (i, d) in enumerate(zip(index, src))]
+    out = [""] * len(dst)
+    for gi, go in ix.reshape_groups(b.graph, src, dst):
+        if len(gi) == 1 and len(go) == 1:
+            out[go.start] = index[gi.start]
+            continue
+        lin = b.let("r", ix.row_major([index[k] for k in gi], b.dims([src[k] for k in gi])))
+        for k, i in zip(go, ix.unravel(lin, b.dims([dst[k] for k in go]))):
+            out[k] = "0" if ix.is_one(dst[k]) else i
+    return out
+
+
+def reshape(b: KernelBuilder, node: Node, index: Index, mask: str | None, env: Mapping[int, str]) -> str:
+    src, dst = node.inputs[0].type.shape, node.outputs[0].type.shape
+    out: list[str] = [""] * len(src)
+    for gi, go in ix.reshape_groups(b.graph, src, dst):
+        if len(gi) == 1 and len(go) == 1:
+            out[gi.start] = index[go.start]
+            continue
+        lin = ix.row_major([index[k] for k in go], b.dims([dst[k] for k in go]))
+        if len(gi) > 1 and not ix.is_int(lin):
+            lin = b.let("r", lin)
+        for k, i in zip(gi, ix.unravel(lin, b.dims([src[k] for k in gi]))):
+            out[k] = "0" if ix.is_one(src[k]) else i
+    return b.compute(node.inputs[0], out, mask, env)
+
+
+def permute(b: KernelBuilder, node: Node, index: Index, mask: str | None, env: Mapping[int, str]) -> str:
+    perm = node.attrs["perm"]
+    src = [""] * len(perm)
+    for k, p in enumerate(perm):
+        src[p] = index[k]
+    return b.compute(node.inputs[0], src, mask, env)
+
+
+def broadcast(b: KernelBuilder, node: Node, index: Index, mask: str | None, env: Mapping[int, str]) -> str:
+    x = node.inputs[0]
+    return b.compute(x, broadcast_index(x.type.shape, node.outputs[0].type.shape, index), mask, env)
+
+
+def slice_(b: KernelBuilder, node: Node, index: Index, mask: str | None, env: Mapping[int, str]) -> str:
+    a = node.attrs
+    src = [ix.add(ix.mul_(i, str(step)), b.size_arg(start)) for i, start, step in zip(index, a["starts"], a["steps"])]
+    return b.compute(node.inputs[0], src, mask, env)
+
+
+def flip(b: KernelBuilder, node: Node, index: Index, mask: str | None, env: Mapping[int, str]) -> str:
+    shape = node.inputs[0].type.shape
+    axes = {ax % len(shape) for ax in node.attrs.get("axes", ())}
+    src = [ix.sub(b.size_arg(add(d, -1)), i) if k in axes else i for k, (i, d) in enumerate(zip(index, shape))]
+    return b.compute(node.inputs[0], src, mask, env)
+
+
+def pad(b: KernelBuilder, node: Node, index: Index, mask: str | None, env: Mapping[int, str]) -> str:
+    x = node.inputs[0]
+    pads = node.attrs["pads"]
+    src, conds = [], []
+    for k, (i, d) in enumerate(zip(index, x.type.shape)):
+        lo, hi = pads[2 * k], pads[2 * k + 1]
+        if lo == 0 and hi == 0:
+            src.append(i)
+            continue
+        j = b.let("p", ix.sub(i, b.size_arg(lo)))
+        src.append(j)
+        conds.append(f"({j} >= 0) & ({j} < {b.size_arg(d)})")
+    if not conds:
+        return b.compute(x, src, mask, env)
+    inside = b.let("inside", " & ".join(conds))
+    v = b.compute(x, src, and_(mask, inside), env)
+    fill = literal(node.attrs.get("value", 0.0), x.type.dtype)
+    return b.let("t", f"tl.where({inside}, {v}, {fill})")
+
+
+def concat(b: KernelBuilder, node: Node, index: Index, mask: str | None, env: Mapping[int, str]) -> str:
+    rank = len(index)
+    axis = node.attrs.get("axis", 0) % rank
+    i = index[axis]
+    starts: list[ShapeDim] = []
+    pos: ShapeDim = 0
+    for x in node.inputs:
+        starts.append(pos)
+        pos = add(pos, x.type.shape[axis])
+    parts = []
+    for x, start in zip(node.inputs, starts):
+        lo = b.size_arg(start)
+        hi = b.size_arg(add(start, x.type.shape[axis]))
+        here = b.let("part", f"({i} >= {lo}) & ({i} < {hi})")
+        src = list(index)
+        src[axis] = ix.sub(i, lo)
+        parts.append((here, b.compute(x, src, and_(mask, here), env)))
+    out = parts[-1][1]
+    for here, v in reversed(parts[:-1]):
+        out = b.let("t", f"tl.where({here}, {v}, {out})")
+    return out
+
+
+def gather(b: KernelBuilder, node: Node, index: Index, mask: str | None, env: Mapping[int, str]) -> str:
+    data, ids = node.inputs
+    axis = node.attrs.get("axis", 0) % data.type.rank
+    r = ids.type.rank
+    raw = b.compute(ids, index[axis : axis + r], mask, env)
+    if mask is not None and all(ix.is_int(i) for i in index[axis : axis + r]):
+        # one id for the whole tile: broadcast it, so its checks combine with the tile mask
+        raw = b.let("ids", f"{raw} + tl.zeros_like({mask}).to({TL_DTYPE[ids.type.dtype]})")
+    n = data.type.shape[axis]
+    negative = allows_negative(node.attrs)
+    low, high = index_range(n, negative)
+    bad = b.let("bad", f"({raw} < {b.size_arg(low)}) | ({raw} >= {b.size_arg(high)})")
+    slot = b.flags.take()
+    flags = b.flag_arg()
+    flagged = b.let("flagged", and_(mask, bad) or bad)
+    b.line(f"tl.store({flags} + {slot} + tl.zeros_like({flagged}).to(tl.int32), 1, mask={flagged})")
+    name, _ = index_source(b.graph, node)
+    b.checks.append(IndexCheck(slot, name or "", op_where(node), low, high))
+    pos = raw
+    if negative:
+        pos = b.let("idx", f"tl.where({raw} < 0, {raw} + {b.size_arg(n)}, {raw})")
+    safe = b.let("idx", f"tl.where({bad}, 0, {pos})")
+    src = list(index[:axis]) + [safe] + list(index[axis + r :])
+    return b.compute(data, src, and_(mask, f"({bad} == 0)"), env)
+
+
+def and_(a: str | None, b: str | None) -> str | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return f"{ix.paren(a)} & {ix.paren(b)}"
+
+
+def broadcast_index(src: tuple, dst: tuple, index: Index) -> Index:
+    """The index into ``src`` of the element broadcast to ``index`` of ``dst`` (NumPy alignment)."""
+    lead = len(dst) - len(src)
+    return tuple("0" if ix.is_one(d) and not ix.is_one(dst[lead + k]) else index[lead + k] for k, d in enumerate(src))
+
+
+Rule = Callable[["KernelBuilder", Node, Index, "str | None", Mapping[int, str]], str]
+RULES: dict[Op, Rule] = {
+    Op.RESHAPE: reshape,
+    Op.PERMUTE: permute,
+    Op.BROADCAST: broadcast,
+    Op.SLICE: slice_,
+    Op.FLIP: flip,
+    Op.PAD: pad,
+    Op.CONCAT: concat,
+    Op.GATHER: gather,
+}

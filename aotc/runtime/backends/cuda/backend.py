@@ -1,0 +1,138 @@
+"""The cuda backend: a ``DeviceModel`` (weights uploaded once, kernel modules loaded once, shared by every
+variant of a loaded model) and ``CudaBackend.prepare(graph, schedule, binaries)`` building a ``CudaProgram``."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from aotc.errors import ExecError, UnsupportedError
+from aotc.ir.graph import Graph
+from aotc.ir.launch import KernelBinary
+from aotc.ir.schedule import Schedule
+from aotc.runtime.backends.cuda.arrays import DeviceInput, DeviceMemory, adopt
+from aotc.runtime.backends.cuda.driver import Device
+from aotc.runtime.backends.cuda.modules import LoadedKernel, load_kernel, unload
+from aotc.runtime.backends.cuda.program import CudaProgram
+
+
+class DeviceModel:
+    """What a loaded model keeps on one GPU for all its variants: weights and kernel modules."""
+
+    def __init__(self, device: Device) -> None:
+        self.device = device
+        self._weights: dict[str, tuple[np.ndarray, DeviceMemory | None]] = {}
+        self._kernels: dict[str, tuple[KernelBinary, LoadedKernel]] = {}
+        self._lock = threading.Lock()
+
+    def weight(self, name: str, array: np.ndarray) -> int:
+        """The device address of weight ``name`` (uploaded on first use; variants share it)."""
+        host = np.ascontiguousarray(array)
+        with self._lock:
+            have = self._weights.get(name)
+            if have is not None:
+                if have[0] is not host and (
+                    have[0].shape != host.shape or have[0].dtype != host.dtype or not np.array_equal(have[0], host)
+                ):
+                    raise ExecError(f"weight {name!r} differs between variants of one model")
+                return have[1].ptr if have[1] is not None else 0
+            mem = DeviceMemory(self.device, host.nbytes, f"weight {name!r}") if host.nbytes else None
+            if mem is not None:
+                self.device.upload(mem.ptr, host.ctypes.data, host.nbytes, 0)
+                self.device.sync(0)
+            self._weights[name] = (host, mem)
+            return mem.ptr if mem is not None else 0
+
+    def kernel(self, binary: KernelBinary) -> LoadedKernel:
+        with self._lock:
+            have = self._kernels.get(binary.name)
+            if have is not None:
+                if have[0] != binary:
+                    raise ExecError(f"two different binaries are named {binary.name!r}")
+                return have[1]
+            loaded = load_kernel(self.device, binary)
+            self._kernels[binary.name] = (binary, loaded)
+            return loaded
+
+    @property
+    def weight_bytes(self) -> int:
+        return sum(m.nbytes for _, m in self._weights.values() if m is not None)
+
+    def close(self) -> None:
+        with self._lock:
+            weights, self._weights = self._weights, {}
+            kernels, self._kernels = self._kernels, {}
+        for _, mem in weights.values():
+            if mem is not None:
+                mem.free()
+        for _, loaded in kernels.values():
+            unload(self.device, loaded)
+
+
+class CudaBackend:
+    """Runs variants on one GPU. ``driver``: the ``cuda.bindings.driver`` module to use (tests pass a fake);
+    ``graph_cache``: how many CUDA graphs (one per concrete shape) each variant keeps, 0 for none;
+    ``streams``: how many streams independent branches of a schedule may run on (1: one stream).
+
+    Raises UnsupportedError at construction when there is no usable GPU or the bindings are missing."""
+
+    name = "cuda"
+
+    def __init__(
+        self,
+        driver: Any = None,
+        ordinal: int = 0,
+        *,
+        graph_cache: int = 16,
+        streams: int = 4,
+        label: str | None = None,
+    ) -> None:
+        self.device = Device(driver, ordinal, label)
+        self.model = DeviceModel(self.device)
+        self.graph_cache = graph_cache
+        self.streams = streams
+        self._programs: list[CudaProgram] = []
+        self._closed = False
+
+    def prepare(
+        self, graph: Graph, schedule: Schedule | None = None, binaries: Mapping[str, KernelBinary] | None = None
+    ) -> CudaProgram:
+        if self._closed:
+            raise ExecError("the cuda backend was closed")
+        if schedule is None or binaries is None:
+            raise UnsupportedError(
+                f"device {self.device.label!r} is not available for this artifact: its variant {graph.name!r} has no "
+                "compiled kernels; recompile the model with this aotc (aotc compile) to include them, or use device='cpu'"
+            )
+        program = CudaProgram(self.model, graph, schedule, binaries, self.graph_cache, self.streams)
+        self._programs.append(program)
+        return program
+
+    def adopt(self, value: Any) -> DeviceInput | None:
+        """A GPU tensor given as an input, read in place; None for host arrays."""
+        return adopt(value)
+
+    def close(self) -> None:
+        """Free every program's device memory and graphs, the weights and the modules; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            for p in self._programs:
+                p.close()
+            self.model.close()
+        finally:
+            self._programs.clear()
+            self.device.release()
+
+    def __enter__(self) -> CudaBackend:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<CudaBackend {self.device.info}>"

@@ -1,0 +1,103 @@
+"""Per-kernel GPU times of one call, for benchmarks: each launch of a program timed alone between two events
+(medians over repeats), with the bytes its buffers hold and the FLOPs of its matmuls, so a reader can put
+achieved bandwidth next to a copy's and matmul throughput next to torch.matmul's."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from aotc.ir.ops import Op
+from aotc.ir.schedule import ArgKind
+from aotc.ir.symbolic import evaluate
+from aotc.runtime.backends.cuda.plan import nbytes_of
+from aotc.runtime.backends.cuda.program import CudaProgram
+
+
+@dataclass(frozen=True, slots=True)
+class KernelTime:
+    name: str
+    kind: str
+    ms: float  # median GPU time of one launch
+    bytes: int  # the storage its buffer arguments span (reads + writes): a lower bound on its traffic
+    flops: int  # 2*M*N*K summed over the matmuls it computes (0 for none)
+    mnk: tuple[int, int, int] | None  # its first matmul as one (M, K) x (K, N) product (batch folded into M)
+
+    @property
+    def gbps(self) -> float:
+        return self.bytes / self.ms / 1e6 if self.ms > 0 else 0.0
+
+    @property
+    def tflops(self) -> float:
+        return self.flops / self.ms / 1e9 if self.ms > 0 else 0.0
+
+
+def profile(program: CudaProgram, feeds: Sequence[Any], env: Mapping[str, int], repeats: int = 10) -> list[KernelTime]:
+    """Time every launch of one call of ``program`` (run eagerly, in order, on one stream)."""
+    dev, drv = program.device, program.device.drv
+    dev.make_current()
+    key = tuple(env.get(s, 0) for s in program._symbols)
+    shape = program._shape(key, env)
+    slot = program._pool.take()
+    start, end = dev.get("cuEventCreate", drv.cuEventCreate(0)), dev.get("cuEventCreate", drv.cuEventCreate(0))
+    try:
+        slot.reserve(shape.total)
+        ins = program._stage(slot, shape, [program._feed(i, x) for i, x in enumerate(feeds)], in_place=True)
+        addr = program._addresses(slot.base, shape, ins, {})
+        program._enqueue(slot, shape, addr)  # a warm-up call, which also fills every intermediate
+        times: list[list[float]] = [[] for _ in program.launches]
+        base = slot.base
+        for _ in range(repeats):
+            for i, launch in enumerate(program.launches):
+                sizes = shape.sizes[i]
+                values = [addr[x] if k == 0 else sizes[x] if k == 1 else base for k, x in program.recipes[i]]
+                gs, ps = shape.scratch[i]
+                values += [base + gs if gs >= 0 else 0, base + ps if ps >= 0 else 0]
+                dev.record(start, slot.stream)
+                launch.launch(dev, slot.stream, shape.grids[i], slot.params[i], values)
+                dev.record(end, slot.stream)
+                dev.check("cuEventSynchronize", drv.cuEventSynchronize(end))
+                times[i].append(float(dev.get("cuEventElapsedTime", drv.cuEventElapsedTime(start, end))))
+        dev.sync(slot.stream)
+    finally:
+        dev.destroy_event(start)
+        dev.destroy_event(end)
+        program._pool.give(slot)
+    return [
+        KernelTime(
+            launch.kernel.name,
+            launch.kernel.kind.value,
+            statistics.median(t),
+            _bytes(program, i, env),
+            *_matmuls(program, i, env),
+        )
+        for i, (launch, t) in enumerate(zip(program.launches, times))
+    ]
+
+
+def _bytes(program: CudaProgram, index: int, env: Mapping[str, int]) -> int:
+    k = program.launches[index].kernel
+    seen: set[int] = set()
+    total = 0
+    for a in k.args:
+        if a.kind is ArgKind.BUFFER and a.value not in seen:
+            seen.add(a.value)
+            total += nbytes_of(program._values[a.value], env)
+    return total
+
+
+def _matmuls(program: CudaProgram, index: int, env: Mapping[str, int]) -> tuple[int, tuple[int, int, int] | None]:
+    total, first = 0, None
+    for n in program.launches[index].kernel.nodes:
+        node = program.graph.nodes[n]
+        if node.op is Op.MATMUL:
+            out = [evaluate(d, env) for d in node.outputs[0].type.shape]
+            k = evaluate(node.inputs[0].type.shape[-1], env)
+            rows = int(np.prod(out[:-1], dtype=np.int64))
+            total += 2 * rows * out[-1] * k
+            first = first or (rows, out[-1], k)
+    return total, first

@@ -1,0 +1,297 @@
+"""Launch a schedule's Triton kernels with Triton's interpreter on numpy memory, with no torch.
+
+The interpreter wants torch-like tensors; ``HostTensor`` is the small part of that interface it
+uses, over a numpy array. Kernels read and write the arrays' memory in place. Triton is imported
+on the first launch, never when this module loads, so ``import aotc.runtime`` stays slim.
+
+The interpreter keeps the current program id in module-global state, so launches are serialized
+with one lock; a compiled kernel source is loaded once and its function cached.
+
+Triton decides at import time whether its own library functions (``tl.sum``, ``tl.cdiv``, ...) are
+interpreted, from ``TRITON_INTERPRET``. The compiler in the same process needs them compiled, so
+the environment is left alone: while a launch runs, ``_interpreting`` turns the interpret knob on
+and lets a compiled-mode ``@triton.jit`` function called from interpreted code run interpreted
+(that call otherwise only raises "outside of the scope of a kernel").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import linecache
+import threading
+import types
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from aotc.errors import AotcError, ExecError
+from aotc.ir.schedule import Kernel
+
+# Triton pointer types by numpy dtype name (bfloat16 is ml_dtypes' name; bool is one byte).
+POINTER_TYPE_OF = {
+    "float32": "*fp32",
+    "float16": "*fp16",
+    "bfloat16": "*bf16",
+    "int32": "*i32",
+    "int64": "*i64",
+    "bool": "*i1",
+    "int8": "*i8",
+    "uint8": "*u8",
+}
+_SCALAR_NP = {"i32": np.int32, "i64": np.int64, "fp32": np.float32}
+_LOCK = threading.RLock()
+_FUNCTIONS: dict[tuple[str, str], Any] = {}
+
+
+class HostTensor:
+    """The torch-tensor surface Triton's interpreter touches, over a C-contiguous numpy array.
+
+    The interpreter "copies to host" by rebinding a fresh tensor to the argument's storage, then
+    copies back; here storage, host copy and device tensor are all this one object over the same
+    memory, so both steps are no-ops and the kernel writes straight into the array.
+    """
+
+    def __init__(self, array: np.ndarray, dtype: Any) -> None:
+        self.array = array
+        self.dtype = dtype  # a triton.language dtype
+
+    def data_ptr(self) -> int:
+        return int(self.array.__array_interface__["data"][0])
+
+    def untyped_storage(self) -> HostTensor:
+        return self
+
+    def cpu(self) -> HostTensor:
+        return self
+
+    def new_empty(self, *_args: Any, **_kwargs: Any) -> HostTensor:
+        return self
+
+    def set_(self, *_args: Any) -> HostTensor:
+        return self
+
+    def copy_(self, _other: Any) -> HostTensor:
+        return self
+
+    def storage_offset(self) -> int:
+        return 0
+
+    def size(self) -> tuple[int, ...]:
+        return self.array.shape
+
+    def stride(self) -> tuple[int, ...]:
+        return tuple(s // max(self.array.itemsize, 1) for s in self.array.strides)
+
+    @property
+    def device(self) -> str:
+        return "cpu"
+
+
+def load_function(name: str, source: str) -> Any:
+    """The interpreted ``@triton.jit`` function ``name`` defined in module text ``source`` (cached).
+
+    The text is registered with ``linecache`` under a name derived from its hash, because Triton
+    reads a kernel's source back through ``inspect``; helper ``@triton.jit`` functions in the same
+    text are interpreted too.
+    """
+    key = (name, source)
+    with _LOCK:
+        fn = _FUNCTIONS.get(key)
+        if fn is None:
+            fn = _FUNCTIONS[key] = _exec_kernel_module(name, source, interpret=True)
+        return fn
+
+
+def _exec_kernel_module(name: str, source: str, *, interpret: bool) -> Any:
+    import triton
+
+    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+    filename = f"<aotc-kernel {name} {digest}>"
+    # mtime None keeps the entry through linecache.checkcache().
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    module = types.ModuleType(f"aotc_kernel_{name}_{digest}")
+    module.__file__ = filename
+    # The knob decides whether @triton.jit builds interpreted functions.
+    with _knob(triton.knobs.runtime, "interpret", interpret):
+        try:
+            exec(compile(source, filename, "exec"), module.__dict__)
+        except Exception as e:
+            raise AotcError(f"kernel {name}: its source does not load: {type(e).__name__}: {e}") from e
+    fn = module.__dict__.get(name)
+    if fn is None or not hasattr(fn, "fn"):
+        raise AotcError(f"kernel {name}: its source defines no @triton.jit function named {name!r}")
+    return fn
+
+
+def launch(kernel: Kernel, grid: Sequence[int], args: Sequence[Any]) -> None:
+    """Run ``kernel`` over ``grid`` (up to three ints) with ``args`` in ``kernel.args`` order.
+
+    Pointer args are C-contiguous numpy arrays whose dtype matches the arg's Triton type (written
+    in place); size args are ints, passed with exactly the arg's integer type so int32 and int64
+    arithmetic behaves as in the compiled kernel. Raises AotcError for a mismatched argument and
+    ExecError when the interpreter fails while running.
+    """
+    if len(args) != len(kernel.args):
+        raise AotcError(f"kernel {kernel.name} takes {len(kernel.args)} arguments, got {len(args)}")
+    dims = tuple(int(g) for g in grid) + (1,) * (3 - len(grid))
+    if len(dims) != 3 or any(g < 0 for g in dims):
+        raise AotcError(f"kernel {kernel.name}: grid must be up to three ints >= 0, got {tuple(grid)}")
+    if 0 in dims:
+        return
+    with _LOCK:
+        import triton.language as tl
+
+        values = [_convert(kernel, spec, value, tl) for spec, value in zip(kernel.args, args)]
+        fn = load_function(kernel.name, kernel.source)
+        expected = [a.name for a in kernel.args] + [c for c, _ in kernel.constexprs]
+        if list(fn.arg_names) != expected:
+            raise AotcError(
+                f"kernel {kernel.name}: its source takes ({', '.join(fn.arg_names)}) but the schedule passes "
+                f"({', '.join(expected)})"
+            )
+        try:
+            # Masked-off lanes compute on padding (0/0, log(0)) as the GPU does; their results are never
+            # stored, so numpy's floating-point warnings about them say nothing about the outputs.
+            with _interpreting(), np.errstate(all="ignore"):
+                fn[dims](*values, **dict(kernel.constexprs))
+        except Exception as e:
+            cause = e.__cause__ if e.__cause__ is not None else e
+            raise ExecError(
+                f"kernel {kernel.name} failed under the Triton interpreter: {type(cause).__name__}: {cause}"
+            ) from e
+
+
+@contextlib.contextmanager
+def _knob(knobs: Any, name: str, value: Any) -> Iterator[None]:
+    """Set a Triton knob for a block, through the knobs object's own dict so no environment
+    variable is written (the knob's setter would export it)."""
+    missing = object()
+    saved = knobs.__dict__.get(name, missing)
+    knobs.__dict__[name] = value
+    try:
+        yield
+    finally:
+        if saved is missing:
+            knobs.__dict__.pop(name, None)
+        else:
+            knobs.__dict__[name] = saved
+
+
+@contextlib.contextmanager
+def _interpreting() -> Iterator[None]:
+    import triton
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    def call_interpreted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        fn = self.__dict__.get("_aotc_interpreted")
+        if fn is None:
+            fn = self.__dict__["_aotc_interpreted"] = InterpretedFunction(self.fn)
+        return fn(*args, **kwargs)
+
+    saved = JITFunction.__dict__["__call__"]
+    JITFunction.__call__ = call_interpreted
+    try:
+        with _knob(triton.knobs.runtime, "interpret", True), _bf16_dot_widened():
+            yield
+    finally:
+        JITFunction.__call__ = saved
+
+
+@contextlib.contextmanager
+def _bf16_dot_widened() -> Iterator[None]:
+    """The interpreter (3.6 and 3.9) multiplies bf16 ``tl.dot`` operands as their raw uint16 bits;
+    widen them to float32 first, which is exact, so a bf16 dot computes what the GPU's does."""
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    orig = interpreter.InterpreterBuilder.create_dot
+
+    def widen(h: Any) -> Any:
+        if h.dtype.scalar != tl.bfloat16:
+            return h
+        return interpreter.TensorHandle((h.data.astype(np.uint32) << 16).view(np.float32), tl.float32)
+
+    def create_dot(self: Any, a: Any, b: Any, *rest: Any) -> Any:
+        return orig(self, widen(a), widen(b), *rest)
+
+    interpreter.InterpreterBuilder.create_dot = create_dot
+    try:
+        yield
+    finally:
+        interpreter.InterpreterBuilder.create_dot = orig
+
+
+def _convert(kernel: Kernel, spec: Any, value: Any, tl: Any) -> Any:
+    if spec.type.startswith("*"):
+        if not isinstance(value, np.ndarray):
+            raise AotcError(
+                f"kernel {kernel.name}: argument {spec.name} needs a numpy array, got {type(value).__name__}"
+            )
+        have = POINTER_TYPE_OF.get(value.dtype.name)
+        if have != spec.type:
+            raise AotcError(
+                f"kernel {kernel.name}: argument {spec.name} is {spec.type}, got an array of dtype {value.dtype.name}"
+            )
+        if not value.flags.c_contiguous:
+            raise AotcError(f"kernel {kernel.name}: argument {spec.name} must be a C-contiguous array")
+        return HostTensor(value, _tl_dtype(tl, spec.type[1:]))
+    np_type = _SCALAR_NP.get(spec.type)
+    if np_type is None:
+        raise AotcError(f"kernel {kernel.name}: argument {spec.name} has unsupported type {spec.type!r}")
+    if spec.type == "fp32":
+        data = np.array([value], dtype=np.float32)
+    else:
+        info = np.iinfo(np_type)
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            raise AotcError(f"kernel {kernel.name}: argument {spec.name} ({spec.type}) needs an int, got {value!r}")
+        if not info.min <= int(value) <= info.max:
+            raise AotcError(f"kernel {kernel.name}: argument {spec.name} = {int(value)} does not fit {spec.type}")
+        data = np.array([int(value)], dtype=np_type)
+    from triton.runtime.interpreter import TensorHandle
+
+    ty = _tl_dtype(tl, spec.type)
+    return tl.tensor(TensorHandle(data, ty), ty)
+
+
+def _tl_dtype(tl: Any, name: str) -> Any:
+    return {
+        "fp32": tl.float32,
+        "fp16": tl.float16,
+        "bf16": tl.bfloat16,
+        "i32": tl.int32,
+        "i64": tl.int64,
+        "i1": tl.int1,
+        "i8": tl.int8,
+        "u8": tl.uint8,
+    }[name]
+
+
+def launch_source(
+    source: str,
+    name: str,
+    grid: Sequence[int],
+    args: Sequence[Any],
+    types_: Sequence[str],
+    constexprs: Mapping[str, int] | None = None,
+) -> None:
+    """Launch ``name`` from ``source`` without building a ``Kernel``: ``types_`` gives each
+    argument's Triton type ("*fp32", "i32", ...) in order. For tests of hand-written kernels."""
+    from aotc.ir.schedule import Arg, ArgKind, KernelKind
+
+    names = load_function(name, source).arg_names
+    kernel_args = tuple(Arg(n, t, ArgKind.BUFFER if t.startswith("*") else ArgKind.SIZE) for n, t in zip(names, types_))
+    kernel = Kernel(
+        name=name,
+        kind=KernelKind.POINTWISE,
+        nodes=(),
+        inputs=(),
+        outputs=(),
+        args=kernel_args,
+        grid=(1, 1, 1),
+        source=source,
+        constexprs=tuple((constexprs or {}).items()),
+    )
+    launch(kernel, grid, args)

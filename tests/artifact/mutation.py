@@ -1,0 +1,217 @@
+"""Resealed mutations of artifacts and the classification of what the reader makes of them.
+
+A mutation changes one integer of the FlatBuffer (an index, a count, an offset, a length, a vtable
+entry, a scalar field) or one weight, then recomputes every checksum, so only the reader's consistency
+checks stand between the file and the caller. Each outcome is classified:
+
+- ``refused``: ArtifactError;
+- ``identical``: the reader returns exactly the original artifact;
+- ``different:<what>``: a different model, which must be one the writer itself produces: written back
+  out, it reads back to the same model, and its FlatBuffer is byte for byte the mutated one. So the
+  mutated file is indistinguishable from a real file of that model: no check could have refused it.
+
+Anything else (another exception, a model the writer would not write) fails the test.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+import struct
+from dataclasses import dataclass
+from typing import Any
+from unittest import mock
+
+import numpy as np
+
+from aotc.artifact import Artifact, read_artifact, write_artifact, writer
+from aotc.artifact.decode import Decoder
+from aotc.artifact.fbverify import verify_flatbuffer
+from aotc.artifact.layout import PREAMBLE_CHECKSUM_SIZE, PREAMBLE_SIZE, checksum, segment_checksum
+from aotc.errors import ArtifactError
+from aotc.ir.graph import Graph
+
+HEAD = struct.Struct("<4sIIIQQQ32s")
+_FORMATS = {1: "<B", 2: "<H", 4: "<I", 8: "<Q"}
+_OPAQUE = re.compile(r"\.data\[(?:[4-9]|\d\d+)\]$")
+
+
+def fb_region(data: bytes) -> tuple[int, int]:
+    fields = HEAD.unpack_from(data)
+    return fields[4], fields[4] + fields[5]
+
+
+def reseal(data: bytes | bytearray, **fields: int) -> bytes:
+    """Recompute the FlatBuffer and preamble checksums (after editing preamble ``fields`` if given)."""
+    magic, fmt, schema, reserved, fb_off, fb_len, file_len, _ = HEAD.unpack_from(data)
+    vals = {"fmt": fmt, "schema": schema, "reserved": reserved, "file_len": file_len} | fields
+    fb = bytes(data[fb_off : fb_off + fb_len])
+    head = HEAD.pack(
+        magic, vals["fmt"], vals["schema"], vals["reserved"], fb_off, fb_len, vals["file_len"], checksum(fb)
+    )
+    seal = hashlib.blake2b(head, digest_size=PREAMBLE_CHECKSUM_SIZE).digest()
+    return head + seal + bytes(data[PREAMBLE_SIZE:])
+
+
+@dataclass(frozen=True)
+class Slot:
+    pos: int  # in the FlatBuffer
+    size: int
+    what: str
+
+
+@dataclass
+class Subject:
+    """One artifact to mutate: its bytes, what the reader makes of it, and every integer slot in it."""
+
+    name: str
+    data: bytes
+    art: Artifact
+    slots: list[Slot]
+    segments: list[tuple[int, int, int]]  # (file offset, length, where its checksum is in the FlatBuffer)
+
+    @classmethod
+    def of(cls, name: str, data: bytes) -> Subject:
+        start, end = fb_region(data)
+        fb = data[start:end]
+        slots: list[Slot] = []
+        verify_flatbuffer(fb, on_slot=lambda pos, size, what: slots.append(Slot(pos, size, what)))
+        # Cubin bytes are opaque to the reader, like weights (a changed byte is a different binary the writer
+        # writes so): a few of each stand for them, so the sweep's samples go to the structure.
+        slots = [s for s in slots if not _OPAQUE.search(s.what)]
+        data_start = -(-end // 4096) * 4096
+        sums = {s.what: s.pos for s in slots}
+        segs = [
+            (data_start + s.offset, s.length, sums[f"Artifact.segments[{i}].checksum[0]"])
+            for i, s in enumerate(Decoder(fb).segments())
+        ]
+        return cls(name, data, read_artifact(data), slots, segs)
+
+
+def mutate_slot(subject: Subject, slot: Slot, rng: np.random.Generator) -> bytes:
+    """The file with one integer changed (to a nearby, a small, another slot's or a random value), resealed."""
+    start, _ = fb_region(subject.data)
+    fmt = _FORMATS[slot.size]
+    at = start + slot.pos
+    old = struct.unpack_from(fmt, subject.data, at)[0]
+    top = 1 << (8 * slot.size)
+    choice = int(rng.integers(6))
+    if choice == 0:
+        new = old + int(rng.choice([-1, 1]))
+    elif choice == 1:
+        new = int(rng.integers(0, 16))
+    elif choice == 2:  # another slot's value of the same size: a plausible index, count or offset
+        peers = [s for s in subject.slots if s.size == slot.size]
+        other = peers[int(rng.integers(len(peers)))]
+        new = struct.unpack_from(fmt, subject.data, start + other.pos)[0]
+    elif choice == 3:
+        new = old ^ (1 << int(rng.integers(8 * slot.size)))
+    elif choice == 4:
+        new = old + int(rng.integers(-64, 65)) * 4
+    else:
+        new = int(rng.integers(0, top, dtype=np.uint64)) if slot.size == 8 else int(rng.integers(0, top))
+    new %= top
+    if new == old:
+        new = (old + 1) % top
+    buf = bytearray(subject.data)
+    struct.pack_into(fmt, buf, at, new)
+    return reseal(buf)
+
+
+def mutate_weight(subject: Subject, rng: np.random.Generator) -> bytes:
+    """The file with one byte of one weight changed and that segment's checksum recomputed."""
+    nonempty = [s for s in subject.segments if s[1]]
+    offset, length, at = nonempty[int(rng.integers(len(nonempty)))]
+    buf = bytearray(subject.data)
+    buf[offset + int(rng.integers(length))] ^= 1 << int(rng.integers(8))
+    new_sum = segment_checksum(bytes(buf[offset : offset + length]))
+    at += fb_region(subject.data)[0]
+    buf[at : at + len(new_sum)] = new_sum
+    return reseal(buf)
+
+
+# -- classification ------------------------------------------------------------------------------
+
+
+def classify(subject: Subject, data: bytes) -> str:
+    try:
+        art = read_artifact(data)
+    except ArtifactError as e:
+        # the reader's last resort for an exception it did not expect: a path no check covers
+        assert "malformed FlatBuffer (" not in str(e), str(e)
+        return "refused"
+    diff = differences(subject.art, art)
+    if not diff:
+        return "identical"
+    check_writer_makes(art, data)
+    return "different:" + "+".join(diff)
+
+
+def check_writer_makes(art: Artifact, data: bytes) -> None:
+    """The model the reader returned is one the writer writes, exactly as in ``data``."""
+    # the producer version is free text: as if this file came from that release of aotc
+    with mock.patch.object(writer, "__version__", art.producer_version):
+        again = write_artifact(
+            list(art.variants),
+            source=art.source,
+            meta=art.meta,
+            schedules=list(art.schedules) if any(s is not None for s in art.schedules) else None,
+            binaries=tuple(art.kernels.values()),
+        )
+    assert not differences(art, read_artifact(again)), "the reader's view does not survive a round trip"
+    start, end = fb_region(data)
+    a, b = fb_region(again)
+    assert again[a:b] == data[start:end], "a model the reader accepted is written differently by the writer"
+
+
+def differences(a: Artifact, b: Artifact) -> list[str]:
+    out = []
+    if (a.name, a.meta, a.schema_version, a.producer_version) != (b.name, b.meta, b.schema_version, b.producer_version):
+        out.append("header")
+    graphs_a = [*a.variants, a.source]
+    graphs_b = [*b.variants, b.source]
+    if [graph_key(g) for g in graphs_a] != [graph_key(g) for g in graphs_b]:
+        out.append("graph")
+    if sorted(a.constants) != sorted(b.constants) or any(
+        a.constants[k].dtype != b.constants[k].dtype
+        or a.constants[k].shape != b.constants[k].shape
+        or a.constants[k].tobytes() != b.constants[k].tobytes()
+        for k in a.constants
+    ):
+        out.append("weights")
+    # Schedule, Kernel and KernelBinary are frozen dataclasses of ints, strings, bytes and SymExprs: == is exact
+    if (a.schedules, a.features, a.kernel_features) != (b.schedules, b.features, b.kernel_features):
+        out.append("schedules")
+    if dict(a.kernels) != dict(b.kernels):
+        out.append("kernels")
+    return out
+
+
+def graph_key(g: Graph | None) -> Any:
+    """Everything a graph holds but its constants' data, comparable with ==, attrs compared by kind."""
+    if g is None:
+        return None
+    nodes = tuple(
+        (n.op, n.inputs, n.outputs, n.loc, tuple((k, _canon(v)) for k, v in n.attrs.items())) for n in g.nodes
+    )
+    return (
+        g.name,
+        g.input_names,
+        g.inputs,
+        g.outputs,
+        repr(g.output_tree),
+        g.symbols,
+        g.guards,
+        nodes,
+        sorted(g.constants),
+    )
+
+
+def _canon(v: Any) -> Any:
+    """True != 1 != 1.0, -0.0 != 0.0, nan == nan."""
+    if isinstance(v, tuple):
+        return ("tuple", tuple(_canon(x) for x in v))
+    if isinstance(v, float):
+        return ("float", "nan" if math.isnan(v) else v.hex())
+    return (type(v).__name__, v)

@@ -1,0 +1,82 @@
+"""Each contraction template compiles ahead of time for sm_80 and sm_90 with no GPU (KERNELS.md):
+a matmul with a bias + GELU epilogue (fp16), an fp32 batched matmul, a full-tile fp16 matmul, the
+conv implicit GEMM with its batch-norm + ReLU epilogue, and the direct depthwise conv."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import pytest
+
+from aotc.ir import DType, Op, Symbol
+from aotc.ir.symbolic import sym
+from aotc.kernels.contraction_config import TileConfig
+from aotc.kernels.conv import emit_conv
+from aotc.kernels.matmul import emit_matmul
+from tests.kernels.contraction_graphs import CONV_CASES, conv_bn_relu_graph, conv_graph, linear_graph, matmul_graph
+from tests.kernels.contraction_kit import anchor_of, builder_for, epilogue_of
+
+triton = pytest.importorskip("triton")
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True)
+def _only_when_slow_tests_run(request):
+    if not (request.config.option.markexpr or os.environ.get("AOTC_RUN_SLOW") == "1"):
+        pytest.skip("slow: run with -m slow or AOTC_RUN_SLOW=1")
+
+
+def _kernels():
+    f16, f32 = DType.float16, DType.float32
+    seq = Symbol("seq", 1, 4096, multiple_of=16)
+    matmuls = [
+        linear_graph(f16, act=(Op.GELU, {})),  # transposed weight, bias + GELU epilogue
+        matmul_graph((4, 64, 32), (4, 32, 48), f32),  # batch on grid y, IEEE fp32
+        matmul_graph((512, 256), (256, 512), f16),  # full-size tiles, 4 K steps to pipeline
+        matmul_graph((2, sym("seq"), 64), (64, 32), f16, symbols=(seq,)),  # symbolic rows, hinted
+        matmul_graph((20, 30), (30, 10), DType.int32),  # register product, no tl.dot
+    ]
+    out = []
+    for g in matmuls:
+        node = anchor_of(g, Op.MATMUL)
+        out.append(emit_matmul(builder_for(g, node), node, epilogue_of(g, node), arch_hint="sm_90"))
+    convs = [
+        conv_bn_relu_graph(f32),
+        conv_graph(*CONV_CASES["3x3_same"][:2], f16, **CONV_CASES["3x3_same"][2]),
+        conv_graph(*CONV_CASES["depthwise"][:2], **CONV_CASES["depthwise"][2]),
+    ]
+    for g in convs:
+        node = anchor_of(g, Op.CONV)
+        out.append(emit_conv(builder_for(g, node), node, epilogue_of(g, node), config=TileConfig(64, 16, 32)))
+    return out
+
+
+def _compiled_function(kernel, tmp_path):
+    path = tmp_path / f"{kernel.name}.py"
+    path.write_text(kernel.source)
+    spec = importlib.util.spec_from_file_location(f"aot_{kernel.name}_{id(kernel)}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, kernel.name)
+
+
+@pytest.mark.parametrize("cc", [80, 90])
+def test_templates_compile_for_target(cc, tmp_path):
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    for kernel in _kernels():
+        fn = _compiled_function(kernel, tmp_path)
+        signature = {a.name: a.type for a in kernel.args} | {c: "constexpr" for c, _ in kernel.constexprs}
+        attrs = {(i,): [["tt.divisibility", 16]] for i in kernel.divisible}
+        src = ASTSource(fn=fn, signature=signature, constexprs=dict(kernel.constexprs), attrs=attrs)
+        options = {"num_warps": kernel.num_warps, "num_stages": kernel.num_stages, "enable_fp_fusion": True}
+        compiled = triton.compile(src, target=GPUTarget("cuda", cc, 32), options=options)
+        assert compiled.asm["cubin"] and ".entry " + kernel.name in compiled.asm["ptx"]
+        ptx = compiled.asm["ptx"]
+        if "tl.dot" in kernel.source and "tl.float16" in kernel.source:
+            assert "mma" in ptx  # 16-bit dots run on tensor cores; IEEE fp32 dots stay on FMA units
+        if "range(0, 256, BLOCK_K)" in kernel.source and cc == 90:
+            assert "wgmma" in ptx  # a full-size tile uses Hopper's warpgroup MMA, pipelined (hints given)
+            assert compiled.metadata.shared > 64 * 1024

@@ -1,0 +1,84 @@
+"""Schedule-level properties: typed errors, wide (int64) indexing, outputs that need no kernel, --explain."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from aotc.errors import UnsupportedError
+from aotc.ir import DType, Op, Symbol, TensorType
+from aotc.ir.schedule import ArgKind
+from aotc.ir.symbolic import sym
+from aotc.kernels.explain import explain
+from aotc.kernels.scheduler import schedule_graph
+from tests.graph_kit import make_graph
+from tests.kernels.kernel_kit import check
+
+F32 = DType.float32
+
+
+def test_op_without_kernel_is_a_typed_error() -> None:
+    def body(b, x, i, u):
+        return [b.op(Op.SCATTER, x, i, u)]
+
+    g = make_graph({"x": TensorType(F32, (4,)), "i": TensorType(DType.int64, (2, 1)), "u": TensorType(F32, (2,))}, body)
+    with pytest.raises(UnsupportedError, match="scatter"):
+        schedule_graph(g)
+
+
+def test_sizes_that_may_pass_int32_use_int64_offsets() -> None:
+    n = Symbol("n", 1, 2**33)
+    g = make_graph({"x": TensorType(F32, (sym("n"),))}, lambda b, x: [b.op(Op.EXP, x)], symbols=(n,))
+    s = check(g, [np.linspace(-1, 1, 5, dtype=np.float32)], {"n": 5})
+    (k,) = s.kernels
+    assert "tl.int64" in k.source
+    assert [a.type for a in k.args if a.kind is ArgKind.SIZE] == ["i64"]
+
+
+def test_outputs_that_are_inputs_need_no_kernel() -> None:
+    g = make_graph({"x": TensorType(F32, (3,))}, lambda b, x: [x, b.op(Op.NEG, x)])
+    s = check(g, [np.arange(3, dtype=np.float32)])
+    assert len(s.kernels) == 1
+
+
+@pytest.mark.parametrize("multiple, hinted", [(1, False), (8, False), (16, True)])
+def test_divisibility_hints_only_where_proven(multiple: int, hinted: bool) -> None:
+    n = Symbol("n", 16, 1024, multiple_of=multiple)
+    g = make_graph({"x": TensorType(F32, (sym("n"), 3))}, lambda b, x: [b.op(Op.EXP, x)], symbols=(n,))
+    (k,) = schedule_graph(g).kernels
+    sizes = [i for i, a in enumerate(k.args) if a.kind is ArgKind.SIZE]
+    assert sizes and all((i in k.divisible) == hinted for i in sizes)
+
+
+def test_explain_names_each_kernel_and_reason() -> None:
+    def body(b, x):
+        s = b.op(Op.REDUCE_SUM, x, axes=(0,), keepdim=True)
+        return [b.op(Op.REDUCE_MAX, b.op(Op.SUB, x, s), axes=(1,), keepdim=True)]
+
+    g = make_graph({"x": TensorType(F32, (4, 6))}, body)
+    s = check(g, [np.random.default_rng(0).standard_normal((4, 6)).astype(np.float32)])
+    text = explain(g, s)
+    assert len(s.kernels) == 2 and "other rows" in text
+    for k in s.kernels:
+        assert k.name in text
+
+
+def test_kernels_share_a_name_only_when_their_binaries_would_match() -> None:
+    """Same source text but other pointer types (a float32 and a float16 transpose) or block sizes: two names."""
+
+    def body(b, x, y, z):
+        return [b.permute(x, (1, 0)), b.permute(y, (1, 0)), b.permute(z, (1, 0))]
+
+    g = make_graph(
+        {"x": TensorType(F32, (4, 8)), "y": TensorType(DType.float16, (4, 8)), "z": TensorType(F32, (40, 80))},
+        body,
+    )
+    s = schedule_graph(g)
+    assert len(s.kernels) == 3 and len({k.name for k in s.kernels}) == 3
+    assert s.kernels[0].source.replace(s.kernels[0].name, "K") == s.kernels[1].source.replace(s.kernels[1].name, "K")
+
+
+def test_unlowered_graph_is_a_typed_error() -> None:
+    g = make_graph({"x": TensorType(F32, (4,))}, lambda b, x: [b.op(Op.RELU, x)])
+    with pytest.raises(UnsupportedError, match="not lowered"):
+        schedule_graph(g)

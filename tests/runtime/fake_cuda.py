@@ -1,0 +1,401 @@
+"""A fake ``cuda.bindings.driver`` for tests on machines without a GPU.
+
+Same function names, ``(CUresult, value...)`` tuple returns and enums as the subset the cuda backend calls.
+Device memory is host memory (a numpy block per allocation; a device pointer is the block's real address),
+copies are ``memmove``s, and a kernel launch runs the kernel's Triton SOURCE under the interpreter launcher
+(``aotc.runtime.backends.triton_interp.launch``) with the parameters unpacked from the packed buffer. Stream
+capture records launches (with their parameter values read at capture, as CUDA does) and graph launches
+replay them. The fake checks what a real driver would reject: launch geometry against the binary's
+metadata, large shared memory without the opt-in attribute, cluster kernels launched without a cluster,
+scratch pointers, memcpys while capturing, cubins for another arch, PTX newer than the driver.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from fake_cuda_streams import StreamsMixin
+from fake_cuda_types import (
+    CUdevice_attribute,
+    CUevent_flags,
+    CUfunction_attribute,
+    CUlaunchAttribute,
+    CUlaunchAttributeID,
+    CUlaunchConfig,
+    CUpointer_attribute,
+    CUresult,
+    CUstream_flags,
+    CUstreamCaptureMode,
+    FakeTensor,
+    fake_binaries,
+)
+
+from aotc.ir.launch import Cubin, KernelBinary, LaunchMeta
+from aotc.ir.schedule import Kernel, Schedule
+
+__all__ = ["FakeDriver", "fake_binaries"]
+
+
+OK = CUresult.CUDA_SUCCESS
+_SMALL_SHARED = 48 * 1024
+_NP = {"fp32": "float32", "fp16": "float16", "i32": "int32", "i64": "int64", "i8": "int8", "u8": "uint8", "i1": "bool"}
+_SCALAR = {"i32": ctypes.c_int32, "i64": ctypes.c_int64, "fp32": ctypes.c_float}
+
+
+@dataclass
+class _Module:
+    arch: str  # a cubin's arch, or "ptx"
+    loaded: bool = True
+
+
+@dataclass
+class _Function:
+    name: str
+    module: _Module
+    meta: LaunchMeta
+    max_dynamic_shared: int = _SMALL_SHARED
+
+
+class FakeDriver(StreamsMixin):
+    """One fake GPU. ``register(schedule, binaries)`` tells it each kernel's source (what the cubin would hold)."""
+
+    CUresult = CUresult
+    CUdevice_attribute = CUdevice_attribute
+    CUfunction_attribute = CUfunction_attribute
+    CUpointer_attribute = CUpointer_attribute
+    CUstream_flags = CUstream_flags
+    CUevent_flags = CUevent_flags
+    CUstreamCaptureMode = CUstreamCaptureMode
+    CUlaunchAttributeID = CUlaunchAttributeID
+    CUlaunchAttribute = CUlaunchAttribute
+    CUlaunchConfig = CUlaunchConfig
+
+    def __init__(
+        self,
+        capability: tuple[int, int] = (9, 0),
+        name: str = "NVIDIA H100 80GB HBM3 (fake)",
+        driver_version: int = 13000,
+        memory: int = 1 << 30,
+        devices: int = 1,
+        reject_cubins: bool = False,
+    ) -> None:
+        self.capability, self.name, self.driver_version = capability, name, driver_version
+        self.memory, self.devices, self.reject_cubins = memory, devices, reject_cubins
+        self.kernels: dict[str, tuple[Kernel, KernelBinary]] = {}
+        self.allocs: dict[int, np.ndarray] = {}
+        self.ctx_refs = 0
+        self.modules: list[_Module] = []
+        self.launches: list[tuple[str, tuple[int, int, int], int, int, int]] = []  # name, grid, block, shared, cluster
+        self.memsets = 0
+        self._objects: dict[int, Any] = {}
+        self._images: dict[int, Cubin] = {}
+        self._lock = threading.RLock()
+        self._init_streams()
+
+    # -- test helpers -------------------------------------------------------------------------------
+    def register(self, schedule: Schedule, binaries: Mapping[str, KernelBinary]) -> None:
+        fresh: dict[str, tuple[Kernel, KernelBinary]] = {}
+        for k in schedule.kernels:
+            binary = binaries[k.name]
+            fresh.setdefault(k.name, (k, binary))  # kernels sharing a name share their source
+            for c in binary.cubins:  # the backend hands an image over by the address of its bytes
+                self._images[np.frombuffer(c.data, np.uint8).ctypes.data] = c
+        self.kernels.update(fresh)  # a later model's kernel of the same name replaces the earlier one
+
+    def live(self) -> dict[str, int]:
+        return {
+            "allocations": len(self.allocs),
+            "modules": sum(m.loaded for m in self.modules),
+            "streams": len(self.streams),
+            "events": len(self.events),
+            "graphs": len(self.graphs),
+            "graph_execs": len(self.execs),
+            "contexts": self.ctx_refs,
+        }
+
+    def device_array(self, host: np.ndarray) -> Any:
+        """A GPU-resident copy of ``host`` exposing ``__cuda_array_interface__`` (like a torch CUDA tensor)."""
+        host = np.ascontiguousarray(host)
+        ptr = self.cuMemAlloc(max(host.nbytes, 1))[1]
+        ctypes.memmove(ptr, host.ctypes.data, host.nbytes)
+        return FakeTensor(ptr, host.shape, host.dtype)
+
+    def read(self, ptr: int, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        n = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        return self._view(ptr, n).view(dtype).reshape(shape).copy()
+
+    # -- bookkeeping --------------------------------------------------------------------------------
+    def _handle(self, obj: Any) -> Any:
+        self._objects[id(obj)] = obj
+        return obj
+
+    def _find(self, ptr: int, nbytes: int) -> tuple[np.ndarray, int] | None:
+        for base, arr in self.allocs.items():
+            if base <= ptr and ptr + nbytes <= base + arr.size:
+                return arr, ptr - base
+        return None
+
+    def _view(self, ptr: int, nbytes: int) -> np.ndarray:
+        hit = self._find(ptr, nbytes)
+        if hit is None:
+            raise _Fault(f"{nbytes} bytes at {ptr:#x} are not inside one allocation")
+        arr, off = hit
+        return arr[off : off + nbytes]
+
+    # -- init, device, context ----------------------------------------------------------------------
+    def cuInit(self, flags: int) -> tuple[CUresult]:
+        return (OK,) if self.devices else (CUresult.CUDA_ERROR_NO_DEVICE,)
+
+    def cuDeviceGetCount(self) -> tuple[CUresult, int]:
+        return OK, self.devices
+
+    def cuDeviceGet(self, ordinal: int) -> tuple[CUresult, int]:
+        return (OK, ordinal) if 0 <= ordinal < self.devices else (CUresult.CUDA_ERROR_INVALID_DEVICE, 0)
+
+    def cuDeviceGetName(self, length: int, dev: int) -> tuple[CUresult, bytes]:
+        return OK, self.name.encode().ljust(length, b"\0")[:length]
+
+    def cuDeviceGetAttribute(self, attr: Any, dev: int) -> tuple[CUresult, int]:
+        a = CUdevice_attribute
+        values = {
+            a.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: self.capability[0],
+            a.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: self.capability[1],
+            a.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: 227 * 1024,
+        }
+        return (OK, values[attr]) if attr in values else (CUresult.CUDA_ERROR_INVALID_VALUE, 0)
+
+    def cuDriverGetVersion(self) -> tuple[CUresult, int]:
+        return OK, self.driver_version
+
+    def cuDevicePrimaryCtxRetain(self, dev: int) -> tuple[CUresult, Any]:
+        with self._lock:
+            self.ctx_refs += 1
+        return OK, "fake-context"
+
+    def cuDevicePrimaryCtxRelease(self, dev: int) -> tuple[CUresult]:
+        with self._lock:
+            if self.ctx_refs <= 0:
+                return (CUresult.CUDA_ERROR_INVALID_CONTEXT,)
+            self.ctx_refs -= 1
+        return (OK,)
+
+    def cuCtxSetCurrent(self, ctx: Any) -> tuple[CUresult]:
+        return (OK,) if ctx == "fake-context" else (CUresult.CUDA_ERROR_INVALID_CONTEXT,)
+
+    def cuGetErrorName(self, err: Any) -> tuple[CUresult, bytes]:
+        return OK, CUresult(err).name.encode()
+
+    # -- memory -------------------------------------------------------------------------------------
+    def cuMemAlloc(self, nbytes: int) -> tuple[CUresult, int]:
+        with self._lock:
+            used = sum(a.size for a in self.allocs.values())
+            if nbytes <= 0:
+                return CUresult.CUDA_ERROR_INVALID_VALUE, 0
+            if used + nbytes > self.memory:
+                return CUresult.CUDA_ERROR_OUT_OF_MEMORY, 0
+            raw = np.empty(nbytes + 256, np.uint8)
+            start = -raw.ctypes.data % 256
+            arr = raw[start : start + nbytes]
+            arr[:] = 0xCD  # fresh device memory holds garbage, not zeros
+            self.allocs[arr.ctypes.data] = arr
+            return OK, arr.ctypes.data
+
+    def cuMemFree(self, ptr: int) -> tuple[CUresult]:
+        with self._lock:
+            self._drain(None)  # freeing synchronizes the device, as cuMemFree does
+            return (OK,) if self.allocs.pop(int(ptr), None) is not None else (CUresult.CUDA_ERROR_INVALID_VALUE,)
+
+    def cuMemGetInfo(self) -> tuple[CUresult, int, int]:
+        used = sum(a.size for a in self.allocs.values())
+        return OK, self.memory - used, self.memory
+
+    def _copy(self, dst: int, src: int, n: int, stream: Any, dst_dev: bool, src_dev: bool) -> tuple[CUresult]:
+        with self._lock:
+            if self._capturing(stream):
+                return (CUresult.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,)
+            if (dst_dev and self._find(dst, n) is None) or (src_dev and self._find(src, n) is None):
+                return (CUresult.CUDA_ERROR_INVALID_VALUE,)
+            return self._enqueue(stream, ("memcpy", dst, src, n))
+
+    def cuMemcpyHtoDAsync(self, dst: int, src: int, n: int, stream: Any) -> tuple[CUresult]:
+        return self._copy(dst, src, n, stream, True, False)
+
+    def cuMemcpyDtoHAsync(self, dst: int, src: int, n: int, stream: Any) -> tuple[CUresult]:
+        return self._copy(dst, src, n, stream, False, True)
+
+    def cuMemcpyDtoDAsync(self, dst: int, src: int, n: int, stream: Any) -> tuple[CUresult]:
+        return self._copy(dst, src, n, stream, True, True)
+
+    def cuMemsetD32Async(self, ptr: int, value: int, count: int, stream: Any) -> tuple[CUresult]:
+        with self._lock:
+            if self._find(ptr, 4 * count) is None:
+                return (CUresult.CUDA_ERROR_INVALID_VALUE,)
+            return self._enqueue(stream, ("memset", ptr, value, count))
+
+    def cuPointerGetAttribute(self, attr: Any, ptr: int) -> tuple[CUresult, Any]:
+        with self._lock:
+            return (OK, 0) if self._find(int(ptr), 1) is not None else (CUresult.CUDA_ERROR_INVALID_VALUE, None)
+
+    # -- modules ------------------------------------------------------------------------------------
+    def cuModuleLoadData(self, image: int) -> tuple[CUresult, Any]:
+        with self._lock:
+            cubin = self._images.get(image)  # a registered cubin (a real ELF one too), handed over in place
+            text = "" if cubin is not None else ctypes.string_at(image).decode(errors="replace")
+            if cubin is not None or text.startswith("FAKE-CUBIN "):
+                arch = cubin.arch if cubin is not None else text.split()[1]
+                code = cubin.meta.arch if cubin is not None else arch  # e.g. filed as sm_90, code for sm_90a
+                body = code.removeprefix("sm_")
+                major, minor, specific = int(body.rstrip("a")[:-1]), int(body.rstrip("a")[-1]), body.endswith("a")
+                fits = (
+                    (major, minor) == self.capability
+                    if specific
+                    else (major == self.capability[0] and minor <= self.capability[1])
+                )
+                if not fits:
+                    return CUresult.CUDA_ERROR_NO_BINARY_FOR_GPU, None
+                if self.reject_cubins:
+                    return CUresult.CUDA_ERROR_UNSUPPORTED_PTX_VERSION, None
+                m = _Module(arch)
+            elif ".entry" in text:
+                version = re.search(r"\.version (\d+)\.(\d+)", text)
+                need = (int(version[1]), int(version[2])) if version else (0, 0)
+                supports = (9, self.driver_version // 10 % 100) if self.driver_version >= 13000 else (8, 8)
+                if need > supports:
+                    return CUresult.CUDA_ERROR_UNSUPPORTED_PTX_VERSION, None
+                m = _Module("ptx")
+            else:
+                return CUresult.CUDA_ERROR_INVALID_IMAGE, None
+            self.modules.append(m)
+            return OK, self._handle(m)
+
+    def cuModuleUnload(self, module: Any) -> tuple[CUresult]:
+        if not isinstance(module, _Module) or not module.loaded:
+            return (CUresult.CUDA_ERROR_INVALID_HANDLE,)
+        module.loaded = False
+        return (OK,)
+
+    def cuModuleGetFunction(self, module: Any, name: bytes) -> tuple[CUresult, Any]:
+        entry = self.kernels.get(name.decode())
+        if entry is None or not module.loaded:
+            return CUresult.CUDA_ERROR_NOT_FOUND, None
+        binary = entry[1]
+        meta = binary.ptx_meta if module.arch == "ptx" else binary.cubin(module.arch).meta
+        return OK, self._handle(_Function(name.decode(), module, meta))
+
+    def cuFuncGetAttribute(self, attr: Any, function: Any) -> tuple[CUresult, int]:
+        return OK, 0
+
+    def cuFuncSetAttribute(self, function: Any, attr: Any, value: int) -> tuple[CUresult]:
+        if attr == CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
+            function.max_dynamic_shared = value
+        return (OK,)
+
+    # -- launches -----------------------------------------------------------------------------------
+    def cuLaunchKernel(
+        self,
+        f: Any,
+        gx: int,
+        gy: int,
+        gz: int,
+        bx: int,
+        by: int,
+        bz: int,
+        shared: int,
+        stream: Any,
+        params: int,
+        extra: Any,
+    ) -> tuple[CUresult]:
+        if f.meta.num_ctas != 1:
+            return (CUresult.CUDA_ERROR_INVALID_VALUE,)  # a cluster kernel launched without its cluster
+        return self._launch(f, (gx, gy, gz), (bx, by, bz), shared, stream, params, 1)
+
+    def cuLaunchKernelEx(self, cfg: CUlaunchConfig, f: Any, params: int, extra: Any) -> tuple[CUresult]:
+        cluster = 1
+        for a in cfg.attrs[: cfg.numAttrs]:
+            if a.id == CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
+                cluster = a.value.clusterDim.x
+        grid = (cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ)
+        block = (cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ)
+        return self._launch(f, grid, block, cfg.sharedMemBytes, cfg.hStream, params, cluster)
+
+    def _launch(self, f: _Function, grid: tuple[int, int, int], block: tuple[int, int, int], shared: int,
+                stream: Any, params: int, cluster: int) -> tuple[CUresult]:  # fmt: skip
+        m = f.meta
+        bad = (
+            not f.module.loaded
+            or block != (m.threads, 1, 1)
+            or shared != m.shared
+            or shared > f.max_dynamic_shared
+            or cluster != m.num_ctas
+            or grid[0] % cluster
+        )
+        if bad:
+            return (CUresult.CUDA_ERROR_INVALID_VALUE,)
+        slots = (ctypes.c_void_p * len(m.params)).from_address(params)
+        values = []
+        for p, t in zip(slots, m.params):
+            values.append(
+                ctypes.c_uint64.from_address(p).value if t.startswith("*") else _SCALAR[t].from_address(p).value
+            )
+        with self._lock:
+            return self._enqueue(stream, ("launch", f, grid, cluster, tuple(values)))
+
+    def _execute(self, op: tuple[Any, ...]) -> tuple[CUresult]:
+        """Run one queued item (see fake_cuda_streams for when)."""
+        kind = op[0]
+        try:
+            if kind == "memcpy":
+                _, dst, src, n = op
+                ctypes.memmove(dst, src, n)
+            elif kind == "memset":
+                _, ptr, value, count = op
+                self._view(ptr, 4 * count).view(np.uint32)[:] = value
+                self.memsets += 1
+            else:
+                _, f, grid, cluster, values = op
+                self._run_kernel(f, grid, cluster, values)
+        except _Fault:
+            return (CUresult.CUDA_ERROR_LAUNCH_FAILED,)
+        return (OK,)
+
+    def _run_kernel(self, f: _Function, grid: tuple[int, int, int], cluster: int, values: tuple[Any, ...]) -> None:
+        from aotc.ir.dtypes import DType
+        from aotc.runtime.backends.triton_interp import launch
+
+        kernel, _ = self.kernels[f.name]
+        m = f.meta
+        ctas = grid[0] * grid[1] * grid[2]
+        *kernel_values, global_scratch, profile_scratch = values
+        for ptr, size in ((global_scratch, m.global_scratch_size), (profile_scratch, m.profile_scratch_size)):
+            if size and (not ptr or self._find(ptr, ctas * size) is None):
+                raise _Fault(f"{f.name}: scratch of {ctas} x {size} bytes is not passed")
+            if not size and ptr:
+                raise _Fault(f"{f.name}: a scratch pointer is passed for a size of 0")
+        args: list[Any] = []
+        for a, v in zip(kernel.args, kernel_values):
+            if not a.type.startswith("*"):
+                args.append(int(v) if a.type != "fp32" else float(v))
+                continue
+            dt = DType.bfloat16.np if a.type == "*bf16" else np.dtype(_NP[a.type[1:]])
+            hit = self._find(v, 1) if v else None
+            if hit is None:
+                if v:
+                    raise _Fault(f"{f.name}: argument {a.name} points outside every allocation")
+                args.append(np.empty(0, dt))
+                continue
+            arr, off = hit
+            n = (arr.size - off) // dt.itemsize
+            args.append(arr[off : off + n * dt.itemsize].view(dt))
+        self.launches.append((f.name, grid, m.threads, m.shared, cluster))
+        with np.errstate(all="ignore"):
+            launch(kernel, (grid[0] // cluster, grid[1], grid[2]), args)
+
+
+class _Fault(Exception):
+    """A kernel touched memory it does not own (a real GPU: CUDA_ERROR_ILLEGAL_ADDRESS)."""
