@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import click
 
-from aotc_cli.errors import UserError, debug_option
+from aotc_cli.errors import debug_option
 from aotc_cli.feeds import output_names
+from aotc_cli.paths import require_file
 from aotc_cli.text import format_size, table
 
 
@@ -107,9 +107,7 @@ def inspect_command(artifact: str, as_json: bool, verify: bool) -> None:
     from aotc.artifact.describe import describe
     from aotc.artifact.reader import read_artifact
 
-    if not Path(artifact).is_file():
-        raise UserError(f"no such file: {artifact}")
-    info = describe(read_artifact(artifact, verify_weights=verify))
+    info = describe(read_artifact(require_file(artifact), verify_weights=verify))
     if as_json:
         click.echo(json.dumps(info, indent=2))
     else:

@@ -172,7 +172,13 @@ def test_compile_and_export_check_the_output_path_before_loading_the_model(tmp_p
 
 @pytest.mark.parametrize(
     "command",
-    [["run"], ["compile"], ["export-onnx", "-o", "x.onnx"], ["run", "ARTIFACT", "--random", "--input", "tokens="]],
+    [
+        ["run"],
+        ["compile"],
+        ["inspect"],
+        ["export-onnx", "-o", "x.onnx"],
+        ["run", "ARTIFACT", "--random", "--input", "tokens="],
+    ],
 )
 def test_a_directory_where_a_file_is_expected(command: list[str], artifact: Path, tmp_path: Path) -> None:
     args = [str(artifact) if c == "ARTIFACT" else c for c in command]

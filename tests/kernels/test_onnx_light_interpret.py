@@ -20,7 +20,17 @@ from aotc.onnx import import_onnx
 from tests.kernels.kernel_kit import run_schedule
 
 LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
-NAMES = ["squeezenet", "shufflenet", "inception_v1", "bvlc_alexnet", "resnet50"]
+NAMES = [
+    "squeezenet",
+    "shufflenet",
+    "inception_v1",
+    "inception_v2",
+    "bvlc_alexnet",
+    "resnet50",
+    "densenet121",
+    "vgg19",
+    "zfnet512",
+]
 
 
 @pytest.fixture(autouse=True)
