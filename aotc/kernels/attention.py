@@ -241,7 +241,7 @@ def emit_attention(
         if mask is not None:
             m_tile = _load_mask(builder, mask, out_batch, shape, mask_m, mask_n)
             if float_mask:
-                builder.line(f"s = s + {m_tile}.to(tl.float32)")
+                builder.line(f"s = s + tl.cast({m_tile}, tl.float32)")  # a constant mask loads as a literal
             else:
                 keep.append(f"({m_tile} != 0)")
         if keep:
@@ -284,7 +284,7 @@ def _load_mask(
     lead = len(full) - mask.type.rank
     index = ["0" if md == 1 and full[lead + i] != 1 else idx[lead + i] for i, md in enumerate(mask.type.shape)]
     rows = index[-2] != "0" if mask.type.rank >= 2 else False
-    cols = index[-1] != "0"
+    cols = index[-1] != "0" if mask.type.rank >= 1 else False  # a scalar mask is one value for every score
     return builder.load(mask, index, mask_and(_col(mask_m) if rows else None, _row(mask_n) if cols else None), "0")
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
+import aotc
 import aotc.functional as F
 from aotc import Dim, TensorSpec
 from aotc.errors import UnsupportedError
@@ -334,3 +335,22 @@ def test_static_aligned_shapes_need_no_tail_masks(causal: bool) -> None:
     got = run_kernel(graph, kernel, feeds, {})[out.id]
     (want,) = GraphRunner(graph).run(feeds, {})
     np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), atol=3e-3, rtol=3e-3)
+
+
+@pytest.mark.parametrize("mask_shape", [(), (1,)])
+def test_a_scalar_float_mask_is_one_value_for_every_score(mask_shape: tuple[int, ...]) -> None:
+    """A 0-d (or one-element) float mask, as ONNX FlexAttention's score_mod exports: it broadcasts to every
+    score and, being a constant, reaches the kernel as a literal."""
+
+    def fn(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=aotc.full(mask_shape, 0.5))
+
+    spec = {n: TensorSpec((2, 2, 3, 4), "float32") for n in "qkv"}
+    graph = lower(trace(fn, spec, name="attn"), CompileOptions(fuse_attention=True))
+    node = anchor_of(graph, Op.SDPA)
+    kernel = emit_attention(builder_for(graph, node), node, config=AttentionConfig(16, 16))
+    rng = np.random.default_rng(0)
+    feeds = [rng.standard_normal((2, 2, 3, 4)).astype(np.float32) for _ in range(3)]
+    got = run_kernel(graph, kernel, feeds, {})[graph.outputs[0].id]
+    (want,) = GraphRunner(graph).run(feeds, {})
+    np.testing.assert_allclose(got, want, atol=1e-6, rtol=1e-6)
