@@ -14,6 +14,7 @@ Symbols named ``$name`` are kernel index variables (see ``aotc.ir.index``);
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Mapping
@@ -627,6 +628,15 @@ _TOKEN = re.compile(r"\s*(\(|\)|-?[0-9]+|\$?[A-Za-z_][A-Za-z0-9_]*|//|%|\+|\*)")
 def parse(text: str, index_vars: bool = False) -> int | SymExpr:
     """Inverse of ``to_sexpr``; raises ShapeError on anything malformed. Index variables (``$i``) belong to
     kernels, not to shapes: they parse only when ``index_vars`` is set."""
+    if not isinstance(text, str):
+        raise ShapeError(f"bad symbolic expression {text!r}: expected text")
+    # An artifact repeats the same dims and grids many times; expressions are immutable, so a cache is safe.
+    # Errors are not cached, so a malformed text raises every time.
+    return _parse_cached(text, index_vars)
+
+
+@functools.lru_cache(maxsize=8192)
+def _parse_cached(text: str, index_vars: bool) -> int | SymExpr:
     tokens: list[str] = []
     pos = 0
     text = text.strip()
