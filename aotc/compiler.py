@@ -23,7 +23,7 @@ from aotc.frontend.spec import TensorSpec
 from aotc.frontend.trace import trace
 from aotc.ir.graph import Graph
 from aotc.ir.launch import KernelBinary
-from aotc.ir.schedule import Kernel, Schedule
+from aotc.ir.schedule import Schedule
 from aotc.lowering.options import CompileOptions
 from aotc.lowering.pipeline import lower
 from aotc.lowering.precision import check_precision
@@ -71,7 +71,9 @@ class CompiledModel:
 
             text = explain(self.lowered, self.kernels.schedule)
         passes = explain_lowering(self.graph, self.options)
-        return text + "".join(f"{line}\n" for line in ["lowering:", *(f"  - {p}" for p in passes)] if passes)
+        if passes:
+            text += "lowering:\n" + "".join(f"  - {p}\n" for p in passes)
+        return text
 
     @property
     def executable(self) -> Any:
@@ -157,7 +159,7 @@ def kernel_stage(lowered: Graph, options: CompileOptions, progress: Progress = N
         _report(progress, "compile kernels")
         from aotc.kernels.aot import compile_kernels
 
-        binaries = compile_kernels(_distinct(schedule.kernels), targets=options.targets)
+        binaries = compile_kernels(schedule.kernels, targets=options.targets)
     return Kernels(schedule, binaries, "")
 
 
@@ -186,14 +188,6 @@ class Kernels:
     schedule: Schedule | None
     binaries: Mapping[str, KernelBinary]
     note: str
-
-
-def _distinct(kernels: tuple[Kernel, ...]) -> list[Kernel]:
-    """One kernel per name: launches of the same kernel share its binary."""
-    seen: dict[str, Kernel] = {}
-    for k in kernels:
-        seen.setdefault(k.name, k)
-    return list(seen.values())
 
 
 def _with_precision(options: CompileOptions | None, precision: str | None) -> CompileOptions:

@@ -139,10 +139,10 @@ def compile_command(
 
 
 def _parse_targets(targets: tuple[str, ...]) -> tuple[str, ...]:
-    from aotc.errors import UnsupportedError
+    from aotc.errors import AotcError
     from aotc.lowering.options import parse_targets
 
     try:
         return parse_targets(",".join(targets))
-    except UnsupportedError as e:
+    except AotcError as e:
         raise UserError(f"--target: {e}") from e

@@ -6,7 +6,15 @@ architecture, each with its ``LaunchMeta``, plus PTX for the portable fallback. 
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+from aotc.errors import AotcError, UnsupportedError
+
+# Triton's tensor-core kernels need Ampere or newer.
+MIN_CAPABILITY = 80
+_ARCH = re.compile(r"sm_(\d{2,3})a?$")
 
 # The two pointers Triton appends to every kernel's parameters (global scratch, profile scratch):
 # null when the matching scratch size is 0, else a buffer of grid * num_ctas * size bytes.
@@ -64,3 +72,25 @@ class KernelBinary:
     @property
     def archs(self) -> tuple[str, ...]:
         return tuple(c.arch for c in self.cubins)
+
+
+def check_targets(targets: Sequence[str]) -> tuple[str, ...]:
+    """Validated, de-duplicated ``sm_XY`` names (``sm_90a`` reads as ``sm_90``), in the order given."""
+    if isinstance(targets, str) or not targets:
+        raise AotcError(f"targets must be a non-empty list such as ['sm_80', 'sm_90'], got {targets!r}")
+    out: list[str] = []
+    for t in targets:
+        m = _ARCH.match(t) if isinstance(t, str) else None
+        if m is None:
+            raise AotcError(f"unknown GPU target {t!r}; expected a name such as 'sm_80' or 'sm_90'")
+        if int(m.group(1)) < MIN_CAPABILITY:
+            raise UnsupportedError(f"GPU target {t!r} is not supported; aotc kernels need sm_{MIN_CAPABILITY} or newer")
+        name = f"sm_{m.group(1)}"
+        if name not in out:
+            out.append(name)
+    return tuple(out)
+
+
+def capability(target: str) -> int:
+    """80 for "sm_80": the compute capability a checked target names."""
+    return int(check_targets([target])[0].removeprefix("sm_"))

@@ -27,17 +27,18 @@ from pathlib import Path
 from typing import Any
 
 from aotc.errors import AotcError, UnsupportedError
-from aotc.ir.launch import SCRATCH_PARAMS, Cubin, KernelBinary, LaunchMeta
+from aotc.ir.launch import SCRATCH_PARAMS, Cubin, KernelBinary, LaunchMeta, capability, check_targets
 from aotc.ir.schedule import Kernel
 from aotc.kernels.cache import Compiled, KernelCache, cache_key, from_json, to_json
+
+# The name the tests and callers know; the one check lives beside the launch data.
+parse_targets = check_targets
 
 DEFAULT_TARGETS = ("sm_80", "sm_90")
 # PTX for sm_80 is what later GPUs (sm_100, sm_120, ...) can JIT; sm_90a PTX runs on Hopper only.
 PORTABLE_ARCH = "sm_80"
-MIN_CAPABILITY = 80
 # The oldest Triton whose ahead-of-time API and launch ABI (two trailing scratch pointers) aotc knows.
 MIN_TRITON = (3, 6)
-_ARCH = re.compile(r"sm_(\d{2,3})$")
 # PTX parameter width by Triton type: the launch ABI the runtime packs arguments with.
 _PTX_PARAM = {"i32": ".u32", "i64": ".u64", "fp32": ".f32"}
 
@@ -81,22 +82,6 @@ def triton_version() -> str:
     return version
 
 
-def parse_targets(targets: Sequence[str]) -> tuple[str, ...]:
-    """Validated, de-duplicated ``sm_XY`` names, in the order given."""
-    if isinstance(targets, str) or not targets:
-        raise AotcError(f"targets must be a non-empty list such as ['sm_80', 'sm_90'], got {targets!r}")
-    out: list[str] = []
-    for t in targets:
-        m = _ARCH.match(t) if isinstance(t, str) else None
-        if m is None:
-            raise AotcError(f"unknown GPU target {t!r}; expected a name such as 'sm_80' or 'sm_90'")
-        if int(m.group(1)) < MIN_CAPABILITY:
-            raise UnsupportedError(f"GPU target {t!r} is not supported; aotc kernels need sm_{MIN_CAPABILITY} or newer")
-        if t not in out:
-            out.append(t)
-    return tuple(out)
-
-
 def compile_kernels(
     kernels: Sequence[Kernel],
     targets: Sequence[str] = DEFAULT_TARGETS,
@@ -104,15 +89,18 @@ def compile_kernels(
 ) -> dict[str, KernelBinary]:
     """Compile every kernel for every target (and sm_80 for the portable PTX), by kernel name."""
     options = options or AotOptions()
-    archs = parse_targets(targets)
+    archs = check_targets(targets)
     compile_archs = archs if PORTABLE_ARCH in archs else (*archs, PORTABLE_ARCH)
-    by_name: dict[str, Kernel] = {}
+    # Launches of one kernel share a name and differ only in what they are passed (buffers, sizes,
+    # grids); two kernels may share a name only if everything that reaches the binary is equal.
+    jobs: dict[tuple[str, str], dict[str, Any]] = {}
     for k in kernels:
-        if by_name.setdefault(k.name, k) != k:
-            raise AotcError(f"two different kernels are named {k.name!r}")
+        for arch in compile_archs:
+            spec = job_spec(k, arch, options)
+            if jobs.setdefault((k.name, arch), spec) != spec:
+                raise AotcError(f"two different kernels are named {k.name!r}")
     version = triton_version()
     cache = KernelCache(options.cache_dir) if options.cache else None
-    jobs = {(k.name, arch): job_spec(k, arch, options) for k in by_name.values() for arch in compile_archs}
     keys = {jk: cache_key({**spec, "triton": version}) for jk, spec in jobs.items()}
     done: dict[tuple[str, str], Compiled] = {}
     for jk, key in keys.items():
@@ -138,7 +126,7 @@ def compile_kernels(
             ptx=done[name, PORTABLE_ARCH].ptx,
             ptx_meta=done[name, PORTABLE_ARCH].meta,
         )
-        for name in by_name
+        for name in dict.fromkeys(k.name for k in kernels)
     }
 
 
@@ -229,7 +217,7 @@ def compile_one(spec: Mapping[str, Any]) -> Compiled | str:
         }
         if opts["ptx_version"] is not None:
             compile_options["ptx_version"] = opts["ptx_version"]
-        cap = int(_ARCH.match(arch).group(1))  # type: ignore[union-attr]
+        cap = capability(arch)
         with _line_info(triton, opts["line_info"]):
             k = triton.compile(src, target=GPUTarget("cuda", cap, 32), options=compile_options)
         ptx = k.asm["ptx"]

@@ -6,13 +6,10 @@ import dataclasses
 import hashlib
 import json
 import os
-import re
 from dataclasses import dataclass
 
-from aotc.errors import UnsupportedError
+from aotc.ir import launch
 from aotc.lowering.precision import check_precision
-
-_ARCH = re.compile(r"^sm_(\d{2,3})a?$")
 
 
 @dataclass(frozen=True)
@@ -75,17 +72,7 @@ def parse_targets(text: str) -> tuple[str, ...]:
 
 
 def check_targets(targets: object) -> tuple[str, ...]:
-    """GPU architectures as ``sm_XY`` names, at least sm_80 (Triton's tensor-core floor), no repeats."""
-    if isinstance(targets, str) or not isinstance(targets, (tuple, list)):
-        raise UnsupportedError(
-            f"targets must be a tuple of GPU architectures such as ('sm_80', 'sm_90'), got {targets!r}"
-        )
-    out: list[str] = []
-    for t in targets:
-        m = _ARCH.match(t) if isinstance(t, str) else None
-        if m is None or int(m.group(1)) < 80:
-            raise UnsupportedError(f"GPU target {t!r} is not supported: expected sm_80 or newer, e.g. 'sm_80', 'sm_90'")
-        name = f"sm_{m.group(1)}"
-        if name not in out:
-            out.append(name)
-    return tuple(out)
+    """GPU architectures as ``sm_XY`` names, at least sm_80, no repeats; () compiles no binaries."""
+    if isinstance(targets, (tuple, list)) and not targets:
+        return ()
+    return launch.check_targets(targets)  # type: ignore[arg-type]

@@ -17,6 +17,7 @@ and lets a compiled-mode ``@triton.jit`` function called from interpreted code r
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import linecache
 import threading
@@ -104,8 +105,20 @@ def load_function(name: str, source: str) -> Any:
         return fn
 
 
-def _exec_kernel_module(name: str, source: str, *, interpret: bool) -> Any:
+@functools.cache
+def _triton() -> types.SimpleNamespace:
+    """Triton's modules, imported on the first launch and nowhere else in the runtime, so
+    ``import aotc.runtime`` (and loading this backend) stays free of Triton."""
     import triton
+    import triton.language as tl
+    from triton.runtime import interpreter
+    from triton.runtime.jit import JITFunction
+
+    return types.SimpleNamespace(triton=triton, tl=tl, interpreter=interpreter, JITFunction=JITFunction)
+
+
+def _exec_kernel_module(name: str, source: str, *, interpret: bool) -> Any:
+    triton = _triton().triton
 
     digest = hashlib.sha256(source.encode()).hexdigest()[:16]
     filename = f"<aotc-kernel {name} {digest}>"
@@ -141,9 +154,7 @@ def launch(kernel: Kernel, grid: Sequence[int], args: Sequence[Any]) -> None:
     if 0 in dims:
         return
     with _LOCK:
-        import triton.language as tl
-
-        values = [_convert(kernel, spec, value, tl) for spec, value in zip(kernel.args, args)]
+        values = [_convert(kernel, spec, value, _triton().tl) for spec, value in zip(kernel.args, args)]
         fn = load_function(kernel.name, kernel.source)
         expected = [a.name for a in kernel.args] + [c for c, _ in kernel.constexprs]
         if list(fn.arg_names) != expected:
@@ -181,32 +192,28 @@ def _knob(knobs: Any, name: str, value: Any) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _interpreting() -> Iterator[None]:
-    import triton
-    from triton.runtime.interpreter import InterpretedFunction
-    from triton.runtime.jit import JITFunction
+    t = _triton()
 
     def call_interpreted(self: Any, *args: Any, **kwargs: Any) -> Any:
         fn = self.__dict__.get("_aotc_interpreted")
         if fn is None:
-            fn = self.__dict__["_aotc_interpreted"] = InterpretedFunction(self.fn)
+            fn = self.__dict__["_aotc_interpreted"] = t.interpreter.InterpretedFunction(self.fn)
         return fn(*args, **kwargs)
 
-    saved = JITFunction.__dict__["__call__"]
-    JITFunction.__call__ = call_interpreted
+    saved = t.JITFunction.__dict__["__call__"]
+    t.JITFunction.__call__ = call_interpreted
     try:
-        with _knob(triton.knobs.runtime, "interpret", True), _bf16_dot_widened():
+        with _knob(t.triton.knobs.runtime, "interpret", True), _bf16_dot_widened():
             yield
     finally:
-        JITFunction.__call__ = saved
+        t.JITFunction.__call__ = saved
 
 
 @contextlib.contextmanager
 def _bf16_dot_widened() -> Iterator[None]:
     """The interpreter (3.6 and 3.9) multiplies bf16 ``tl.dot`` operands as their raw uint16 bits;
     widen them to float32 first, which is exact, so a bf16 dot computes what the GPU's does."""
-    import triton.language as tl
-    from triton.runtime import interpreter
-
+    tl, interpreter = _triton().tl, _triton().interpreter
     orig = interpreter.InterpreterBuilder.create_dot
 
     def widen(h: Any) -> Any:
@@ -250,10 +257,8 @@ def _convert(kernel: Kernel, spec: Any, value: Any, tl: Any) -> Any:
         if not info.min <= int(value) <= info.max:
             raise AotcError(f"kernel {kernel.name}: argument {spec.name} = {int(value)} does not fit {spec.type}")
         data = np.array([int(value)], dtype=np_type)
-    from triton.runtime.interpreter import TensorHandle
-
     ty = _tl_dtype(tl, spec.type)
-    return tl.tensor(TensorHandle(data, ty), ty)
+    return tl.tensor(_triton().interpreter.TensorHandle(data, ty), ty)
 
 
 def _tl_dtype(tl: Any, name: str) -> Any:
