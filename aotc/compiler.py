@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from aotc.ir.graph import Graph
 from aotc.ir.launch import KernelBinary
 from aotc.ir.schedule import Schedule
 from aotc.lowering.options import CompileOptions
+from aotc.lowering.padding import padded_lines
 from aotc.lowering.pipeline import lower
 from aotc.lowering.precision import check_precision
 from aotc.lowering.source_constants import rebase_source
@@ -70,6 +71,8 @@ class CompiledModel:
             from aotc.kernels.explain import explain
 
             text = explain(self.lowered, self.kernels.schedule)
+        if self.kernels.tuning is not None:
+            text += "".join(f"{line}\n" for line in self.kernels.tuning.lines())
         passes = explain_lowering(self.graph, self.options)
         if passes:
             text += "lowering:\n" + "".join(f"  - {p}\n" for p in passes)
@@ -133,9 +136,16 @@ def compile_graph(
 ) -> CompiledModel:
     """Lower a traced or imported high-level graph and write its artifact: the one path every compile takes."""
     options = _with_precision(options, precision)
-    lowered = lower(graph, options, dump_dir=dump_ir, progress=progress)
+    padded: list[str] = []
+
+    def record_padding(stage: str, received: Graph) -> None:
+        # The padding pass's decisions on the graph it receives: its 'padded:' lines, without a second rewrite.
+        if stage == "matmul_padding":
+            padded.extend(padded_lines(received))
+
+    lowered = lower(graph, options, dump_dir=dump_ir, progress=progress, observe=record_padding)
     kernels = kernel_stage(lowered, options, progress)
-    artifact = write_stage(graph, lowered, kernels, options, progress)
+    artifact = write_stage(graph, lowered, kernels, options, progress, padded)
     return CompiledModel(graph, lowered, artifact, kernels, options)
 
 
@@ -154,23 +164,39 @@ def kernel_stage(lowered: Graph, options: CompileOptions, progress: Progress = N
         schedule = schedule_graph(lowered, options)
     except UnsupportedError as e:
         return Kernels(None, {}, f"no kernels: {e}")
+    tuning = None
+    if options.autotune:
+        _report(progress, "autotune kernels")
+        from aotc.kernels.autotune import autotune
+
+        schedule, tuning = autotune(lowered, schedule, options.targets, dims=dict(options.tune_dims))
     binaries: dict[str, KernelBinary] = {}
     if options.targets:
         _report(progress, "compile kernels")
         from aotc.kernels.aot import compile_kernels
 
         binaries = compile_kernels(schedule.kernels, targets=options.targets)
-    return Kernels(schedule, binaries, "")
+    return Kernels(schedule, binaries, "", tuning)
 
 
 def write_stage(
-    graph: Graph, lowered: Graph, kernels: Kernels, options: CompileOptions, progress: Progress = None
+    graph: Graph,
+    lowered: Graph,
+    kernels: Kernels,
+    options: CompileOptions,
+    progress: Progress = None,
+    padded: Sequence[str] = (),
 ) -> bytes:
-    """The artifact bytes for the lowered graph, its kernels, the source graph and the compile's metadata."""
+    """The artifact bytes for the lowered graph, its kernels, the source graph and the compile's metadata
+    (``padded``: the padding pass's 'padded:' lines, which ``aotc inspect`` shows)."""
     _report(progress, "write artifact")
     meta: dict[str, Any] = {"name": graph.name, "producer": f"aotc {__version__}", "options": options.to_meta()}
     if kernels.note:
         meta["kernels"] = kernels.note
+    if kernels.tuning is not None:
+        meta["autotune"] = kernels.tuning.to_meta()
+    if padded:
+        meta["padded_matmuls"] = list(padded)
     # Lowering may store a weight padded or in half precision under its own name: the source graph reads that.
     return write_artifact(
         [lowered],
@@ -188,6 +214,7 @@ class Kernels:
     schedule: Schedule | None
     binaries: Mapping[str, KernelBinary]
     note: str
+    tuning: Any = None  # the autotune report (aotc.kernels.autotune.TuneReport) when options.autotune
 
 
 def _with_precision(options: CompileOptions | None, precision: str | None) -> CompileOptions:

@@ -89,6 +89,7 @@ def _import_onnx(path: Path, dims: dict[str, tuple[int, int]], timer: StageTimer
     "in it; tf32: float32 matmuls may use tf32 tensor cores on a GPU (no change on the cpu).",
 )
 @click.option("--no-matmul-padding", is_flag=True, help="Never pad matmul dims to 16-byte alignment.")
+@click.option("--no-split-k", is_flag=True, help="Never split the K loop of a small-output, long-K matmul.")
 @click.option(
     "--target",
     "targets",
@@ -98,6 +99,19 @@ def _import_onnx(path: Path, dims: dict[str, tuple[int, int]], timer: StageTimer
     "[default: sm_80 and sm_90]",
 )
 @click.option("--explain", is_flag=True, help="Print each kernel (what it fuses) and each fusion declined, and why.")
+@click.option(
+    "--autotune",
+    is_flag=True,
+    help="Time candidate tiles of the matmul, conv and attention kernels on this machine's GPU and store the "
+    "fastest for its architecture (needs an NVIDIA GPU and aotc[cuda]).",
+)
+@click.option(
+    "--tune-dim",
+    "tune_dims",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="With --autotune: the value of a dynamic dim to time at (repeatable).  [default: each dim's maximum]",
+)
 @debug_option
 def compile_command(
     file: str,
@@ -108,12 +122,24 @@ def compile_command(
     verbose: bool,
     precision: str,
     no_matmul_padding: bool,
+    no_split_k: bool,
     targets: tuple[str, ...],
     explain: bool,
+    autotune: bool,
+    tune_dims: tuple[str, ...],
 ) -> None:
-    options = dataclasses.replace(CompileOptions.from_env(), precision=precision, matmul_padding=not no_matmul_padding)
+    env = CompileOptions.from_env()
+    options = dataclasses.replace(
+        env, precision=precision, matmul_padding=not no_matmul_padding, split_k=env.split_k and not no_split_k
+    )
     if targets:
         options = dataclasses.replace(options, targets=_parse_targets(targets))
+    if tune_dims and not autotune:
+        raise UserError("--tune-dim applies with --autotune")
+    if autotune:
+        if not options.targets:
+            raise UserError("--autotune records its winners per GPU target: drop --target none")
+        options = dataclasses.replace(options, autotune=True, tune_dims=_parse_tune_dims(tune_dims))
     ranges = parse_dim_ranges(dims)
     path = require_file(file)
     out = check_output_path(output if output else path.stem + ".aotc")
@@ -146,3 +172,16 @@ def _parse_targets(targets: tuple[str, ...]) -> tuple[str, ...]:
         return parse_targets(",".join(targets))
     except AotcError as e:
         raise UserError(f"--target: {e}") from e
+
+
+def _parse_tune_dims(items: tuple[str, ...]) -> tuple[tuple[str, int], ...]:
+    """``("batch=8", "seq=1024")`` -> (("batch", 8), ("seq", 1024)); the model checks names and ranges."""
+    out: dict[str, int] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip() or not value.strip().lstrip("-").isdigit():
+            raise UserError(f"--tune-dim {item!r}: expected NAME=VALUE with an integer value, e.g. batch=8")
+        if name.strip() in out:
+            raise UserError(f"--tune-dim {name.strip()} is given twice")
+        out[name.strip()] = int(value)
+    return tuple(out.items())

@@ -12,6 +12,9 @@ from aotc_cli.feeds import output_names
 from aotc_cli.paths import require_file
 from aotc_cli.text import format_size, table
 
+# The meta key under which the compiler records each matmul the padding pass padded (its --explain line).
+PADDED_KEY = "padded_matmuls"
+
 
 def _shape(entry: dict[str, Any]) -> str:
     return "(" + ", ".join(entry["shape"]) + ")"
@@ -74,9 +77,15 @@ def render_text(info: dict[str, Any]) -> str:
         src = info["source"]
         lines.append(f"source     high-level graph, {src['nodes']} ops ({_counts(src['op_counts'])})")
     lines += _kernel_lines(info)
-    if info.get("meta"):
+    meta = dict(info.get("meta") or {})
+    padded = meta.get(PADDED_KEY)
+    if isinstance(padded, list) and all(isinstance(p, str) for p in padded):  # else it shows as JSON below
+        del meta[PADDED_KEY]
+        lines.append("matmul padding")
+        lines += [f"  {p}" for p in padded]
+    if meta:
         lines.append("meta")
-        lines += [f"  {k}: {json.dumps(v)}" for k, v in info["meta"].items()]
+        lines += [f"  {k}: {json.dumps(v)}" for k, v in meta.items()]
     shown = {
         "model_name", "format_version", "schema_version", "producer_version", "file_size", "checksums",
         "segments_verified",
@@ -100,7 +109,7 @@ def render_text(info: dict[str, Any]) -> str:
 def inspect_command(artifact: str, as_json: bool, verify: bool) -> None:
     """Show what ARTIFACT holds: versions, inputs and outputs with symbolic shapes, dims and their
     ranges, guards, op counts, kernels (targets, fused ops, warps, shared memory), the arena size,
-    weight bytes and checksum status.
+    the matmuls the compiler padded for alignment, weight bytes and checksum status.
 
     The header (preamble, FlatBuffer, graphs) is verified in full; the weights are not read unless
     --verify is given, so inspecting a large file is instant."""

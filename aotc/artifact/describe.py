@@ -78,10 +78,15 @@ def _kernels(artifact: Artifact) -> list[dict[str, Any]]:
     """One entry per distinct kernel, in the order the variants first launch them."""
     first: dict[str, Kernel] = {}
     launches: dict[str, int] = {}
+    variant_of: dict[str, str] = {}  # a per-target variant's code -> the code it stands in for
     for s in _schedules(artifact):
         for k in s.kernels if s is not None else ():
             first.setdefault(k.name, k)
             launches[k.name] = launches.get(k.name, 0) + 1
+            for v in k.variants:
+                first.setdefault(v.kernel.name, v.kernel)
+                launches[v.kernel.name] = launches.get(v.kernel.name, 0) + 1
+                variant_of.setdefault(v.kernel.name, k.name)
     out = []
     for name, k in first.items():
         binary = artifact.kernels.get(name)
@@ -99,6 +104,8 @@ def _kernels(artifact: Artifact) -> list[dict[str, Any]]:
                 "shared": max(shared.values()) if shared else None,
                 "shared_by_target": shared,
                 "launches": launches[name],
+                "tiles": dict(k.constexprs),
+                "variant_of": variant_of.get(name),
             }
         )
     return out

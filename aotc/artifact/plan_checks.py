@@ -23,7 +23,7 @@ from aotc.ir.dtypes import DType
 from aotc.ir.graph import Graph
 from aotc.ir.launch import SCRATCH_PARAMS, Cubin, KernelBinary, LaunchMeta
 from aotc.ir.ops import Op
-from aotc.ir.schedule import ALIGN, ArgKind, Kernel, KernelKind, Schedule, Size
+from aotc.ir.schedule import ALIGN, ArgKind, Kernel, KernelKind, Schedule, Size, same_launch
 from aotc.ir.symbolic import SymExpr, bounds, divisor, evaluate
 
 POINTER_TYPE = {
@@ -53,6 +53,10 @@ ARG_KIND_CODES = {ArgKind.BUFFER: 0, ArgKind.SIZE: 1, ArgKind.FLAG: 2}
 GRAPH_FEATURES = ("graph",)
 # "kernels": launch plans and kernel code; "binaries": cubins and PTX (absent when compiled with no targets)
 KERNEL_FEATURES = ("kernels", "binaries")
+# Named by files whose launches carry per-target variants (schema >= 4).
+ARCH_VARIANTS = "arch_variants"
+KNOWN_KERNEL_FEATURES = (*KERNEL_FEATURES, ARCH_VARIANTS)
+_TARGET = re.compile(r"sm_[0-9]{2,3}")
 
 
 def fail(what: str, msg: str) -> ArtifactError:
@@ -200,6 +204,18 @@ def _check_launch(
             raise fail(what, "an index check's input and op must be strings")
         space.check(c.low, f"{what} check low")
         space.check(c.high, f"{what} check high")
+    archs: set[str] = set()
+    for v in k.variants:
+        vw = f"{what} variant {v.arch!r}"
+        if not isinstance(v.arch, str) or not _TARGET.fullmatch(v.arch) or v.arch in archs:
+            raise fail(vw, "expected a target such as 'sm_90', once per launch")
+        archs.add(v.arch)
+        if v.kernel.variants or not same_launch(k, v.kernel):
+            raise fail(vw, "its kernel does not take the launch's args, nodes, reads, writes and checks")
+        if len(v.kernel.grid) != 3:
+            raise fail(vw, f"grid has {len(v.kernel.grid)} dims, expected 3")
+        for d, g in enumerate(v.kernel.grid):
+            space.check(g, f"{vw} grid[{d}]", nonneg=True)
 
 
 def _check_arena(graph: Graph, s: Schedule, space: Space, what: str) -> None:
@@ -289,6 +305,18 @@ def source_params(source: str, name: str) -> list[str] | None:
     if m is None:
         return None
     return [_PARAM_ANNOTATION.sub("", p).strip() for p in m.group(1).split(",") if p.strip()]
+
+
+def check_variant_binaries(schedules: Iterable[Schedule | None], binaries: Mapping[str, KernelBinary]) -> None:
+    """With binaries stored, each variant's code has a cubin for the target it serves."""
+    if not binaries:
+        return
+    for s in schedules:
+        for k in s.kernels if s is not None else ():
+            for v in k.variants:
+                b = binaries.get(v.kernel.name)
+                if b is None or v.arch not in b.archs:
+                    raise fail(f"kernel {k.name!r} variant {v.arch}", f"code {v.kernel.name!r} has no {v.arch} cubin")
 
 
 def check_binary(k: Kernel, b: KernelBinary, what: str) -> None:

@@ -13,18 +13,21 @@ from typing import Any
 import numpy as np
 
 from aotc.artifact.plan_checks import (
+    ARCH_VARIANTS,
     ARG_KIND_CODES,
     GRAPH_FEATURES,
     KERNEL_FEATURES,
     KIND_CODES,
+    KNOWN_KERNEL_FEATURES,
     check_code,
     check_schedule,
+    check_variant_binaries,
 )
 from aotc.artifact.tables import Counter, column, expr, text
 from aotc.errors import ArtifactError
 from aotc.ir.graph import Graph
 from aotc.ir.launch import Cubin, KernelBinary, LaunchMeta
-from aotc.ir.schedule import Arg, ArgKind, Buffer, IndexCheck, Kernel, Schedule, Size, View
+from aotc.ir.schedule import ArchVariant, Arg, ArgKind, Buffer, IndexCheck, Kernel, Schedule, Size, View
 from aotc.ir.symbolic import to_sexpr
 
 _KINDS = {c: k for k, c in KIND_CODES.items()}
@@ -44,6 +47,7 @@ class PlanDecoder:
     codes: list[tuple[Kernel, KernelBinary | None]] = field(default_factory=list)
     _next: int = 0
     _schedules: int = 0
+    _decoded: list[Schedule] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         r = self.root
@@ -64,7 +68,7 @@ class PlanDecoder:
             )
         if self.features != GRAPH_FEATURES:
             raise ArtifactError(f"features {list(self.features)} are not {list(GRAPH_FEATURES)}")
-        self.unusable = tuple(f for f in self.kernel_features if f not in KERNEL_FEATURES)
+        self.unusable = tuple(f for f in self.kernel_features if f not in KNOWN_KERNEL_FEATURES)
         if self.unusable:
             return  # the graphs still load (cpu); the kernel tables are left unread
         n = self.count(r.KernelsLength(), "kernels")
@@ -98,6 +102,7 @@ class PlanDecoder:
             declined=self._strings(s.DeclinedLength(), s.Declined, f"{what} declined"),
         )
         check_schedule(graph, schedule, what)
+        self._decoded.append(schedule)
         return schedule
 
     def finish(self) -> None:
@@ -107,6 +112,9 @@ class PlanDecoder:
         if self.unusable:
             return
         want = () if not self._schedules else KERNEL_FEATURES if self.binaries else KERNEL_FEATURES[:1]
+        if any(k.variants for s in self._decoded for k in s.kernels):
+            want += (ARCH_VARIANTS,)
+        check_variant_binaries(self._decoded, self.binaries)
         if self.kernel_features != want:
             raise ArtifactError(f"kernel features {list(self.kernel_features)} do not match its kernels ({list(want)})")
 
@@ -174,14 +182,17 @@ class PlanDecoder:
             enable_fp_fusion=fp == 1,
         )
 
-    def _launch(self, fl: Any, what: str) -> Kernel:
-        index = int(fl.Code())
+    def _code_at(self, index: int, what: str) -> Kernel:
+        """Kernel ``index`` of the file, launched here; kernels are first launched in file order."""
         if index >= len(self.codes):
             raise ArtifactError(f"{what} launches kernel {index}, but the file has {len(self.codes)}")
         if index > self._next:
             raise ArtifactError(f"{what} is the first launch of kernel {index}, but kernel {self._next} comes first")
         self._next += index == self._next
-        code, _ = self.codes[index]
+        return self.codes[index][0]
+
+    def _launch(self, fl: Any, what: str) -> Kernel:
+        code = self._code_at(int(fl.Code()), what)
         what = f"{what} ({code.name})"
         kinds = column(fl.ArgKindsAsNumpy(), np.uint8).tolist()
         values = column(fl.ArgValuesAsNumpy(), np.int64).tolist()
@@ -198,7 +209,7 @@ class PlanDecoder:
         if len(grid) != 3:
             raise ArtifactError(f"{what} grid has {len(grid)} dims, expected 3")
         n_checks = self.count(fl.ChecksLength(), f"{what} checks")
-        return code.replace(
+        launch = code.replace(
             nodes=tuple(column(fl.NodesAsNumpy(), np.uint32).tolist()),
             inputs=tuple(column(fl.InputsAsNumpy(), np.int64).tolist()),
             outputs=tuple(column(fl.OutputsAsNumpy(), np.int64).tolist()),
@@ -207,6 +218,35 @@ class PlanDecoder:
             checks=tuple(self._check(fl.Checks(i), f"{what} check {i}") for i in range(n_checks)),
             fused=self._strings(fl.FusedLength(), fl.Fused, f"{what} fused"),
         )
+        if fl.VariantsIsNone():
+            return launch
+        if self.version < 4:
+            raise ArtifactError(f"{what}: a schema version {self.version} file holds schema 4 launch variants")
+        n = self.count(fl.VariantsLength(), f"{what} variants")
+        if n == 0:
+            raise ArtifactError(f"{what}: an empty variants list (the writer leaves it out)")
+        return launch.replace(
+            variants=tuple(self._variant(fl.Variants(i), launch, f"{what} variant {i}") for i in range(n))
+        )
+
+    def _variant(self, v: Any, launch: Kernel, what: str) -> ArchVariant:
+        code = self._code_at(int(v.Code()), what)
+        if [(a.name, a.type) for a in code.args] != [(a.name, a.type) for a in launch.args]:
+            raise ArtifactError(f"{what}: kernel {code.name} does not take the launch's args")
+        grid = self._strings(v.GridLength(), v.Grid, f"{what} grid")
+        if len(grid) != 3:
+            raise ArtifactError(f"{what} grid has {len(grid)} dims, expected 3")
+        kernel = launch.replace(
+            name=code.name,
+            source=code.source,
+            constexprs=code.constexprs,
+            num_warps=code.num_warps,
+            num_stages=code.num_stages,
+            divisible=code.divisible,
+            kind=code.kind,
+            grid=tuple(_expr(g, f"{what} grid") for g in grid),
+        )
+        return ArchVariant(text(v.Arch(), f"{what} arch"), kernel)
 
     def _check(self, c: Any, what: str) -> IndexCheck:
         return IndexCheck(

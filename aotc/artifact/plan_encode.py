@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import flatbuffers
 import numpy as np
 
+from aotc.artifact.generated import ArchLaunch as FbArchLaunch
 from aotc.artifact.generated import Buffer as FbBuffer
 from aotc.artifact.generated import Cubin as FbCubin
 from aotc.artifact.generated import IndexCheck as FbIndexCheck
@@ -20,11 +21,13 @@ from aotc.artifact.generated import Launch as FbLaunch
 from aotc.artifact.generated import LaunchMeta as FbLaunchMeta
 from aotc.artifact.generated import Schedule as FbSchedule
 from aotc.artifact.plan_checks import (
+    ARCH_VARIANTS,
     ARG_KIND_CODES,
     KERNEL_FEATURES,
     KIND_CODES,
     check_code,
     check_schedule,
+    check_variant_binaries,
     code_key,
 )
 from aotc.errors import ArtifactError
@@ -46,7 +49,10 @@ class KernelPlan:
     def kernel_features(self) -> tuple[str, ...]:
         if all(s is None for s in self.schedules):
             return ()
-        return KERNEL_FEATURES if self.binaries else KERNEL_FEATURES[:1]
+        out = KERNEL_FEATURES if self.binaries else KERNEL_FEATURES[:1]
+        if any(k.variants for s in self.schedules if s is not None for k in s.kernels):
+            out += (ARCH_VARIANTS,)
+        return out
 
 
 def plan_kernels(
@@ -64,7 +70,7 @@ def plan_kernels(
         if not isinstance(s, Schedule):
             raise ArtifactError(f"schedule {i} is a {type(s).__name__}, not a Schedule")
         check_schedule(g, s, f"variant {i} schedule")
-        for k in s.kernels:
+        for k in s.codes():
             first = codes.setdefault(k.name, k)
             if code_key(first) != code_key(k):
                 raise ArtifactError(
@@ -86,6 +92,7 @@ def plan_kernels(
         raise ArtifactError(f"kernels {missing[:5]} have no binary (give every kernel one, or none)")
     for name, k in codes.items():
         check_code(k, by_name.get(name), f"kernel {name!r}")
+    check_variant_binaries(schedules, by_name)
     return KernelPlan(tuple(schedules), tuple(codes.values()), {n: by_name[n] for n in codes if n in by_name})
 
 
@@ -97,7 +104,7 @@ def encode_codes(b: flatbuffers.Builder, plan: KernelPlan) -> int:
 
 
 def encode_schedule(b: flatbuffers.Builder, s: Schedule, code_index: Mapping[str, int]) -> int:
-    launches = _table_vector(b, [_launch(b, k, code_index[k.name]) for k in s.kernels])
+    launches = _table_vector(b, [_launch(b, k, code_index) for k in s.kernels])
     buffers = _table_vector(b, [_buffer(b, x.value, x.nbytes, x.offset, x.first, x.last) for x in s.buffers])
     arena = _str(b, to_sexpr(s.arena_bytes))
     view_values = _longs(b, [v.value for v in s.views])
@@ -180,7 +187,8 @@ def _meta(b: flatbuffers.Builder, m: LaunchMeta) -> int:
     return FbLaunchMeta.End(b)
 
 
-def _launch(b: flatbuffers.Builder, k: Kernel, code: int) -> int:
+def _launch(b: flatbuffers.Builder, k: Kernel, code_index: Mapping[str, int]) -> int:
+    code = code_index[k.name]
     nodes = b.CreateNumpyVector(np.array(k.nodes, dtype=np.uint32))
     inputs, outputs = _longs(b, k.inputs), _longs(b, k.outputs)
     kinds = b.CreateNumpyVector(np.array([ARG_KIND_CODES[a.kind] for a in k.args], dtype=np.uint8))
@@ -189,6 +197,8 @@ def _launch(b: flatbuffers.Builder, k: Kernel, code: int) -> int:
     grid = _strings(b, [to_sexpr(g) for g in k.grid])
     checks = _table_vector(b, [_check(b, c.slot, c.input, c.op, c.low, c.high) for c in k.checks])
     fused = _strings(b, k.fused)
+    variants = [_variant(b, v.arch, code_index[v.kernel.name], v.kernel.grid) for v in k.variants]
+    variants_off = _table_vector(b, variants) if variants else None
     FbLaunch.Start(b)
     FbLaunch.AddCode(b, code)
     FbLaunch.AddNodes(b, nodes)
@@ -200,7 +210,19 @@ def _launch(b: flatbuffers.Builder, k: Kernel, code: int) -> int:
     FbLaunch.AddGrid(b, grid)
     FbLaunch.AddChecks(b, checks)
     FbLaunch.AddFused(b, fused)
+    if variants_off is not None:
+        FbLaunch.AddVariants(b, variants_off)
     return FbLaunch.End(b)
+
+
+def _variant(b: flatbuffers.Builder, arch: str, code: int, grid: Sequence[object]) -> int:
+    arch_off = _str(b, arch)
+    grid_off = _strings(b, [to_sexpr(g) for g in grid])  # type: ignore[arg-type]
+    FbArchLaunch.Start(b)
+    FbArchLaunch.AddArch(b, arch_off)
+    FbArchLaunch.AddCode(b, code)
+    FbArchLaunch.AddGrid(b, grid_off)
+    return FbArchLaunch.End(b)
 
 
 def _check(b: flatbuffers.Builder, slot: int, input: str, op: str, low: object, high: object) -> int:

@@ -82,9 +82,52 @@ class Kernel:
     divisible: tuple[int, ...] = ()  # indices into ``args`` proven multiples of 16 (tt.divisibility hints)
     checks: tuple[IndexCheck, ...] = ()
     fused: tuple[str, ...] = ()  # the primitives fused into it, in node order, for inspect/--explain
+    # Per-architecture alternatives: a GPU that runs ``arch``'s code launches the variant's kernel instead.
+    variants: tuple[ArchVariant, ...] = ()
 
     def replace(self, **changes: Any) -> Kernel:
         return dataclasses.replace(self, **changes)
+
+    def for_capability(self, capability: tuple[int, int]) -> Kernel:
+        """The kernel a GPU of compute capability ``capability`` launches: the variant for the newest
+        architecture it runs (same major version, minor not above its own), else this kernel."""
+        best: tuple[tuple[int, int], Kernel] | None = None
+        for v in self.variants:
+            cc = arch_capability(v.arch)
+            if cc[0] == capability[0] and cc[1] <= capability[1] and (best is None or cc > best[0]):
+                best = (cc, v.kernel)
+        return self if best is None else best[1]
+
+
+@dataclass(frozen=True, slots=True)
+class ArchVariant:
+    """A kernel generated for one GPU architecture with its own tiles (heuristic or autotuned).
+
+    ``kernel`` computes exactly what its parent does, from the same args, nodes, reads and writes: only
+    its name, source, constexprs, warps, stages and grid differ. Its binary is compiled for ``arch`` only.
+    """
+
+    arch: str  # a target name: "sm_90"
+    kernel: Kernel
+
+
+def arch_capability(arch: str) -> tuple[int, int]:
+    """(9, 0) for "sm_90" (or "sm_90a")."""
+    digits = arch.removeprefix("sm_").rstrip("a")
+    return int(digits[:-1]), int(digits[-1])
+
+
+def same_launch(a: Kernel, b: Kernel) -> bool:
+    """Whether ``b`` may stand in for ``a`` on some GPU: the same kind, work, memory and arguments."""
+    return (a.kind, a.nodes, a.inputs, a.outputs, a.args, a.checks, a.fused) == (
+        b.kind,
+        b.nodes,
+        b.inputs,
+        b.outputs,
+        b.args,
+        b.checks,
+        b.fused,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,3 +164,18 @@ class Schedule:
             if k.name == name:
                 return k
         raise KeyError(name)
+
+    def for_capability(self, capability: tuple[int, int]) -> Schedule:
+        """The plan a GPU of ``capability`` runs: each launch's variant for it, where one exists."""
+        if not any(k.variants for k in self.kernels):
+            return self
+        return dataclasses.replace(self, kernels=tuple(k.for_capability(capability) for k in self.kernels))
+
+    def codes(self) -> tuple[Kernel, ...]:
+        """Every distinct kernel code the plan may launch, variants included, by name in first-use order."""
+        out: dict[str, Kernel] = {}
+        for k in self.kernels:
+            out.setdefault(k.name, k)
+            for v in k.variants:
+                out.setdefault(v.kernel.name, v.kernel)
+        return tuple(out.values())

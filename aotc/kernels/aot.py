@@ -87,15 +87,35 @@ def compile_kernels(
     targets: Sequence[str] = DEFAULT_TARGETS,
     options: AotOptions | None = None,
 ) -> dict[str, KernelBinary]:
-    """Compile every kernel for every target (and sm_80 for the portable PTX), by kernel name."""
+    """Compile every kernel for every target (and sm_80 for the portable PTX), by kernel name.
+
+    A kernel's ``variants`` (ArchVariant) are compiled too, each for its own target only (its PTX is
+    that target's: a GPU only ever picks a variant it has the cubin for).
+    """
     options = options or AotOptions()
     archs = check_targets(targets)
-    compile_archs = archs if PORTABLE_ARCH in archs else (*archs, PORTABLE_ARCH)
+    plan: dict[str, tuple[Kernel, list[str], str]] = {}  # name -> (kernel, cubin archs, PTX arch)
+    # A newer target every launch of a kernel has a variant for never runs the kernel's own code: no
+    # cubin for it (the oldest target's is always built, and the PTX serves GPUs no cubin fits).
+    covered: dict[str, set[str]] = {}  # kernel name -> the targets every launch of it has a variant for
+    for k in kernels:
+        mine = {v.arch for v in k.variants}
+        covered[k.name] = covered[k.name] & mine if k.name in covered else mine
+    for k in kernels:
+        own = [archs[0], *(a for a in archs[1:] if a not in covered[k.name])]
+        plan.setdefault(k.name, (k, own, PORTABLE_ARCH))
+        for v in k.variants:
+            if v.arch not in archs:
+                raise AotcError(f"kernel {k.name} has a variant for {v.arch}, which is not a target {list(archs)}")
+            entry = plan.setdefault(v.kernel.name, (v.kernel, [], v.arch))
+            if v.arch not in entry[1]:
+                entry[1].append(v.arch)
     # Launches of one kernel share a name and differ only in what they are passed (buffers, sizes,
     # grids); two kernels may share a name only if everything that reaches the binary is equal.
     jobs: dict[tuple[str, str], dict[str, Any]] = {}
-    for k in kernels:
-        for arch in compile_archs:
+    for k in [*kernels, *(v.kernel for owner in kernels for v in owner.variants)]:
+        _, cubin_archs, ptx_arch = plan[k.name]
+        for arch in dict.fromkeys([*cubin_archs, ptx_arch]):
             spec = job_spec(k, arch, options)
             if jobs.setdefault((k.name, arch), spec) != spec:
                 raise AotcError(f"two different kernels are named {k.name!r}")
@@ -122,11 +142,11 @@ def compile_kernels(
     return {
         name: KernelBinary(
             name=name,
-            cubins=tuple(Cubin(arch, done[name, arch].cubin, done[name, arch].meta) for arch in archs),
-            ptx=done[name, PORTABLE_ARCH].ptx,
-            ptx_meta=done[name, PORTABLE_ARCH].meta,
+            cubins=tuple(Cubin(arch, done[name, arch].cubin, done[name, arch].meta) for arch in cubin_archs),
+            ptx=done[name, ptx_arch].ptx,
+            ptx_meta=done[name, ptx_arch].meta,
         )
-        for name in dict.fromkeys(k.name for k in kernels)
+        for name, (_, cubin_archs, ptx_arch) in plan.items()
     }
 
 

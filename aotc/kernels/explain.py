@@ -17,6 +17,10 @@ def explain(graph: Graph, schedule: Schedule) -> str:
         outs = ", ".join(f"%{v}" for v in k.outputs)
         grid = " x ".join(to_infix(d) for d in k.grid)
         lines.append(f"  [{i}] {k.name} ({k.kind.value}, grid {grid}): {ops} -> {outs}")
+        for v in k.variants:
+            tiles = " ".join(f"{n}={x}" for n, x in v.kernel.constexprs)
+            vgrid = " x ".join(to_infix(d) for d in v.kernel.grid)
+            lines.append(f"        {v.arch}: {v.kernel.name} ({tiles}, {v.kernel.num_warps} warps, grid {vgrid})")
         for c in k.checks:
             lines.append(f"        checks ids of {c.op} in [{to_infix(c.low)}, {to_infix(c.high)}) (flag {c.slot})")
     for v in schedule.views:

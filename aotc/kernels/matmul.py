@@ -145,7 +145,9 @@ def emit_matmul(
     check_epilogue(builder.graph, node, epilogue, outputs)
     node_index = anchor_index(builder, node)
     shape = matmul_shape(node)
-    dtype = anchor.type.dtype
+    # The operands' dtype picks the product; the anchor may be wider (out_dtype="float32" keeps the
+    # float32 accumulator of a half product, which the epilogue then stores unrounded).
+    dtype = node.inputs[0].type.dtype
     dot = dtype in DOT_DTYPES
     ranges = builder.graph.ranges
     cfg = config or matmul_config(

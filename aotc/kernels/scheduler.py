@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from aotc.ir.graph import Graph
 from aotc.ir.ops import Op
-from aotc.ir.schedule import Kernel, Schedule
+from aotc.ir.schedule import ArchVariant, Kernel, Schedule, same_launch
 from aotc.kernels.attention import emit_attention
 from aotc.kernels.config import KernelConfig
 from aotc.kernels.conv import emit_conv
@@ -18,13 +19,19 @@ from aotc.kernels.pointwise import emit_pointwise
 from aotc.kernels.reduction import emit_reduction
 
 
-def schedule_graph(graph: Graph, options: Any = None) -> Schedule:
+def schedule_graph(graph: Graph, options: Any = None, tiles: Mapping[int, Any] | None = None) -> Schedule:
     """Fuse ``graph`` into kernels, generate each kernel's Triton source and plan the arena.
 
     ``options`` may carry ``targets`` (e.g. ``("sm_80", "sm_90")``); the heuristics size blocks for the
-    oldest. Identical kernels (same source apart from the name) share one name and source.
+    oldest. A newer target whose heuristics choose other tiles (sm_90's wider matmul tiles, bigger
+    pointwise blocks) gets an ``ArchVariant`` of the kernel, compiled for that target only. Identical
+    kernels (same source apart from the name) share one name and source.
+
+    ``tiles`` (autotuning) maps a launch's index to the config its template uses instead of the
+    heuristic one (a TileConfig for matmul and conv, an AttentionConfig for attention).
     """
-    config = KernelConfig(arch=_oldest_arch(options))
+    archs = _archs(options)
+    config = KernelConfig(arch=archs[0])
     plan = plan_fusion(graph)
     producers = {o.id: (i, n) for i, n in enumerate(graph.nodes) for o in n.outputs}
     flags = FlagSlots()
@@ -33,31 +40,49 @@ def schedule_graph(graph: Graph, options: Any = None) -> Schedule:
     kernels: list[Kernel] = []
     seen: dict[tuple, Kernel] = {}
     for idx, kp in enumerate(plan.kernels):
-        inline = {o.id for i in kp.nodes for o in graph.nodes[i].outputs}
-        builder = KernelBuilder(graph, inline, producers, flags)
-        for output, chain in kp.view_outputs:
-            builder.store_view(chain[0].inputs[0], output, chain)
-        if kp.view_outputs and kp.anchor.id not in needed:
-            builder.discard(kp.anchor)
+
+        def builder(kp: KernelPlan = kp) -> KernelBuilder:
+            b = KernelBuilder(graph, {o.id for i in kp.nodes for o in graph.nodes[i].outputs}, producers, flags)
+            for output, chain in kp.view_outputs:
+                b.store_view(chain[0].inputs[0], output, chain)
+            if kp.view_outputs and kp.anchor.id not in needed:
+                b.discard(kp.anchor)
+            return b
+
         name = _name(graph, kp, idx)
-        kernel = _emit(builder, kp, name, config)
-        key = _binary_key(kernel, name)
-        if key in seen:
-            kernel = kernel.replace(name=seen[key].name, source=seen[key].source)
-        else:
-            seen[key] = kernel
-        kernels.append(kernel)
+        start = flags.count
+        kernel = _shared(_emit(builder(), kp, name, config, (tiles or {}).get(idx)), seen)
+        end = flags.count
+        variants = []
+        for arch in archs[1:]:
+            # The same kernel for another target: same flag slots, its own tiles.
+            flags.count = start
+            other = _emit(builder(), kp, f"{name}_sm{arch}", KernelConfig(arch=arch))
+            if _binary_key(other, other.name) != _binary_key(kernel, kernel.name) or other.grid != kernel.grid:
+                if same_launch(kernel, other):
+                    variants.append(ArchVariant(f"sm_{arch}", _shared(other, seen)))
+        flags.count = end
+        kernels.append(kernel.replace(variants=tuple(variants)) if variants else kernel)
     buffers, arena = plan_memory(graph, kernels, plan.views)
     return Schedule(tuple(kernels), buffers, arena, tuple(plan.views), flags.count, tuple(plan.declined))
 
 
-def _emit(b: KernelBuilder, kp: KernelPlan, name: str, config: KernelConfig) -> Kernel:
+def _shared(kernel: Kernel, seen: dict[tuple, Kernel]) -> Kernel:
+    """``kernel`` under the name and source of an identical kernel emitted before, if any."""
+    key = _binary_key(kernel, kernel.name)
+    if key in seen:
+        return kernel.replace(name=seen[key].name, source=seen[key].source)
+    seen[key] = kernel
+    return kernel
+
+
+def _emit(b: KernelBuilder, kp: KernelPlan, name: str, config: KernelConfig, tile: Any = None) -> Kernel:
     arch = f"sm_{config.arch}"
     if kp.root is not None and kp.root.op is Op.SDPA:
-        return emit_attention(b, kp.root, arch_hint=arch, name=name)
+        return emit_attention(b, kp.root, arch_hint=arch, name=name, config=tile)
     if kp.root is not None:
         emit = emit_matmul if kp.root.op is Op.MATMUL else emit_conv
-        return emit(b, kp.root, kp.epilogue, outputs=(kp.anchor,), arch_hint=arch, name=name)
+        return emit(b, kp.root, kp.epilogue, outputs=(kp.anchor,), arch_hint=arch, name=name, config=tile)
     if kp.reductions:
         deps = reduction_deps(b.graph, kp)
         return emit_reduction(b, kp.reductions, (kp.anchor,), name, config, deps)
@@ -90,7 +115,8 @@ def _name(graph: Graph, kp: KernelPlan, idx: int) -> str:
     return f"k{idx}_{kp.kind}" + (f"_{tail}" if tail else "")
 
 
-def _oldest_arch(options: Any) -> int:
+def _archs(options: Any) -> list[int]:
+    """The targets' compute capabilities, oldest first (the default kernels are sized for it); [80] for none."""
     targets = getattr(options, "targets", None) or ()
-    archs = [int(str(t).removeprefix("sm_").rstrip("a")) for t in targets if str(t).removeprefix("sm_")[:2].isdigit()]
-    return min(archs, default=80)
+    archs = {int(str(t).removeprefix("sm_").rstrip("a")) for t in targets if str(t).removeprefix("sm_")[:2].isdigit()}
+    return sorted(archs) or [80]

@@ -8,7 +8,9 @@ scale on q, on k^T or on the scores (multiplied, or divided by a constant), addi
 masks applied with ``where(keep, s, -inf)`` or ``masked_fill(mask, -inf)``, a lone masked_fill with
 float32's finfo.min (Hugging Face eager attention), float casts and reshapes of the batch dims only
 (heads folded into the batch); the softmax is the op table's decomposition (max-shifted exp over the
-last axis, divided by its sum), optionally followed by torch's ONNX-export ``where(isnan(p), 0, p)``.
+last axis, divided by its sum), optionally wrapped in a where that zeroes the rows with no allowed key:
+torch's ONNX-export ``where(isnan(p), 0, p)``, or the ONNX Attention importer's
+``where(reduce_max(bias) == -inf, 0, p)`` when that bias is the one mask added to the scores.
 
 ``explain_attention`` lists the near misses — a softmax feeding a matmul that did not fold — with the
 reason (a finite masked_fill value, probabilities that are also returned, an op between the scores and
@@ -71,7 +73,9 @@ class AttentionMatch:
     keep_masks: list[tuple[Value, bool]] = field(default_factory=list)  # (bool mask, True where it keeps)
     # a masked_fill with a huge finite value (finfo.min): (bool mask, True where it keeps, fill * later scales)
     fill: tuple[Value, bool, float] | None = None
-    zero_masked_rows: bool = False  # where(isnan(p), 0, p) on the probabilities (torch's SDPA export)
+    # where(isnan(p), 0, p) (torch's SDPA export) or where(max(bias) == -inf, 0, p) (the ONNX Attention
+    # importer) on the probabilities
+    zero_masked_rows: bool = False
     # when the batch dims are reshaped between the matmuls and the softmax (DeBERTa's [B*H] <-> [B, H]):
     # attention runs over the softmax's batch dims and its output is reshaped to the matmul's
     batch: tuple | None = None
@@ -155,8 +159,9 @@ def _emit_sdpa(b, m: AttentionMatch, new: Callable[[Value], Value]) -> Value:
         mask = keep if mask is None else b.op(Op.WHERE, keep, mask, b.full(-math.inf, dt))
     out = b.op(Op.SDPA, q, k, v, *([mask] if mask is not None else []), is_causal=False, scale=m.scale)
     if m.zero_masked_rows:
-        # p = where(isnan(p), 0, p) zeroes the rows with no allowed key (NaN in softmax); the same rows come
-        # out NaN from attention, so this is the same result for every finite input
+        # both wrappers zero the rows with no allowed key (NaN in softmax; for the bias form, _check_rows_bias
+        # proved these are the rows whose bias is -inf everywhere); the same rows come out NaN from attention,
+        # so this is the same result for every finite input
         out = b.op(Op.WHERE, b.op(Op.ISNAN, out), b.full(0.0, dt), out)
     return out if m.out_shape is None else b.reshape(out, m.out_shape)
 
@@ -177,6 +182,7 @@ class _Matcher:
         self.where = ""
         self.inside: set[int] = set()  # value ids the fused node absorbs (must have no outside users)
         self.zero_masked_rows = False
+        self.rows_bias: Value | None = None  # the bias of where(max(bias) == -inf, 0, p), checked after the scores
         self.reshaped = False  # a reshape of the batch dims between the matmuls and the softmax
 
     def node(self, v: Value) -> Node | None:
@@ -192,6 +198,8 @@ class _Matcher:
         scores, rank = probs
         m = AttentionMatch(index, v, v, v, where=self.where, zero_masked_rows=self.zero_masked_rows)
         matmul = self._scores(scores, m, rank)
+        if self.rows_bias is not None:
+            self._check_rows_bias(m, self.rows_bias)
         if self.reshaped:
             m.batch, m.out_shape = scores.type.shape[:-2], anchor.outputs[0].type.shape
         q, kt = matmul.inputs
@@ -205,16 +213,17 @@ class _Matcher:
         """The scores a softmax over the last axis reads, or None when ``p`` is no softmax."""
         x = p
         n = self.node(x)
-        for _ in range(3):  # a batch reshape, where(isnan(p), 0, p) and a cast may wrap the softmax
-            if n is not None and n.op is Op.WHERE and not self.zero_masked_rows:
-                cond, zero, y = n.inputs
-                nc = self.node(cond)
-                if nc is None or nc.op is not Op.ISNAN or nc.inputs[0].id != y.id or self._scalar(zero) != 0.0:
-                    return None
-                self.inside |= {x.id, cond.id}
-                self.zero_masked_rows = True
+        wrapped: str | None = None  # why a where around the softmax does not fold (said once it is a softmax)
+        seen_where = False
+        for _ in range(3):  # a batch reshape, a where zeroing the fully masked rows and a cast may wrap the softmax
+            if n is not None and n.op is Op.WHERE and not seen_where:
+                seen_where = True
+                wrapped = self._zeroed_rows(x, n)
             elif n is not None and (n.op is Op.CAST or (n.op is Op.RESHAPE and _batch_reshape(n))):
                 self.inside.add(x.id)
+                if n.op is Op.RESHAPE and self.rows_bias is not None and wrapped is None:
+                    # the bias's rows are the softmax's rows; a regrouping in between moves them
+                    wrapped = "the probabilities are zeroed where the bias masks a whole row after a reshape"
                 self.reshaped |= n.op is Op.RESHAPE
             else:
                 break
@@ -236,8 +245,62 @@ class _Matcher:
         nmax = self.node(mx)
         if nmax is None or nmax.op is not Op.REDUCE_MAX or nmax.inputs[0].id != s.id or not _last_axis(nmax, rank):
             return None
+        if wrapped is not None:
+            raise _Miss(wrapped)
         self.inside |= {x.id, e.id, total.id, ne.inputs[0].id, mx.id}
         return s, rank
+
+    def _zeroed_rows(self, x: Value, n: Node) -> str | None:
+        """Take ``x = where(rows, 0, p)`` around the softmax p; the reason it does not fold, or None."""
+        cond, zero, y = n.inputs
+        if self._scalar(zero) != 0.0:
+            return f"the probabilities pass through where(%{cond.id}, %{zero.id}, p), which sets no zeros"
+        if n.outputs[0].type.shape != y.type.shape:
+            return f"where(%{cond.id}, 0, p) broadcasts the probabilities to {n.outputs[0].type.shape}"
+        nc = self.node(cond)
+        if nc is not None and nc.op is Op.ISNAN and nc.inputs[0].id == y.id:
+            self.inside |= {x.id, cond.id}
+        else:
+            bias = self._all_masked(cond)
+            if bias is None:
+                return (
+                    f"the probabilities are zeroed where %{cond.id} holds, which is neither isnan(p) nor "
+                    "reduce_max(bias) == -inf over the last axis"
+                )
+            self.rows_bias = bias
+            self.inside.add(x.id)
+        self.zero_masked_rows = True
+        return None
+
+    def _all_masked(self, cond: Value) -> Value | None:
+        """``bias`` when ``cond`` is ``reduce_max(bias, last axis, keepdim) == -inf``: rows masked everywhere."""
+        nc = self.node(cond)
+        if nc is None or nc.op is not Op.EQ:
+            return None
+        for r, c in (nc.inputs, nc.inputs[::-1]):
+            nr = self.node(r)
+            if self._scalar(c) != -math.inf or nr is None or nr.op is not Op.REDUCE_MAX:
+                continue
+            bias = nr.inputs[0]
+            if bias.type.dtype in _FLOATS and _last_axis(nr, bias.type.rank):
+                return bias
+        return None
+
+    def _check_rows_bias(self, m: AttentionMatch, bias: Value) -> None:
+        """where(max(bias) == -inf, 0, p) zeroes exactly the rows attention leaves NaN (all keys masked) only
+        when that bias is the one mask on the scores: another mask could leave a row NaN that it keeps."""
+        masks = [fm.id for fm, _ in m.float_masks]
+        if bias.id not in masks:
+            added = ", ".join(f"%{i}" for i in masks) or "none"
+            raise _Miss(
+                f"the probabilities are zeroed where the bias %{bias.id} masks a whole row, but the masks added "
+                f"to the scores are {added}"
+            )
+        if len(masks) > 1 or m.keep_masks or m.fill is not None:
+            raise _Miss(
+                f"the probabilities are zeroed where the bias %{bias.id} masks a whole row, but other masks on "
+                "the scores can mask a row too"
+            )
 
     def _scores(self, s: Value, m: AttentionMatch, rank: int) -> Node:
         """Walk from the softmax input down to the q @ k^T matmul, collecting scales and masks."""

@@ -8,6 +8,7 @@ import json
 import os
 from dataclasses import dataclass
 
+from aotc.errors import AotcError
 from aotc.ir import launch
 from aotc.lowering.precision import check_precision
 
@@ -30,15 +31,24 @@ class CompileOptions:
     precision: str = "fp32"
     # Pad matmul dims that break 16-byte alignment when it pays (lowering/padding.py).
     matmul_padding: bool = True
+    # Split the K loop of small-output, long-K matmuls over several programs (lowering/splitk.py).
+    split_k: bool = True
     # Fuse the lowered graph into Triton kernels (aotc.kernels) and store their launch plan.
     kernels: bool = True
     # GPU architectures the kernels are compiled for ahead of time; () schedules and generates the
     # kernels (enough for the interpret backend) but compiles no binaries.
     targets: tuple[str, ...] = ("sm_80", "sm_90")
+    # Time candidate tiles of the matmul, conv and attention kernels on this machine's GPU and record the
+    # winners for its target (aotc/kernels/autotune.py); needs a GPU. ``tune_dims`` binds dims for the
+    # timing, as (name, value) pairs; a dim not named is timed at its maximum.
+    autotune: bool = False
+    tune_dims: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self) -> None:
         check_precision(self.precision)
         object.__setattr__(self, "targets", check_targets(self.targets))
+        if self.autotune and not self.targets:
+            raise AotcError("autotune needs GPU targets to record its winners for, but targets is empty")
 
     def key(self) -> str:
         blob = json.dumps(dataclasses.asdict(self), sort_keys=True).encode()
@@ -50,14 +60,15 @@ class CompileOptions:
     @classmethod
     def from_env(cls) -> CompileOptions:
         """Defaults overridden by AOTC_NO_FOLD=1 / AOTC_NO_CSE=1 / AOTC_NO_FUSE_ATTENTION=1 /
-        AOTC_NO_KERNELS=1 (to bisect a miscompile), AOTC_TARGETS=sm_80,sm_90 or none, and
-        AOTC_VERIFY_STAGES=1 (verify the graph after every stage, as the tests do)."""
+        AOTC_NO_SPLIT_K=1 / AOTC_NO_KERNELS=1 (to bisect a miscompile), AOTC_TARGETS=sm_80,sm_90 or none,
+        and AOTC_VERIFY_STAGES=1 (verify the graph after every stage, as the tests do)."""
         targets = os.environ.get("AOTC_TARGETS")
         return cls(
             fold_constants=os.environ.get("AOTC_NO_FOLD", "") != "1",
             cse=os.environ.get("AOTC_NO_CSE", "") != "1",
             verify_each_stage=os.environ.get("AOTC_VERIFY_STAGES", "") == "1",
             fuse_attention=os.environ.get("AOTC_NO_FUSE_ATTENTION", "") != "1",
+            split_k=os.environ.get("AOTC_NO_SPLIT_K", "") != "1",
             kernels=os.environ.get("AOTC_NO_KERNELS", "") != "1",
             **({} if targets is None else {"targets": parse_targets(targets)}),
         )

@@ -17,6 +17,7 @@ from aotc.lowering.options import CompileOptions
 from aotc.lowering.padding import explain_padding, pad_matmuls
 from aotc.lowering.precision import LOW_DTYPES, convert_precision, mark_tf32
 from aotc.lowering.simplify import simplify
+from aotc.lowering.splitk import explain_split_k, split_k
 
 Stage = tuple[str, Callable[[Graph], Graph]]
 
@@ -43,6 +44,9 @@ def stages(options: CompileOptions) -> list[Stage]:
     if options.matmul_padding:
         # After folding, so the weights it pads are the ones the artifact stores.
         out.append(("matmul_padding", pad_matmuls))
+    if options.split_k:
+        # After padding, so it splits the K the kernel will run (a padded K splits as evenly as its weight).
+        out.append(("split_k", split_k))
     out += [("simplify_2", simplify), ("dce", dce)]
     return out
 
@@ -55,8 +59,10 @@ def lower(
     options: CompileOptions | None = None,
     dump_dir: str | os.PathLike | None = None,
     progress: Callable[[str], None] | None = None,
+    observe: Callable[[str, Graph], None] | None = None,
 ) -> Graph:
-    """High-level graph -> verified primitive graph. ``progress(stage)`` is called before each stage."""
+    """High-level graph -> verified primitive graph. ``progress(stage)`` is called before each stage, and
+    ``observe(stage, graph)`` with the graph the stage receives (the compiler records the padding from it)."""
     options = options or CompileOptions.from_env()
     dump = Path(dump_dir) if dump_dir is not None else None
     if dump is not None:
@@ -66,6 +72,8 @@ def lower(
     for i, (name, fn) in enumerate(stages(options), start=1):
         if progress is not None:
             progress(name)
+        if observe is not None:
+            observe(name, graph)
         graph = fn(graph)
         if options.verify_each_stage:
             verify(graph, stage=name)
@@ -77,7 +85,8 @@ def lower(
 
 def explain_lowering(graph: Graph, options: CompileOptions | None = None) -> list[str]:
     """What the pattern passes decided, for ``aotc compile --explain``: each hand-written attention the
-    attention pass could not fold (and why), and each matmul the padding pass padded or declined (and why).
+    attention pass could not fold (and why), each matmul the padding pass padded or declined (and why), and
+    each long-K matmul the split-K pass split or declined (and why).
 
     Re-runs the stages, reading the graph each of those passes receives; a compile never pays for it.
     """
@@ -88,5 +97,7 @@ def explain_lowering(graph: Graph, options: CompileOptions | None = None) -> lis
             lines += [f"attention not fused: {reason}" for reason in explain_attention(graph)]
         elif name == "matmul_padding":
             lines += explain_padding(graph)
+        elif name == "split_k":
+            lines += explain_split_k(graph)
         graph = fn(graph)
     return lines

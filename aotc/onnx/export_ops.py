@@ -61,6 +61,17 @@ def _cast(ctx: ExportCtx, node: Node, ins: list[str], outs: list[str]) -> None:
     ctx.one("Cast", ins, outs[0], to=elem_type(node.attrs["dtype"]))
 
 
+def _matmul(ctx: ExportCtx, node: Node, ins: list[str], outs: list[str]) -> None:
+    """ONNX MatMul returns its inputs' type: a half product kept in float32 (``out_dtype``) multiplies
+    float32 copies of the inputs, which is exact for the products and accumulates in float32."""
+    out_dt = node.outputs[0].type.dtype
+    if node.inputs[0].type.dtype is out_dt:
+        _simple("MatMul")(ctx, node, ins, outs)
+        return
+    up = [ctx.one("Cast", [v], to=elem_type(out_dt)) for v in ins]
+    ctx.add("MatMul", up, outs)
+
+
 def _reduce(op_type: str) -> Emitter:
     def emit(ctx: ExportCtx, node: Node, ins: list[str], outs: list[str]) -> None:
         axes = node.attrs["axes"]
@@ -298,7 +309,6 @@ _BINARY = {
     Op.OR: "Or",
     Op.XOR: "Xor",
     Op.WHERE: "Where",
-    Op.MATMUL: "MatMul",
 }
 
 EMITTERS: dict[Op, Emitter] = {
@@ -308,6 +318,7 @@ EMITTERS: dict[Op, Emitter] = {
     Op.MOD: _mod,
     Op.FMOD: _simple("Mod", fmod=1),
     Op.CAST: _cast,
+    Op.MATMUL: _matmul,
     Op.REDUCE_SUM: _reduce("ReduceSum"),
     Op.REDUCE_MAX: _reduce("ReduceMax"),
     Op.REDUCE_MIN: _reduce("ReduceMin"),

@@ -61,7 +61,14 @@ def fake_binary(k: Kernel) -> KernelBinary:
 
 
 def fake_binaries(s: Schedule) -> tuple[KernelBinary, ...]:
-    return tuple(fake_binary(k) for k in {k.name: k for k in s.kernels}.values())
+    """One binary per distinct kernel; a per-target variant's gets its own target's cubin and PTX only."""
+    out = {k.name: fake_binary(k) for k in s.kernels}
+    for k in s.kernels:
+        for v in k.variants:
+            b = fake_binary(v.kernel)
+            (cubin,) = [c for c in b.cubins if c.arch == v.arch]
+            out.setdefault(v.kernel.name, KernelBinary(b.name, (cubin,), b.ptx.replace("sm_80", v.arch), cubin.meta))
+    return tuple(out.values())
 
 
 def write(

@@ -16,15 +16,16 @@ from kernel_kit import GOLDEN, fake_binaries, fake_binary, golden_model, meta, u
 from mutation import Subject, classify, fb_region, reseal
 
 import aotc
-from aotc.artifact import encode, plan_encode, read_artifact, write_artifact
+from aotc.artifact import encode, plan_decode, plan_encode, read_artifact, write_artifact
 from aotc.artifact.plan_checks import source_params
 from aotc.errors import ArtifactError, UnsupportedError
 from aotc.ir.launch import SCRATCH_PARAMS
-from aotc.ir.schedule import Arg, ArgKind, Buffer, IndexCheck, Schedule, View
+from aotc.ir.schedule import ArchVariant, Arg, ArgKind, Buffer, IndexCheck, Schedule, View
 from aotc.ir.symbolic import floordiv, sym
 
-V3 = (GOLDEN.parent / "v3_mlp.aotc").read_bytes()
-V3_SUBJECT = Subject.of("golden_v3", V3)
+# The newest golden file: a mutation re-written by today's writer is a file of today's schema version.
+V4 = (GOLDEN.parent / "v4_mlp.aotc").read_bytes()
+V4_SUBJECT = Subject.of("golden_v4", V4)
 
 
 def test_round_trip_with_binaries() -> None:
@@ -244,14 +245,71 @@ def test_fake_binary_metadata_is_what_triton_gives() -> None:
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_random_resealed_damage_to_kernel_tables_fails_cleanly(data: st.DataObject) -> None:
-    """Random bytes of the schema 3 golden file's FlatBuffer (mostly its kernel tables: sources, PTX, launch
+    """Random bytes of the newest golden file's FlatBuffer (mostly its kernel tables: sources, PTX, launch
     plans) changed and resealed: refused, or a model the writer writes exactly so (mutation.classify)."""
-    start, end = fb_region(V3)
-    buf = bytearray(V3)
-    slots = V3_SUBJECT.slots
+    start, end = fb_region(V4)
+    buf = bytearray(V4)
+    slots = V4_SUBJECT.slots
     for _ in range(data.draw(st.integers(1, 4))):
         # near a structural integer (the cubin images are most of the bytes), so strings and tables get hit
         near = start + slots[data.draw(st.integers(0, len(slots) - 1))].pos
         i = min(max(near + data.draw(st.integers(-24, 24)), start), end - 1)
         buf[i] = data.draw(st.integers(0, 255))
-    classify(V3_SUBJECT, reseal(buf))
+    classify(V4_SUBJECT, reseal(buf))
+
+
+# -- per-target variants (schema 4) -----------------------------------------------------------------
+
+
+def _with_variant(s: Schedule, index: int = 0, **changes: object) -> Schedule:
+    k = s.kernels[index]
+    name = f"{k.name}_sm90"
+    v = k.replace(name=name, source=k.source.replace(f"def {k.name}(", f"def {name}(", 1), num_warps=8)
+    v = v.replace(**changes) if changes else v
+    return with_kernel(s, index, lambda k: k.replace(variants=(ArchVariant("sm_90", v),)))
+
+
+def test_variants_round_trip_and_name_their_kernel_feature() -> None:
+    src, variant, schedule = golden_model()
+    s = _with_variant(schedule)
+    binaries = fake_binaries(s)
+    art = read_artifact(write(variant, s, binaries, source=src))
+    assert art.schedules == (s,) and art.kernel_features == ("kernels", "binaries", "arch_variants")
+    assert art.kernels[f"{schedule.kernels[0].name}_sm90"].archs == ("sm_90",)
+    # without binaries too
+    art = read_artifact(write(variant, s))
+    assert art.schedules == (s,) and art.kernel_features == ("kernels", "arch_variants")
+
+
+def test_the_writer_refuses_a_variant_that_is_another_launch() -> None:
+    _, variant, schedule = golden_model()
+    other = schedule.kernels[1]
+    with pytest.raises(ArtifactError, match="does not take the launch's args"):
+        write(variant, _with_variant(schedule, args=other.args))
+    with pytest.raises(ArtifactError, match="expected a target such as 'sm_90'"):
+        bad = with_kernel(
+            _with_variant(schedule),
+            0,
+            lambda k: k.replace(variants=(dataclasses.replace(k.variants[0], arch="sm_90a"),)),
+        )
+        write(variant, bad)
+
+
+def test_a_variant_needs_its_targets_cubin() -> None:
+    _, variant, schedule = golden_model()
+    s = _with_variant(schedule)
+    name = f"{schedule.kernels[0].name}_sm90"
+    binaries = tuple(
+        b if b.name != name else dataclasses.replace(b, cubins=(), ptx=b.ptx, ptx_meta=b.ptx_meta)
+        for b in fake_binaries(s)
+    )
+    with pytest.raises(ArtifactError, match="has no sm_90 cubin"):
+        write(variant, s, binaries)
+
+
+def test_a_reader_that_does_not_know_arch_variants_runs_the_file_on_the_cpu() -> None:
+    _, variant, schedule = golden_model()
+    data = write(variant, _with_variant(schedule), fake_binaries(_with_variant(schedule)))
+    with mock.patch.object(plan_decode, "KNOWN_KERNEL_FEATURES", ("kernels", "binaries")):
+        art = read_artifact(data)
+    assert art.unusable_kernel_features == ("arch_variants",) and art.schedules == (None,)

@@ -27,7 +27,7 @@ from aotc.lowering.decompose import decompose
 
 TESTS = Path(__file__).resolve().parents[1]
 MODELS = TESTS.parent / "models"
-NAMES = ("mlp", "cnn", "gpt2", "golden", "golden_v3")
+NAMES = ("mlp", "cnn", "gpt2", "golden", "golden_v4")
 
 
 def load_module(path: Path) -> ModuleType:
@@ -38,8 +38,8 @@ def load_module(path: Path) -> ModuleType:
 
 
 def compile_model(name: str, path: Path) -> bytes:
-    if name == "golden_v3":
-        return (TESTS / "golden" / "v3_mlp.aotc").read_bytes()
+    if name == "golden_v4":
+        return (TESTS / "golden" / "v4_mlp.aotc").read_bytes()
     if name == "golden":
         golden = load_module(TESTS / "golden" / "make_golden.py")
         src = golden.source_graph()

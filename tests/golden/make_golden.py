@@ -3,7 +3,7 @@
     .venv/bin/python tests/golden/make_golden.py            # writes tests/golden/v<SCHEMA_VERSION>_mlp.{aotc,npz}
 
 From version 3 the file also holds the variant's launch plan and its kernels compiled for sm_80 (cubin and
-PTX; triton compiles them with no GPU). Run it once per schema version, when SCHEMA_VERSION is bumped, and check both files in. Never
+PTX; triton compiles them with no GPU); from version 4 for sm_80 and sm_90, with sm_90 variants. Run it once per schema version, when SCHEMA_VERSION is bumped, and check both files in. Never
 regenerate an older version's files: they prove that files written by earlier aotc versions still load.
 The model touches most of the schema: symbols with ranges and multiple_of, a guard with its source
 location, float32/int64/bool constants, attrs of every kind, a nested output tree and a source graph.
@@ -12,6 +12,7 @@ location, float32/int64/bool constants, attrs of every kind, a nested output tre
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -96,12 +97,29 @@ def main() -> int:
     variant = lower(src)
     verify(src)
     verify(variant, primitive_only=True)
+    from aotc.ir.schedule import ArchVariant, KernelKind
     from aotc.kernels.aot import compile_kernels
     from aotc.kernels.scheduler import schedule_graph
+    from aotc.lowering.options import CompileOptions
 
-    schedule = schedule_graph(variant)
+    # From version 4: sm_80 kernels, and sm_90 variants where sm_90's heuristics choose other tiles.
+    targets = ("sm_80", "sm_90")
+    schedule = schedule_graph(variant, CompileOptions(targets=targets))
+    if not any(k.variants for k in schedule.kernels):
+        # The model is too small for sm_90's heuristics to differ: give its first matmul a variant with
+        # twice the warps, so the file holds the version-4 table all the same.
+        i = next(i for i, k in enumerate(schedule.kernels) if k.kind is KernelKind.MATMUL)
+        k = schedule.kernels[i]
+        name = f"{k.name}_sm90"
+        v = k.replace(
+            name=name, source=k.source.replace(f"def {k.name}(", f"def {name}(", 1), num_warps=2 * k.num_warps
+        )
+        kernels = list(schedule.kernels)
+        kernels[i] = k.replace(variants=(ArchVariant("sm_90", v),))
+        schedule = dataclasses.replace(schedule, kernels=tuple(kernels))
     distinct = list({k.name: k for k in schedule.kernels}.values())
-    binaries = compile_kernels(distinct, targets=("sm_80",))
+    binaries = compile_kernels(distinct, targets=targets)
+    print(f"{len(schedule.kernels)} launches, {sum(len(k.variants) for k in schedule.kernels)} with an sm_90 variant")
     save_artifact(
         stem.with_suffix(".aotc"),
         [variant],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -102,6 +103,31 @@ def test_v3_kernels_load_and_run_under_the_interpreter() -> None:
     assert [k["name"] for k in d["kernels"]] == list(dict.fromkeys(k.name for k in schedule.kernels))
     assert all(k["targets"] == ["sm_80"] and k["num_warps"] >= 1 for k in d["kernels"])
     assert d["arena_bytes"] > 0
+
+
+def test_v4_variants_load_and_run_under_the_interpreter() -> None:
+    """The schema 4 golden file holds sm_80 and sm_90 cubins and an sm_90 variant of a launch: a GPU of
+    capability 9.0 launches the variant's code, 8.x the launch's own; both compute the stored outputs."""
+    pytest.importorskip("triton")
+    art = read_artifact(HERE / "v4_mlp.aotc")
+    assert art.kernel_features == ("kernels", "binaries", "arch_variants")
+    (schedule,) = art.schedules
+    (launch,) = [k for k in schedule.kernels if k.variants]
+    (variant,) = launch.variants
+    assert variant.arch == "sm_90" and art.kernels[variant.kernel.name].archs == ("sm_90",)
+    assert art.kernels[launch.name].archs == ("sm_80", "sm_90")
+    assert schedule.for_capability((9, 0)).kernels != schedule.kernels
+    assert schedule.for_capability((8, 6)) is schedule or schedule.for_capability((8, 6)).kernels == schedule.kernels
+    expected = np.load(HERE / "v4_mlp.npz")
+    feeds = {k[3:]: expected[k] for k in expected.files if k.startswith("in_")}
+    for s in (schedule, schedule.for_capability((9, 0))):
+        plain = dataclasses.replace(art, schedules=(s,))
+        got = aotc.runtime.load(plain, device="interpret").run(feeds)
+        for i, g in enumerate(got):
+            np.testing.assert_allclose(g, expected[f"out_{i}"], rtol=1e-4, atol=1e-5)
+    d = describe(art)
+    rows = {k["name"]: k for k in d["kernels"]}
+    assert rows[variant.kernel.name]["variant_of"] == launch.name and rows[variant.kernel.name]["targets"] == ["sm_90"]
 
 
 def test_files_before_v3_have_no_kernels() -> None:

@@ -17,7 +17,7 @@ pytest.importorskip("triton")
 
 from aotc.errors import AotcError, UnsupportedError
 from aotc.ir.launch import SCRATCH_PARAMS, LaunchMeta
-from aotc.ir.schedule import Arg, ArgKind, Kernel, KernelKind
+from aotc.ir.schedule import ArchVariant, Arg, ArgKind, Kernel, KernelKind
 from aotc.kernels import aot
 from aotc.kernels.aot import AotOptions, KernelCompileError, compile_kernels, job_spec, parse_targets, triton_version
 from aotc.kernels.cache import Compiled, KernelCache, cache_key
@@ -313,3 +313,22 @@ def test_a_compile_after_an_interpreter_launch_still_works(tmp_path: Path) -> No
     np.testing.assert_array_equal(out, 2 * x)
     binary = compile_kernels([kernel], ("sm_80",), AotOptions(cache_dir=str(tmp_path), jobs=1))["add_kernel"]
     assert binary.cubins[0].data.startswith(ELF)
+
+
+def test_a_variant_compiles_for_its_target_only(tmp_path: Path) -> None:
+    """An sm_90 variant gets an sm_90 cubin and that target's PTX; the launch's own kernel, which every
+    Hopper GPU now skips, only the oldest target's cubin and the portable PTX."""
+    base = _add()
+    source = ADD.replace("def add_kernel(", "def add_kernel_sm90(", 1)
+    variant = _add(source, "add_kernel_sm90", warps=8)
+    kernel = base.replace(variants=(ArchVariant("sm_90", variant),))
+    out = compile_kernels([kernel], ("sm_80", "sm_90"), AotOptions(cache_dir=str(tmp_path), jobs=1))
+    assert out["add_kernel"].archs == ("sm_80",) and out["add_kernel"].ptx_meta.arch == "sm_80"
+    # a second launch of the same code with no variant still needs its sm_90 cubin
+    both = compile_kernels([kernel, base], ("sm_80", "sm_90"), AotOptions(cache_dir=str(tmp_path), jobs=1))
+    assert both["add_kernel"].archs == ("sm_80", "sm_90")
+    v = out["add_kernel_sm90"]
+    assert v.archs == ("sm_90",) and v.cubin("sm_90").data[:4] == ELF
+    assert v.ptx_meta.arch.startswith("sm_90") and v.cubin("sm_90").meta.num_warps == 8
+    with pytest.raises(AotcError, match="not a target"):
+        compile_kernels([kernel], ("sm_80",), AotOptions(cache_dir=str(tmp_path), jobs=1))

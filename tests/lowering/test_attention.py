@@ -139,7 +139,43 @@ def _torch_export_style(x, keep):
     return where(p.isnan(), 0.0, p) @ v
 
 
-HAND_WRITTEN = [_masked_fill, _where_keep, _float_mask_then_scale, _no_mask, _finfo_min_fill, _torch_export_style]
+def _zero_rows(bias, p):
+    """The ONNX Attention importer's wrapper: zero probabilities on the rows whose bias is -inf everywhere."""
+    from aotc import where
+
+    return where(bias.amax(dim=-1, keepdim=True) == float("-inf"), 0.0, p)
+
+
+def _padding_bias(keep):
+    from aotc import where
+
+    return where(keep[:, None, None, :] != 0, 0.0, float("-inf"))
+
+
+def _causal_bias(s):
+    from aotc import arange, where
+
+    return where(arange(s)[None, :] <= arange(s)[:, None], 0.0, float("-inf"))
+
+
+def _onnx_importer_style(x, keep):
+    """ONNX Attention's explicit path: sqrt(scale) on q and k^T, one additive bias, its fully masked rows zeroed."""
+    q, k, v = _qkv(x)
+    half = (1 / math.sqrt(D)) ** 0.5
+    bias = _padding_bias(keep)
+    p = F.softmax((q * half) @ (k.transpose(-2, -1) * half) + bias, dim=-1)
+    return _zero_rows(bias, p) @ v
+
+
+HAND_WRITTEN = [
+    _masked_fill,
+    _where_keep,
+    _float_mask_then_scale,
+    _no_mask,
+    _finfo_min_fill,
+    _torch_export_style,
+    _onnx_importer_style,
+]
 
 
 @pytest.mark.parametrize("fn", HAND_WRITTEN, ids=lambda f: f.__name__.strip("_"))
@@ -157,6 +193,32 @@ def test_hand_written_variants_fold(fn) -> None:
     (node,) = [n for n in fused.nodes if n.op is Op.SDPA]
     assert math.isclose(node.attrs["scale"], 1 / math.sqrt(D))
     assert _count(fused, Op.REDUCE_MAX) == 0
+
+
+def test_rows_with_no_allowed_key_come_out_zero() -> None:
+    """Padding plus causal in one bias: rows 0-3 of a sequence padded at the front and every row of a fully
+    padded one attend no key; the importer's wrapper gives them 0 (as onnxruntime does), so must SDPA."""
+
+    def fn(x, keep):
+        q, k, v = _qkv(x)
+        bias = _padding_bias(keep) + _causal_bias(q.shape[2])
+        return _zero_rows(bias, F.softmax(_scaled_scores(q, k) + bias, dim=-1)) @ v
+
+    graph = trace(fn, SPEC, name="attn")
+    assert explain_attention(decompose_keeping_attention(graph)) == []
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((3, 9, 3 * H * D)).astype(np.float32)
+    keep = np.ones((3, 9), np.int64)
+    keep[0, :4] = 0
+    keep[2] = 0
+    fused = _same_results(graph, [x, keep], {"batch": 3, "seq": 9})
+    assert _count(fused, Op.SDPA) == 1 and _count(fused, Op.REDUCE_MAX) == 0
+    with np.errstate(invalid="ignore"):
+        (out,) = GraphRunner(fused).run([x, keep], {"batch": 3, "seq": 9})
+    no_key = np.zeros((3, 9), bool)
+    no_key[0, :4] = no_key[2] = True
+    zero = (out == 0).all(axis=-1)  # (batch, heads, queries)
+    assert (zero == no_key[:, None, :]).all() and np.isfinite(out).all()
 
 
 def test_half_precision_hand_written_attention() -> None:
@@ -237,6 +299,45 @@ def test_near_miss_half_precision_finite_fill() -> None:
     spec = {n: TensorSpec((B, H, SEQ, 16), "float16") for n in "qkv"} | {"keep": TensorSpec((B, SEQ), "int64")}
     (reason,) = _explained(fn, spec)
     assert "-65504.0 is not -inf or a float32 finfo.min-like value" in reason
+
+
+def test_near_miss_rows_zeroed_by_another_bias() -> None:
+    """The wrapper reads the padding bias but the scores get padding + causal: a row the causal mask empties
+    would stay NaN in the graph and come out 0 from SDPA."""
+
+    def fn(x, keep):
+        q, k, v = _qkv(x)
+        pad = _padding_bias(keep)
+        bias = pad + _causal_bias(q.shape[2])
+        return _zero_rows(pad, F.softmax(_scaled_scores(q, k) + bias, dim=-1)) @ v
+
+    graph = decompose_keeping_attention(trace(fn, SPEC, name="attn"))
+    (reason,) = explain_attention(graph)
+    assert "masks a whole row, but the masks added to the scores are %" in reason
+    assert _count(fuse_attention(graph), Op.SDPA) == 0
+
+
+def test_near_miss_rows_zeroed_with_other_masks() -> None:
+    def fn(x, keep):
+        q, k, v = _qkv(x)
+        bias = _padding_bias(keep)
+        s = (_scaled_scores(q, k) + bias).masked_fill(keep[:, None, :, None] == 0, float("-inf"))
+        return _zero_rows(bias, F.softmax(s, dim=-1)) @ v
+
+    (reason,) = _explained(fn, SPEC)
+    assert "other masks on the scores can mask a row too" in reason
+
+
+def test_near_miss_rows_zeroed_by_another_condition() -> None:
+    def fn(x, keep):
+        from aotc import where
+
+        q, k, v = _qkv(x)
+        p = F.softmax(_scaled_scores(q, k), dim=-1)
+        return where(keep[:, None, :, None] == 0, 0.0, p) @ v
+
+    (reason,) = _explained(fn, SPEC)
+    assert "neither isnan(p) nor reduce_max(bias) == -inf" in reason
 
 
 def test_near_miss_mask_below_a_batch_reshape() -> None:

@@ -4,6 +4,7 @@ stores each padded weight once, and explains every decision."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 import pytest
@@ -27,8 +28,8 @@ F32 = DType.float32
 
 
 def _options(**kw: object) -> CompileOptions:
-    # Lowering only: these tests check graphs and cpu results, not generated kernels.
-    return dataclasses.replace(CompileOptions.from_env(), kernels=False, **kw)
+    # Lowering only unless asked: most tests here check graphs and cpu results, not generated kernels.
+    return dataclasses.replace(CompileOptions.from_env(), **{"kernels": False, **kw})
 
 
 class TwoLinear(nn.Module):
@@ -131,6 +132,12 @@ def test_no_matmul_padding_option_turns_it_off() -> None:
 # -- the pass alone, on small graphs ---------------------------------------------------------------
 
 
+def _transposed(b, v):
+    """``v`` read by a view, not a pointwise op: a result that reaches the outputs only so is not a model output
+    as far as the padding pass is concerned (it pads N and slices the result)."""
+    return b.permute(v, tuple(reversed(range(v.type.rank))))
+
+
 def _linear_graph(m: int | str, k: int, n: int, *, output_direct: bool = False, dtype: DType = F32) -> Graph:
     rng = np.random.default_rng(0)
     w = (rng.standard_normal((n, k)) * 0.1).astype(dtype.np)
@@ -139,7 +146,7 @@ def _linear_graph(m: int | str, k: int, n: int, *, output_direct: bool = False, 
 
     def body(b, x):
         y = b.op(Op.MATMUL, x, b.permute(const(b, "w", w), (1, 0)))
-        return [y] if output_direct else [b.op(Op.ADD, y, y)]
+        return [y] if output_direct else [_transposed(b, b.op(Op.ADD, y, y))]
 
     return make_graph({"x": TensorType(dtype, (rows, k))}, body, symbols=symbols, constants={"w": w})
 
@@ -220,7 +227,7 @@ def test_tied_weight_is_stored_once_and_read_through_a_slice() -> None:
         wv = const(b, "w", w)
         emb = b.op(Op.GATHER, wv, ids, axis=0)
         y = b.op(Op.MATMUL, x, b.permute(wv, (1, 0)))
-        return [b.op(Op.ADD, y, y), emb]
+        return [_transposed(b, b.op(Op.ADD, y, y)), emb]
 
     g = make_graph({"x": TensorType(F32, (64, 1001)), "ids": TensorType(DType.int64, (5,))}, body, constants={"w": w})
     padded = pad_matmuls(g)
@@ -282,7 +289,7 @@ def test_pass_is_exact_on_batched_activation_matmuls(a_shape: tuple, b_shape: tu
     """Both operands are activations (PAD views on each), batch dims broadcast, and N is sliced back."""
 
     def body(b, x, y):
-        return [b.op(Op.NEG, b.op(Op.MATMUL, x, y))]
+        return [_transposed(b, b.op(Op.NEG, b.op(Op.MATMUL, x, y)))]
 
     g = make_graph({"x": TensorType(F32, a_shape), "y": TensorType(F32, b_shape)}, body)
     padded = pad_matmuls(g, min_macs=0, max_overhead=100.0)
@@ -294,3 +301,153 @@ def test_pass_is_exact_on_batched_activation_matmuls(a_shape: tuple, b_shape: tu
     (y,), (y0,) = run_graph(padded, feeds, {}), run_graph(g, feeds, {})
     assert y.shape == y0.shape
     _close(y, y0)
+
+
+# -- the N slice sinks below pointwise consumers, into the matmul kernel's epilogue -------------------
+
+
+class LinearReluLinear(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(1000, 999)
+        self.b = nn.Linear(999, 1000)
+
+    def forward(self, x):
+        return self.b(nn.functional.relu(self.a(x)))
+
+
+@functools.cache
+def _linear_relu_linear() -> tuple:
+    """The model compiled with kernels (sources only: the suite builds no cubins), padded and not."""
+    model = LinearReluLinear()
+    rng = np.random.default_rng(0)
+    model.load_state_dict(
+        {k: (rng.standard_normal(v.shape) * 0.03).astype(np.float32) for k, v in model.state_dict().items()}
+    )
+    inputs = {"x": TensorSpec((Dim("batch", min=1, max=64), 1000), "float32")}
+    padded = aotc.compile(model, inputs, options=_options(kernels=True))
+    plain = aotc.compile(model, inputs, options=_options(kernels=True, matmul_padding=False))
+    return padded, plain
+
+
+def test_padded_linear_keeps_bias_and_relu_in_the_matmul_epilogue() -> None:
+    """N 999 -> 1000 on the first Linear used to leave a SLICE between its matmul and the bias add, so the add
+    and relu took a pointwise kernel of their own (3 kernels against 2 unpadded). With the slice sunk below
+    the relu, the padded model has the unpadded model's kernels."""
+    padded, plain = _linear_relu_linear()
+    ops = [n.op for n in padded.lowered.nodes]
+    assert ops.index(Op.MATMUL) < ops.index(Op.ADD) < ops.index(Op.MAXIMUM) < ops.index(Op.SLICE)
+    assert read_artifact(padded.artifact_bytes).constants["a.bias"].shape == (1000,)  # padded once, stored once
+    kinds = [k.kind.value for k in padded.schedule.kernels]
+    assert kinds == [k.kind.value for k in plain.schedule.kernels] == ["matmul", "matmul"]
+    assert {"matmul", "add", "maximum"} <= set(padded.schedule.kernels[0].fused)
+
+
+@pytest.mark.parametrize("device", ["cpu", "interpret"])
+def test_padded_linear_relu_linear_agrees_with_unpadded(device: str) -> None:
+    if device == "interpret":
+        pytest.importorskip("triton")
+    padded, plain = _linear_relu_linear()
+    exe, exe0 = aotc.load(padded.artifact_bytes, device=device), aotc.load(plain.artifact_bytes, device=device)
+    for batch in (1, 3, 17):
+        x = np.random.default_rng(batch).standard_normal((batch, 1000)).astype(np.float32)
+        (y,), (y0,) = exe.run({"x": x}), exe0.run({"x": x})
+        assert y.shape == y0.shape == (batch, 1000)
+        _close(y, y0)
+
+
+def _sink_graph(tail, *, extra: dict | None = None, k: int = 1001) -> Graph:
+    """x (64, k) @ w^T (N = 999: padded to 1000; K 1001 -> 1004), then ``tail(b, y, bias, *extra inputs)``."""
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((999, k)) * 0.1).astype(np.float32)
+    bias = rng.standard_normal(999).astype(np.float32)
+
+    def body(b, x, *rest):
+        y = b.op(Op.MATMUL, x, b.permute(const(b, "w", w), (1, 0)))
+        return tail(b, y, const(b, "bias", bias), *rest)
+
+    types = {"x": TensorType(F32, (64, k)), **(extra or {})}
+    return make_graph(types, body, constants={"w": w, "bias": bias})
+
+
+def _run_both(g: Graph, feeds: list[np.ndarray]) -> tuple[Graph, list, list]:
+    padded = pad_matmuls(g)
+    verify(padded, stage="matmul_padding", primitive_only=True)
+    return padded, run_graph(padded, feeds, {}), run_graph(g, feeds, {})
+
+
+def _x() -> np.ndarray:
+    return np.random.default_rng(1).standard_normal((64, 1001)).astype(np.float32)
+
+
+def _activation_slices(g: Graph) -> list:
+    """The SLICE nodes that cut an N padding off (not the slice-back views of padded weights)."""
+    consts = {n.outputs[0].id for n in _ops(g, Op.CONSTANT)}
+    return [n for n in _ops(g, Op.SLICE) if n.inputs[0].id not in consts]
+
+
+def test_slice_sinks_below_bias_and_activation_and_the_bias_is_padded_once() -> None:
+    def tail(b, y, bias):
+        z = b.op(Op.MAXIMUM, b.op(Op.ADD, y, bias), b.full(0.0, F32))
+        return [_transposed(b, z), b.op(Op.NEG, bias)]  # the bias has a second reader, which reads a SLICE of it
+
+    padded, out, ref = _run_both(_sink_graph(tail), [_x()])
+    assert padded.constants["bias"].shape == (1000,) and padded.constants["w"].shape == (1000, 1004)
+    (add,) = _ops(padded, Op.ADD)
+    (maximum,) = _ops(padded, Op.MAXIMUM)
+    assert add.outputs[0].type.shape == maximum.outputs[0].type.shape == (64, 1000)
+    assert [s.inputs[0] for s in _activation_slices(padded)] == [maximum.outputs[0]]
+    assert len(_ops(padded, Op.PAD)) == 1  # x's K pad only: the bias is padded at compile time
+    _close(out[0], ref[0])
+    np.testing.assert_array_equal(out[1], ref[1])
+
+
+def test_an_activation_operand_is_padded_with_a_view_and_its_padding_is_never_read() -> None:
+    """A residual-like operand with the full N gets a PAD view (zeros), so (y + bias) / r is 0 / 0 = nan in the
+    padded column, which the slice drops unread."""
+
+    def tail(b, y, bias, r):
+        return [_transposed(b, b.op(Op.DIV, b.op(Op.ADD, y, bias), r))]
+
+    g = _sink_graph(tail, extra={"r": TensorType(F32, (64, 999))})
+    r = np.random.default_rng(2).uniform(0.5, 2.0, (64, 999)).astype(np.float32)
+    padded, (y,), (y0,) = _run_both(g, [_x(), r])
+    (div,) = _ops(padded, Op.DIV)
+    src = {o.id: n for n in padded.nodes for o in n.outputs}[div.inputs[1].id]
+    assert src.op is Op.PAD and src.inputs[0].id == g.inputs[1].id and div.outputs[0].type.shape == (64, 1000)
+    assert np.isfinite(y).all()
+    _close(y, y0)
+
+
+def test_a_chain_to_a_model_output_keeps_n_unpadded() -> None:
+    """bias and relu then the output: the output is stored unpadded, so padding N would cost a copy."""
+
+    def tail(b, y, bias):
+        return [b.op(Op.MAXIMUM, b.op(Op.ADD, y, bias), b.full(0.0, F32))]
+
+    report = plan_padding(_sink_graph(tail))
+    (line,) = report.padded
+    assert "K 1001 -> 1004" in line and "N = 999 not padded: the result is a model output through add, maximum" in line
+    assert not _activation_slices(report.graph) and report.graph.constants["bias"].shape == (999,)
+    only_n = plan_padding(_sink_graph(tail, k=1000))
+    (line,) = only_n.declined
+    assert "only N = 999 is misaligned" in line and "model output through add, maximum" in line
+    assert only_n.graph.constants["bias"].shape == (999,)
+
+
+def test_integer_ops_stop_the_sink() -> None:
+    """A cast to int32 ends the chain: integer division must not meet the zero padding."""
+
+    def tail(b, y, bias, d):
+        q = b.op(Op.DIV, b.cast(b.op(Op.ADD, y, bias), DType.int32), d)
+        return [_transposed(b, q)]
+
+    g = _sink_graph(tail, extra={"d": TensorType(DType.int32, (64, 999))})
+    d = np.random.default_rng(3).integers(1, 5, (64, 999)).astype(np.int32)
+    padded, (y,), (y0,) = _run_both(g, [_x() * 50, d])
+    (cast,) = _ops(padded, Op.CAST)
+    (add,) = _ops(padded, Op.ADD)
+    assert add.outputs[0].type.shape == (64, 1000) and cast.inputs[0].type.shape == (64, 999)
+    assert not any(p.inputs[0].type.dtype is DType.int32 for p in _ops(padded, Op.PAD))
+    # The K-padded float sums may round differently, which can move a truncated quotient by one.
+    assert y.dtype == np.int32 and np.abs(y - y0).max() <= 1

@@ -146,6 +146,7 @@ def test_pipeline_dumps_every_stage_and_verifies(kit, tmp_path):
             "fold_constants",
             "cse_2",
             "matmul_padding",
+            "split_k",
             "simplify_2",
             "dce",
         )

@@ -251,7 +251,32 @@ class Launch(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
         return o == 0
 
-def LaunchStart(builder): builder.StartObject(10)
+    # Launch
+    def Variants(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(24))
+        if o != 0:
+            x = self._tab.Vector(o)
+            x += flatbuffers.number_types.UOffsetTFlags.py_type(j) * 4
+            x = self._tab.Indirect(x)
+            from aotc.artifact.generated.ArchLaunch import ArchLaunch
+            obj = ArchLaunch()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+    # Launch
+    def VariantsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(24))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Launch
+    def VariantsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(24))
+        return o == 0
+
+def LaunchStart(builder): builder.StartObject(11)
 def Start(builder):
     return LaunchStart(builder)
 def LaunchAddCode(builder, code): builder.PrependUint32Slot(0, code, 0)
@@ -311,6 +336,12 @@ def AddFused(builder, fused):
 def LaunchStartFusedVector(builder, numElems): return builder.StartVector(4, numElems, 4)
 def StartFusedVector(builder, numElems):
     return LaunchStartFusedVector(builder, numElems)
+def LaunchAddVariants(builder, variants): builder.PrependUOffsetTRelativeSlot(10, flatbuffers.number_types.UOffsetTFlags.py_type(variants), 0)
+def AddVariants(builder, variants):
+    return LaunchAddVariants(builder, variants)
+def LaunchStartVariantsVector(builder, numElems): return builder.StartVector(4, numElems, 4)
+def StartVariantsVector(builder, numElems):
+    return LaunchStartVariantsVector(builder, numElems)
 def LaunchEnd(builder): return builder.EndObject()
 def End(builder):
     return LaunchEnd(builder)

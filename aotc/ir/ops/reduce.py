@@ -83,22 +83,37 @@ def _check_tf32(attrs: Attrs, dt: DType, what: str) -> None:
         raise ShapeError(f"{what} attr 'allow_tf32' applies to float32 inputs, got {dt.value}")
 
 
+def matmul_out_dtype(attrs: Attrs, dt: DType) -> DType:
+    """The product's dtype: the inputs' own, or float32 when ``out_dtype="float32"`` (a float product kept
+    unrounded, e.g. split-K partial sums of bfloat16 inputs)."""
+    out = attrs.get("out_dtype")
+    if out is None:
+        return dt
+    if not isinstance(out, str) or out != "float32":
+        raise ShapeError(f"matmul attr 'out_dtype' must be 'float32' (or absent), got {out!r}")
+    if not dt.is_float:
+        raise ShapeError(f"matmul attr 'out_dtype'='float32' applies to float inputs, got {dt.value}")
+    return DType.float32
+
+
 def _matmul_infer(ts: Sequence[TensorType], attrs: Attrs, ctx: ShapeCtx) -> tuple[TensorType, ...]:
     a, b = ts
     dt = same_dtype(ts, "matmul")
     _check_tf32(attrs, dt, "matmul")
+    out_dt = matmul_out_dtype(attrs, dt)
     if dt is DType.bool or a.rank < 2 or b.rank < 2:
         raise ShapeError(f"matmul needs numeric inputs of rank >= 2, got {a} and {b}")
     ctx.require_equal(
         a.shape[-1], b.shape[-2], f"matmul {fmt_shape(a.shape)} @ {fmt_shape(b.shape)}: inner dims differ"
     )
     batch = broadcast_shapes(ctx, a.shape[:-2], b.shape[:-2])
-    return one(dt, batch + (a.shape[-2], b.shape[-1]))
+    return one(out_dt, batch + (a.shape[-2], b.shape[-1]))
 
 
 def _matmul_ref(xs: Sequence[np.ndarray], attrs: Attrs) -> tuple[np.ndarray, ...]:
     a, b = xs
-    return (np.matmul(acc(a), acc(b)).astype(a.dtype),)
+    out = np.float32 if attrs.get("out_dtype") == "float32" else a.dtype
+    return (np.matmul(acc(a), acc(b)).astype(out),)
 
 
 def _conv_params(attrs: Attrs, nsp: int) -> tuple[tuple, tuple, tuple, int]:
@@ -226,7 +241,16 @@ DEFS = [
     ),
     # allow_tf32: a float32 matmul/conv may multiply in tf32 on tensor cores (compile precision "tf32");
     # the numpy references ignore it, so the cpu backend computes in full float32 either way.
-    OpDef(Op.MATMUL, _matmul_infer, _matmul_ref, (2, 2), onnx="MatMul", attrs=("allow_tf32",), kind=OpKind.CONTRACTION),
+    # out_dtype="float32": a half-precision product is returned as its float32 accumulator, not rounded.
+    OpDef(
+        Op.MATMUL,
+        _matmul_infer,
+        _matmul_ref,
+        (2, 2),
+        onnx="MatMul",
+        attrs=("allow_tf32", "out_dtype"),
+        kind=OpKind.CONTRACTION,
+    ),
     OpDef(
         Op.CONV,
         _conv_infer,

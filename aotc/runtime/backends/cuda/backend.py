@@ -107,6 +107,8 @@ class CudaBackend:
                 f"device {self.device.label!r} is not available for this artifact: its variant {graph.name!r} has no "
                 "compiled kernels; recompile the model with this aotc (aotc compile) to include them, or use device='cpu'"
             )
+        # Launches with a variant for this GPU's architecture (its own tiles) run that variant's code.
+        schedule = schedule.for_capability(self.device.info.capability)
         program = CudaProgram(self.model, graph, schedule, binaries, self.graph_cache, self.streams)
         self._programs.append(program)
         return program

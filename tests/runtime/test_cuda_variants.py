@@ -1,0 +1,69 @@
+"""Per-target kernel variants on the cuda backend (fake driver: each launch's source runs under the
+Triton interpreter): a GPU launches the variant for its architecture, with the variant's grid, and
+any other GPU the launch's own kernel; both compute what the cpu runner does."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from fake_cuda import FakeDriver, fake_binaries
+
+from aotc.ir.evaluate import GraphRunner
+from aotc.ir.schedule import ArchVariant, Schedule
+from aotc.ir.symbolic import floordiv, sym
+from aotc.runtime.backends.cuda import CudaBackend
+from aotc.runtime.guards import Binder
+from tests.runtime.test_interpret_backend import GRAPH, SCHEDULE, _feeds
+
+pytest.importorskip("triton")
+
+
+def _with_variant(schedule: Schedule) -> Schedule:
+    """add_bias gets an sm_90 variant with half the block, so twice the programs."""
+    kernels = list(schedule.kernels)
+    i = next(i for i, k in enumerate(kernels) if k.name == "add_bias")
+    k = kernels[i]
+    n = sym("n")
+    v = k.replace(
+        name="add_bias_sm90",
+        source=k.source.replace("def add_bias(", "def add_bias_sm90(", 1),
+        constexprs=(("BLOCK", 64),),
+        grid=(floordiv(n * 8 + 63, 64), 1, 1),
+    )
+    kernels[i] = k.replace(variants=(ArchVariant("sm_90", v),))
+    return dataclasses.replace(schedule, kernels=tuple(kernels))
+
+
+VARIANT_SCHEDULE = _with_variant(SCHEDULE)
+
+
+@pytest.mark.parametrize(
+    ("capability", "name", "programs"),
+    [((9, 0), "add_bias_sm90", 5), ((8, 0), "add_bias", 3), ((8, 9), "add_bias", 3)],
+)
+def test_the_gpu_launches_its_architectures_variant(capability: tuple[int, int], name: str, programs: int) -> None:
+    assert "n" in GRAPH.ranges, "the test schedule's grid is over the symbol n"
+    fake = FakeDriver(capability=capability)
+    binaries = fake_binaries(VARIANT_SCHEDULE, archs=("sm_80", "sm_90"))
+    fake.register(VARIANT_SCHEDULE, binaries)
+    backend = CudaBackend(driver=fake, graph_cache=0)
+    with backend:
+        program = backend.prepare(GRAPH, VARIANT_SCHEDULE, binaries)
+        feeds = _feeds(37, [1, 2, 3])
+        env = Binder(GRAPH).bind(feeds)
+        got = program.run(feeds, env)
+        for a, b in zip(got, GraphRunner(GRAPH).run(feeds, env)):
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+    bias = [(n, grid) for n, grid, *_ in fake.launches if n.startswith("add_bias")]
+    assert bias == [(name, (programs, 1, 1))]
+
+
+def test_for_capability_picks_the_newest_variant_of_the_same_major_version() -> None:
+    k = VARIANT_SCHEDULE.kernel("add_bias")
+    assert k.for_capability((9, 0)).name == "add_bias_sm90"
+    assert k.for_capability((10, 0)).name == "add_bias"  # another major version: the launch's own kernel
+    assert k.for_capability((8, 6)).name == "add_bias"
+    assert SCHEDULE.for_capability((9, 0)) is SCHEDULE
+    assert [c.name for c in VARIANT_SCHEDULE.codes()][:2] == ["add_bias", "add_bias_sm90"]
