@@ -5,10 +5,16 @@ Prints passed / failed / skipped per operator and in total. A test whose model a
 with UnsupportedError (an operator, dtype or attribute aotc doesn't handle) counts as skipped, with the
 reason; anything else that goes wrong (a wrong result, a crash, another error) is a failure.
 
+``--device interpret`` runs the compiled artifact's scheduled Triton kernels under the Triton interpreter instead
+of the cpu backend's numpy references, against the same expected outputs: it tests the generated kernels. There a
+test whose model got no kernels counts as skipped, with the reason: the scheduler refused it (its reason), or the
+model needs none (its outputs are inputs, weights or views of them).
+
     python scripts/onnx_node_tests.py                 # every node test
     python scripts/onnx_node_tests.py --subset        # a bounded quick run (CI)
     python scripts/onnx_node_tests.py --ops Conv,Gemm --verbose
     python scripts/onnx_node_tests.py --json report.json
+    python scripts/onnx_node_tests.py --device interpret --ops Softmax   # the kernels, interpreted
 
 Exit status 1 when any test fails.
 """
@@ -77,7 +83,7 @@ def op_of_cases(cases: Iterable[Any]) -> dict[str, str]:
     return out
 
 
-def run_case(case: Any, op: str) -> Result:
+def run_case(case: Any, op: str, device: str = "cpu") -> Result:
     from onnx.backend.test.runner import Runner, _normalize_tensor
 
     from aotc.errors import UnsupportedError
@@ -87,7 +93,7 @@ def run_case(case: Any, op: str) -> Result:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            rep = AotcBackend.prepare(case.model)
+            rep = AotcBackend.prepare(case.model, runtime_device=device)
     except UnsupportedError as e:
         return Result(case.name, op, "skipped", str(e), time.perf_counter() - start)
     except Exception as e:  # any other import failure is aotc's bug, reported as a failure
@@ -111,7 +117,10 @@ def run_case(case: Any, op: str) -> Result:
 
 
 def run(
-    modules: Sequence[str] | None = None, ops: Sequence[str] | None = None, pattern: str | None = None
+    modules: Sequence[str] | None = None,
+    ops: Sequence[str] | None = None,
+    pattern: str | None = None,
+    device: str = "cpu",
 ) -> list[Result]:
     cases = load_cases(modules)
     op_of = op_of_cases(cases)
@@ -122,7 +131,7 @@ def run(
             continue
         if pattern and not re.search(pattern, case.name):
             continue
-        results.append(run_case(case, op))
+        results.append(run_case(case, op, device))
     return results
 
 
@@ -168,10 +177,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--ops", help="comma-separated operator names to run (e.g. Conv,Gemm)")
     p.add_argument("-k", dest="pattern", help="only tests whose name matches this regex")
     p.add_argument("--json", dest="json_path", help="also write the results as JSON to this path ('-' for stdout)")
+    p.add_argument(
+        "--device",
+        choices=("cpu", "interpret"),
+        default="cpu",
+        help="the runtime backend: cpu (numpy references, default) or interpret (the Triton kernels, interpreted)",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="full failure messages and every skip")
     args = p.parse_args(argv)
     start = time.perf_counter()
-    results = run(SUBSET_MODULES if args.subset else None, args.ops.split(",") if args.ops else None, args.pattern)
+    modules = SUBSET_MODULES if args.subset else None
+    results = run(modules, args.ops.split(",") if args.ops else None, args.pattern, args.device)
     if args.json_path:
         blob = json.dumps({"summary": summarize(results), "results": [asdict(r) for r in results]}, indent=1)
         if args.json_path == "-":
@@ -181,7 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f.write(blob)
     if args.json_path != "-":
         print(report(results, args.verbose))
-        print(f"\n{len(results)} tests in {time.perf_counter() - start:.1f}s")
+        print(f"\nonnx node suite: {len(results)} cases, {time.perf_counter() - start:.1f} s")
     return 1 if any(r.status == "failed" for r in results) else 0
 
 

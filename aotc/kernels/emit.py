@@ -285,7 +285,7 @@ class KernelBuilder:
             if op is Op.CAST:
                 return self.let("t", cast(args[0], node.inputs[0].type.dtype, value.type.dtype))
             operand_dtype = node.inputs[-1].type.dtype
-            return self.let("t", elementwise(op, args, operand_dtype, value.type.dtype))
+            return self.let("t", elementwise(op, args, operand_dtype, value.type.dtype, lambda e: self.let("t", e)))
         if op is Op.FULL:
             v = node.attrs["value"]
             if isinstance(v, SymExpr):

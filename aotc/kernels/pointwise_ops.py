@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 
 from aotc.errors import UnsupportedError
 from aotc.ir.dtypes import DType
@@ -34,6 +35,11 @@ POINTER_TYPE = {
 HALF = frozenset({DType.float16, DType.bfloat16})
 
 _NAN_ALL = "propagate_nan=tl.PropagateNan.ALL"
+Bind = Callable[[str], str]
+
+
+def _inline(expr: str) -> str:
+    return f"({expr})"
 
 
 def literal(v: float | int | bool, dtype: DType) -> str:
@@ -83,6 +89,24 @@ def _pow(a: str, b: str) -> str:
     return f"tl.where({b} == 0.0, 1.0, tl.where({a} < 0, {neg}, {mag}))"
 
 
+def _float_fmod(a: str, b: str, bind: Bind) -> str:
+    """C's fmod: a - trunc(a / b) * b, with the sign of ``a``. Where the quotient truncates to 0 (|a| < |b|, an
+    infinite ``b`` included) the result is ``a`` itself, which ``a - 0 * inf`` would make NaN; an exact multiple
+    gives a zero of ``a``'s sign (``a * 0.0``)."""
+    q = bind(f"{a} / {b}")
+    t = bind(f"tl.where({q} < 0, tl.ceil({q}), tl.floor({q}))")
+    r = bind(f"{a} - {t} * {b}")
+    return f"tl.where({t} == 0, {a}, tl.where({r} == 0, {a} * 0.0, {r}))"
+
+
+def _float_mod(r: str, b: str, bind: Bind) -> str:
+    """numpy's floored mod from the fmod remainder ``r``: a remainder whose sign differs from ``b``'s moves by
+    ``b`` (so -3 mod inf is inf), and a zero takes ``b``'s sign."""
+    r = bind(r)
+    moved = f"tl.where(({r} < 0) != ({b} < 0), {r} + {b}, {r})"
+    return f"tl.where({r} != 0, {moved}, tl.where({b} < 0, -0.0, 0.0))"
+
+
 def _int_div(a: str, b: str) -> str:
     return f"tl.where({b} == 0, 0, {a} // tl.where({b} == 0, 1, {b}))"
 
@@ -111,15 +135,17 @@ _LOGIC = {Op.AND: "&", Op.OR: "|", Op.XOR: "^"}
 _ARITH = {Op.ADD: "+", Op.SUB: "-", Op.MUL: "*"}
 
 
-def elementwise(op: Op, args: list[str], dtype: DType, out: DType) -> str:
-    """The Triton expression of ``op`` on operand variables ``args`` of element type ``dtype``."""
+def elementwise(op: Op, args: list[str], dtype: DType, out: DType, bind: Bind = _inline) -> str:
+    """The Triton expression of ``op`` on operand variables ``args`` of element type ``dtype``. ``bind`` names a
+    subexpression the expression uses more than once (a builder binds it to a variable); by default it is
+    repeated inline."""
     if dtype in HALF and op not in _COMPARE and op not in (Op.WHERE, Op.CAST):
         args = [a if is_literal(a) else f"{a}.to(tl.float32)" for a in args]
-        return f"({_expr(op, args, DType.float32)}).to({TL_DTYPE[out]})"
-    return _expr(op, args, dtype)
+        return f"({_expr(op, args, DType.float32, bind)}).to({TL_DTYPE[out]})"
+    return _expr(op, args, dtype, bind)
 
 
-def _expr(op: Op, a: list[str], dt: DType) -> str:
+def _expr(op: Op, a: list[str], dt: DType, bind: Bind = _inline) -> str:
     if op in _UNARY_FLOAT:
         return _UNARY_FLOAT[op].format(*a)
     if op is Op.TANH:
@@ -154,17 +180,16 @@ def _expr(op: Op, a: list[str], dt: DType) -> str:
     if op in (Op.MOD, Op.FMOD):
         if dt.is_int:
             return _int_mod(a[0], a[1], floored=op is Op.MOD)
-        fn = "tl.floor" if op is Op.MOD else "_trunc"
-        if fn == "_trunc":
-            q = f"({a[0]} / {a[1]})"
-            return f"{a[0]} - tl.where({q} < 0, tl.ceil({q}), tl.floor({q})) * {a[1]}"
-        return f"{a[0]} - tl.floor({a[0]} / {a[1]}) * {a[1]}"
+        r = _float_fmod(a[0], a[1], bind)
+        return r if op is Op.FMOD else _float_mod(r, a[1], bind)
     if op is Op.POW:
         if dt.is_int:
             raise UnsupportedError("integer pow has no kernel: compute it in float or on the cpu backend")
         return _pow(a[0], a[1])
     if op is Op.WHERE:
-        return f"tl.where({a[0]}, {a[1]}, {a[2]})"
+        # A constant condition is written as a bool: Triton deprecates (and will refuse) an int condition.
+        cond = {"0": "False", "1": "True"}.get(a[0], a[0])
+        return f"tl.where({cond}, {a[1]}, {a[2]})"
     raise UnsupportedError(f"no Triton expression for op {op.value}")
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from onnx.backend.base import Backend, BackendRep, Device, DeviceType
 
-from aotc.errors import GuardError
+from aotc.errors import AotcError, GuardError, UnsupportedError
 from aotc.ir.graph import Graph
 from aotc.onnx.importer import import_onnx
 from aotc.onnx.node import NeedsKnownInput
@@ -21,19 +21,34 @@ from aotc.onnx.node import NeedsKnownInput
 RunFn = Callable[[Sequence[np.ndarray]], list[np.ndarray]]
 
 
-def compile_graph(graph: Graph) -> RunFn:
+def compile_graph(graph: Graph, runtime_device: str = "cpu") -> RunFn:
     """An imported high-level graph as a function of its flat inputs: lowered, written as an artifact and
-    loaded by the runtime on the cpu backend, the path ``aotc compile model.onnx`` takes."""
+    loaded by the runtime on ``runtime_device`` ("cpu", or "interpret" to run the scheduled Triton kernels
+    under the Triton interpreter), the path ``aotc compile model.onnx`` takes.
+
+    Raises UnsupportedError for "interpret" when the model has no kernel to run: the scheduler refused it (its
+    reason is given) or every output is an input, a weight or a view of one."""
     import dataclasses
 
     import aotc.runtime
     from aotc.compiler import compile_graph as compile_to_artifact
     from aotc.lowering.options import CompileOptions
 
-    # It runs on the cpu backend: the kernels are scheduled (so every node test exercises the scheduler)
-    # but no cubins are built for GPUs it never uses.
+    if runtime_device not in ("cpu", "interpret"):
+        raise AotcError(f"runtime_device must be 'cpu' or 'interpret', got {runtime_device!r}")
+    # It runs on the cpu (or the interpreter): the kernels are scheduled (so every node test exercises the
+    # scheduler) but no cubins are built for GPUs it never uses.
     options = dataclasses.replace(CompileOptions.from_env(), targets=())
-    exe = aotc.runtime.load(compile_to_artifact(graph, options=options).artifact_bytes, device="cpu")
+    compiled = compile_to_artifact(graph, options=options)
+    if runtime_device == "interpret" and compiled.schedule is None:
+        raise UnsupportedError(f"device 'interpret' runs the scheduled kernels; this model has {compiled.kernels.note}")
+    if runtime_device == "interpret" and not compiled.schedule.kernels:
+        # Nothing would be interpreted: counting it as run would claim kernel coverage it doesn't give.
+        raise UnsupportedError(
+            "device 'interpret' runs the scheduled kernels; this model needs none "
+            "(its outputs are inputs, weights or views of them)"
+        )
+    exe = aotc.runtime.load(compiled.artifact_bytes, device=runtime_device)
     names = exe.input_names
 
     def run(feeds: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -73,8 +88,11 @@ class SpecializingRep(BackendRep):
 
     MAX_VARIANTS = 16
 
-    def __init__(self, model: Any, onnx_input_names: Sequence[str], first_needed: Sequence[str]) -> None:
+    def __init__(
+        self, model: Any, onnx_input_names: Sequence[str], first_needed: Sequence[str], runtime_device: str = "cpu"
+    ) -> None:
         self.model = model
+        self.runtime_device = runtime_device
         self._names = list(onnx_input_names)
         self._needed = list(first_needed)
         self._cache: dict[tuple, tuple[Graph, RunFn]] = {}
@@ -97,7 +115,7 @@ class SpecializingRep(BackendRep):
                     continue
                 if len(self._cache) >= self.MAX_VARIANTS:
                     self._cache.pop(next(iter(self._cache)))
-                self._cache[key] = (graph, compile_graph(graph))
+                self._cache[key] = (graph, compile_graph(graph, self.runtime_device))
             _, run = self._cache[key]
             return tuple(run([np.asarray(feeds[n]) for n in self._names if n not in frozen]))
 
@@ -106,7 +124,9 @@ class AotcBackend(Backend):
     """aotc as an ONNX backend: CPU only, inference only."""
 
     @classmethod
-    def prepare(cls, model: Any, device: str = "CPU", **kwargs: Any) -> BackendRep:
+    def prepare(cls, model: Any, device: str = "CPU", *, runtime_device: str = "cpu", **kwargs: Any) -> BackendRep:
+        """``runtime_device``: the aotc runtime backend that runs the compiled model, "cpu" or "interpret"
+        (the scheduled Triton kernels under the Triton interpreter, to test the kernels themselves)."""
         inits = {t.name for t in model.graph.initializer}
         names = [vi.name for vi in model.graph.input if vi.name not in inits]
         try:
@@ -114,8 +134,8 @@ class AotcBackend(Backend):
         except NeedsKnownInput as e:
             if not e.input_names:
                 raise
-            return SpecializingRep(model, names, e.input_names)
-        return AotcRep(graph, compile_graph(graph), names)
+            return SpecializingRep(model, names, e.input_names, runtime_device)
+        return AotcRep(graph, compile_graph(graph, runtime_device), names)
 
     @classmethod
     def run_model(cls, model: Any, inputs: Any, device: str = "CPU", **kwargs: Any) -> tuple[np.ndarray, ...]:
