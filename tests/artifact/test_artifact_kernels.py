@@ -313,3 +313,13 @@ def test_a_reader_that_does_not_know_arch_variants_runs_the_file_on_the_cpu() ->
     with mock.patch.object(plan_decode, "KNOWN_KERNEL_FEATURES", ("kernels", "binaries")):
         art = read_artifact(data)
     assert art.unusable_kernel_features == ("arch_variants",) and art.schedules == (None,)
+
+
+def test_a_schema_3_file_with_launch_variants_is_refused() -> None:
+    from aotc.artifact import writer
+
+    _, variant, schedule = golden_model()
+    with mock.patch.object(writer, "SCHEMA_VERSION", 3):
+        data = write(variant, _with_variant(schedule))
+    with pytest.raises(ArtifactError, match="schema version 3 file holds schema 4 launch variants"):
+        read_artifact(data)
