@@ -7,6 +7,11 @@ simplifier uses both to undo the div/mod chains that reshapes build, e.g. with `
 
     ((b*S + s)*H + h) // H  ->  b*S + s        ((b*S + s)*H + h) % H  ->  h
 
+and to merge the digits of an unravelled index back when its row-major offset is taken again, which holds
+for every int, in range or not::
+
+    H*(r // H) + r % H  ->  r                  8*((r // 8) % 4) + r % 8  ->  r % 32
+
 It proves facts by bounding an expression below/above with index-free expressions (each index variable
 replaced by 0 or ``extent - 1``, as its coefficient's sign says), then bounding those over the symbols'
 int ranges, so relations such as ``c*H*W + h*W + w < C*H*W`` hold for every dim value, not just at the maxima.
@@ -16,7 +21,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from itertools import combinations
 
 from aotc.errors import ShapeError
@@ -37,7 +42,20 @@ from aotc.ir.symbolic import (
     smin,
 )
 
-__all__ = ["IndexSpace", "index_var", "is_index_var", "simplify_index", "to_triton"]
+# The bounds of an expression the space cannot bound: wider than any index.
+_UNKNOWN = 2**126
+
+__all__ = [
+    "IndexSpace",
+    "by_strides",
+    "divisions",
+    "flatten",
+    "index_var",
+    "is_index_var",
+    "simplify_index",
+    "to_triton",
+    "unflatten",
+]
 
 
 class IndexSpace:
@@ -51,6 +69,7 @@ class IndexSpace:
         self.multiples: dict[str, int] = dict(multiples or {})
         self.extents: dict[str, int | SymExpr] = {}
         self._bounds: dict[int | SymExpr, Range] = {}
+        self._simple: dict[tuple[SymExpr, bool], int | SymExpr] = {}  # stays valid as variables are added
 
     def var(self, name: str, extent: int | SymExpr) -> SymExpr:
         """A new index variable ``$name`` over ``[0, extent)``; extent is over the graph symbols only."""
@@ -73,10 +92,13 @@ class IndexSpace:
         known = self._bounds.get(e)
         if known is not None:
             return known
-        lo, hi = bounds(e, self.ranges, self.multiples)
-        if isinstance(e, SymExpr) and _has_index(e):
-            lo = max(lo, bounds(self._bound(e, upper=False), self.ranges, self.multiples)[0])
-            hi = min(hi, bounds(self._bound(e, upper=True), self.ranges, self.multiples)[1])
+        try:
+            lo, hi = bounds(e, self.ranges, self.multiples)
+            if isinstance(e, SymExpr) and _has_index(e):
+                lo = max(lo, bounds(self._bound(e, upper=False), self.ranges, self.multiples)[0])
+                hi = min(hi, bounds(self._bound(e, upper=True), self.ranges, self.multiples)[1])
+        except ShapeError:  # a divisor that may be 0 (a dim of an empty tensor): nothing is known
+            lo, hi = -_UNKNOWN, _UNKNOWN
         self._bounds[e] = (lo, hi)
         return lo, hi
 
@@ -130,22 +152,38 @@ class IndexSpace:
         return hi if upper else lo
 
     # -- simplification ----------------------------------------------------------------------------------
-    def simplify(self, e: int | SymExpr) -> int | SymExpr:
-        """An expression equal to e at every point of the space, with the div/mod the ranges make moot gone."""
+    def simplify(self, e: int | SymExpr, merge: bool = True) -> int | SymExpr:
+        """An expression equal to e at every point of the space, with the div/mod the ranges make moot gone
+        and, if ``merge``, the digits of a split index merged back (``k*(b // k) + b % k -> b``)."""
+        out = self._simplify(e, merge)
+        if merge:  # digits merged inside one part of e may be read by another part as well: then keep them
+            plain = self._simplify(e, False)
+            if divisions(plain) < divisions(out):
+                return plain
+        return out
+
+    def _simplify(self, e: int | SymExpr, merge: bool) -> int | SymExpr:
         if isinstance(e, int):
             return e
+        known = self._simple.get((e, merge))
+        if known is not None:
+            return known
         out: int | SymExpr = e.const
         for mono, c in e.terms:
             term: int | SymExpr = c
             for atom in mono:
-                term = mul(term, self._simplify_atom(atom))
+                term = mul(term, self._simplify_atom(atom, merge))
             out = add(out, term)
+        merged = _merge_digits(out) if merge and isinstance(out, SymExpr) else None
+        if merged is not None:  # fewer div/mod atoms each time, so this ends
+            out = self._simplify(merged, merge)
+        self._simple[(e, merge)] = out
         return out
 
-    def _simplify_atom(self, a: Atom) -> int | SymExpr:
+    def _simplify_atom(self, a: Atom, merge: bool) -> int | SymExpr:
         if a.kind == "sym":
             return SymExpr((((a,), 1),))
-        x, y = (self.simplify(v) for v in a.args)
+        x, y = (self._simplify(v, merge) for v in a.args)
         if a.kind == "min":
             return x if self.nonneg(add(y, mul(x, -1))) else y if self.nonneg(add(x, mul(y, -1))) else smin(x, y)
         if a.kind == "max":
@@ -153,10 +191,10 @@ class IndexSpace:
         built = floordiv(x, y) if a.kind == "fdiv" else mod(x, y)
         atom = _lone_atom(built)
         if atom is None or atom.kind != a.kind:  # construction rewrote it (split off a quotient, say)
-            return self.simplify(built)
-        return self._range_rules(atom, built)
+            return self._simplify(built, merge)
+        return self._range_rules(atom, built, merge)
 
-    def _range_rules(self, a: Atom, built: SymExpr) -> int | SymExpr:
+    def _range_rules(self, a: Atom, built: SymExpr, merge: bool) -> int | SymExpr:
         num, d = a.args
         if self.nonneg(num) and self.less(num, d):  # 0 <= n < d
             return 0 if a.kind == "fdiv" else num
@@ -168,9 +206,81 @@ class IndexSpace:
                 x, y = _split_by(num, k)
                 if x != 0 and self.nonneg(y) and self.less(y, k):
                     if a.kind == "fdiv":
-                        return self.simplify(floordiv(x, m))
-                    return add(mul(self.simplify(mod(x, m)), k), y)
+                        return self._simplify(floordiv(x, m), merge)
+                    return add(mul(self._simplify(mod(x, m), merge), k), y)
         return built
+
+
+def divisions(e: int | SymExpr, held: Collection[int | SymExpr] = ()) -> int:
+    """How many distinct ``//`` and ``%`` evaluating e takes, not counting (nor looking into) the expressions
+    in ``held``, which a kernel variable already holds."""
+    seen: set[Atom] = set()
+
+    def walk(x: int | SymExpr) -> None:
+        if isinstance(x, int) or x in held:
+            return
+        for mono, _ in x.terms:
+            for a in mono:
+                if a.kind == "sym" or a in seen or _lone(a) in held:
+                    continue
+                seen.add(a)
+                for v in a.args:
+                    walk(v)
+
+    walk(e)
+    return sum(a.kind in ("fdiv", "mod") for a in seen)
+
+
+def flatten(index: Sequence[int | SymExpr], dims: Sequence[int | SymExpr]) -> int | SymExpr:
+    """The row-major position of ``index`` in a shape ``dims`` (the outermost size is never read)."""
+    out: int | SymExpr = 0
+    for i, d in zip(index, dims):
+        out = add(mul(out, d), i)
+    return out
+
+
+def unflatten(flat: int | SymExpr, dims: Sequence[int | SymExpr]) -> list[int | SymExpr]:
+    """Per-dim indices of the row-major position ``flat`` in a shape ``dims``; the outermost takes no modulo,
+    as ``flat`` lies below the product. A shape with a static 0 holds no element: every index is 0."""
+    if any(isinstance(d, int) and d == 0 for d in dims):
+        return [0] * len(dims)
+    out: list[int | SymExpr] = []
+    stride: int | SymExpr = 1
+    for d in reversed(dims[1:]):
+        out.append(mod(floordiv(flat, stride), d))
+        stride = mul(stride, d)
+    if dims:
+        out.append(floordiv(flat, stride))
+    return out[::-1]
+
+
+def by_strides(flat: int | SymExpr, dims: Sequence[int | SymExpr]) -> list[int | SymExpr]:
+    """Per-dim parts ``p`` with ``flatten(p, dims) == flat``, for printing an offset dim by dim: each term
+    holding an index variable goes to the outermost dim (of size other than 1) whose stride divides it; the
+    rest, index-free, to the innermost dim."""
+    parts: list[int | SymExpr] = [0] * len(dims)
+    if not dims:
+        return parts
+    rest = flat
+    stride: int | SymExpr = 1
+    strides = []
+    for d in reversed(dims):
+        strides.append(stride)
+        stride = mul(stride, d)
+    strides.reverse()
+    for k in range(len(dims) - 1):
+        if (isinstance(dims[k], int) and dims[k] == 1) or not isinstance(rest, SymExpr):
+            continue
+        for mono, c in rest.terms:
+            term = SymExpr(((mono, c),))
+            if not _has_index(term):
+                continue
+            q = exact_div(term, strides[k])
+            if q is not None:
+                parts[k] = add(parts[k], q)
+                rest = add(rest, mul(term, -1))
+    parts[-1] = rest
+    return parts
 
 
 def simplify_index(e: int | SymExpr, space: IndexSpace) -> int | SymExpr:
@@ -222,6 +332,49 @@ def _factorings(num: SymExpr, d: int | SymExpr) -> list[tuple[int | SymExpr, int
     return out
 
 
+def _merge_digits(e: SymExpr) -> int | SymExpr | None:
+    """e with one pair of digit terms merged, or None when no pair is there. For positive k, m and any ints b, t
+    (floor division): ``y*(b % k) + y*k*(b // k) == y*b`` and ``y*(b % k) + y*k*((b // k + t) % m) ==
+    y*((b + k*t) % (k*m))``. Unravelling an index and taking its row-major offset again leaves such pairs behind."""
+    terms = [(SymExpr(((mono, c),)), mono, c) for mono, c in e.terms]
+    for i, (low, mono, c) in enumerate(terms):
+        for pos, atom in enumerate(mono):
+            if atom.kind != "mod":
+                continue
+            b, k = atom.args
+            y = _cofactor(mono, pos, c)
+            high = floordiv(b, k)
+            for j, (other, mono2, c2) in enumerate(terms):
+                if j == i:
+                    continue
+                for pos2, atom2 in enumerate(mono2):
+                    if _cofactor(mono2, pos2, c2) != mul(y, k):
+                        continue
+                    if _lone(atom2) == high:
+                        merged = mul(y, b)
+                    elif atom2.kind == "mod" and _holds_once(atom2.args[0], high):
+                        # (b//k + t) % m with t any int (a constant normalization moved, say): the digits of b + k*t
+                        t = add(atom2.args[0], mul(high, -1))
+                        merged = mul(y, mod(add(b, mul(k, t)), mul(k, atom2.args[1])))
+                    else:
+                        continue
+                    out = add(add(e, mul(add(low, other), -1)), merged)
+                    if divisions(out) < divisions(e):  # not when the digits are read elsewhere in e as well
+                        return out
+    return None
+
+
+def _holds_once(e: int | SymExpr, atom: int | SymExpr) -> bool:
+    """Whether ``atom`` (a lone atom) is one term of e, with coefficient 1."""
+    return isinstance(e, SymExpr) and isinstance(atom, SymExpr) and len(atom.terms) == 1 and atom.terms[0] in e.terms
+
+
+def _cofactor(mono: tuple[Atom, ...], pos: int, c: int) -> int | SymExpr:
+    """The term ``c * prod(mono)`` with its atom at ``pos`` left out."""
+    rest = mono[:pos] + mono[pos + 1 :]
+    return SymExpr(((rest, c),)) if rest else c
+
+
 def _split_by(num: SymExpr, k: int | SymExpr) -> tuple[int | SymExpr, int | SymExpr]:
     """num == x*k + y: x from the terms k divides exactly, y the rest (with the constant)."""
     x: int | SymExpr = 0
@@ -241,54 +394,106 @@ def _split_by(num: SymExpr, k: int | SymExpr) -> tuple[int | SymExpr, int | SymE
 _SIMPLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$|^[0-9]+$")
 
 
-def to_triton(e: int | SymExpr, names: Mapping[str, str], space: IndexSpace | None = None) -> str:
+def to_triton(
+    e: int | SymExpr,
+    names: Mapping[str, str],
+    space: IndexSpace | None = None,
+    held: Mapping[int | SymExpr, str] | None = None,
+    wide: bool = False,
+) -> str:
     """Python/Triton source text for e; ``names`` maps every symbol and index variable to its Triton text.
 
     Triton's integer ``//`` and ``%`` truncate toward zero (C semantics), which equals floor division only
     for a non-negative numerator; the divisor is always positive. Index math has non-negative numerators,
     so they print as plain ``//`` and ``%``. Given ``space``, a numerator it cannot prove non-negative
     prints in a form that is exact for either sign.
+
+    ``held`` maps expressions a kernel variable already holds (a dim index unravelled once) to its name, which
+    prints in their place. ``wide`` makes every term compute in int64: its first variable is cast, so an
+    offset into a buffer of more than 2**31 elements cannot wrap.
     """
-    return _Printer(names, space).expr(e)
+    return _Printer(names, space, held or {}, wide).expr(e)
 
 
 class _Printer:
-    def __init__(self, names: Mapping[str, str], space: IndexSpace | None) -> None:
-        self.names, self.space = names, space
+    def __init__(
+        self, names: Mapping[str, str], space: IndexSpace | None, held: Mapping[int | SymExpr, str], wide: bool
+    ) -> None:
+        self.names, self.space, self.held, self.wide = names, space, held, wide
 
     def expr(self, e: int | SymExpr) -> str:
         if isinstance(e, int):
             return str(e)
-        parts: list[tuple[int, str]] = []
-        for mono, c in e.terms:
-            factors = [self.atom(a) for a in mono]
-            body = " * ".join(([str(abs(c))] if abs(c) != 1 else []) + factors)
-            parts.append((-1 if c < 0 else 1, body))
+        name = self.held.get(e)
+        if name is not None:
+            return f"{name}.to(tl.int64)" if self.wide else name
+        parts = [(c < 0, self.term(mono, abs(c))) for mono, c in e.terms]
         if e.const:
-            parts.append((-1 if e.const < 0 else 1, str(abs(e.const))))
-        out = ("-" if parts[0][0] < 0 else "") + parts[0][1]
-        for sign, body in parts[1:]:
-            out += f" - {body}" if sign < 0 else f" + {body}"
+            parts.append((e.const < 0, str(abs(e.const))))
+        lead = next((k for k, (neg, _) in enumerate(parts) if not neg), 0)  # ``x - 1``, not ``-1 + x``
+        parts.insert(0, parts.pop(lead))
+        neg, body = parts[0]
+        out = ("-" + (body if _tight(body) or " * " in body else f"({body})")) if neg else body
+        for neg, body in parts[1:]:
+            out += f" - {body}" if neg else f" + {body}"
         return out
 
-    def wrapped(self, e: int | SymExpr) -> str:
-        text = self.expr(e)
-        return text if _SIMPLE.match(text) else f"({text})"
+    def term(self, mono: tuple[Atom, ...], c: int) -> str:
+        """``x * y * c``: variables first, then the coefficient, as index math is written by hand."""
+        factors = [self.factor(a, alone=len(mono) == 1 and c == 1) for a in mono]
+        if self.wide and (mono[0].kind == "sym" or _lone(mono[0]) in self.held):
+            factors[0] = f"{factors[0]}.to(tl.int64)"
+        if c != 1:
+            factors.append(str(c))
+        return " * ".join(factors)
 
-    def atom(self, a: Atom) -> str:
+    def factor(self, a: Atom, alone: bool) -> str:
+        name = self.held.get(_lone(a))
+        if name is not None:
+            return name
         if a.kind == "sym":
             try:
                 text = self.names[a.name]
             except KeyError:
                 what = "index variable" if a.name.startswith(INDEX_PREFIX) else "symbol"
                 raise ShapeError(f"to_triton: {what} {a.name!r} has no name in the kernel") from None
-            return text if _SIMPLE.match(text) else f"({text})"
+            return text if _tight(text) else f"({text})"
         if a.kind in ("min", "max"):
             x, y = (self.expr(v) for v in a.args)
             return f"tl.{a.kind}imum({x}, {y})"
-        num, d = (self.wrapped(v) for v in a.args)
+        body = self.divmod(a)
+        return body if alone else f"({body})"
+
+    def operand(self, e: int | SymExpr) -> str:
+        if isinstance(e, int):
+            return str(e) if e >= 0 else f"({e})"
+        text = self.expr(e)
+        return text if _tight(text) else f"({text})"
+
+    def divmod(self, a: Atom) -> str:
+        num, d = (self.operand(v) for v in a.args)
+        op = "//" if a.kind == "fdiv" else "%"
         if self.space is None or self.space.nonneg(a.args[0]):
-            return f"({num} {'//' if a.kind == 'fdiv' else '%'} {d})"
+            return f"{num} {op} {d}"
         # floor mod from the truncating one: (n % d + d) % d; then n - that is a multiple of d, exact to divide
-        fmod = f"(({num} % {d} + {d}) % {d})"
-        return fmod if a.kind == "mod" else f"(({num} - {fmod}) // {d})"
+        fmod = f"({num} % {d} + {d}) % {d}"
+        return fmod if a.kind == "mod" else f"({num} - ({fmod})) // {d}"
+
+
+def _lone(a: Atom) -> SymExpr:
+    return SymExpr((((a,), 1),))
+
+
+def _tight(text: str) -> bool:
+    """Whether ``text`` binds as one operand: a name, a number, a call or subscript, or one bracketed group."""
+    if _SIMPLE.match(text):
+        return True
+    depth = 0
+    for ch in text:
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+        elif depth == 0 and not (ch.isalnum() or ch in "_."):
+            return False
+    return depth == 0

@@ -38,6 +38,12 @@ def output_views(
         if all(n.op is Op.RESHAPE for n in chain) and base.id not in g.output_ids and base.id not in bases:
             views.append(View(o.id, base.id))
             bases.add(base.id)
+        elif g.node(base.id).op is Op.SCATTER:
+            # a scatter's value is final only after its second launch: the copy cannot store it
+            stored.add(o.id)
+            declined.append(
+                f"output %{o.id} is a {chain[0].op.value} view of scatter %{base.id}: its own kernel writes it"
+            )
         else:
             out.setdefault(base.id, []).append((o, tuple(reversed(chain))))
     return out

@@ -11,15 +11,17 @@ computed once.
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from aotc.errors import UnsupportedError
 from aotc.ir.dtypes import DType
 from aotc.ir.graph import Graph
+from aotc.ir.index import IndexSpace, by_strides, divisions, flatten, is_index_var, to_triton
 from aotc.ir.ops import ELEMENTWISE, Op
 from aotc.ir.schedule import Arg, ArgKind, IndexCheck, Kernel, KernelKind, Size
-from aotc.ir.symbolic import SymExpr, bounds, divisor, mul, to_sexpr
+from aotc.ir.symbolic import SymExpr, bounds, divisor, mul, sym, to_sexpr
 from aotc.ir.types import Node, Shape, Value
 from aotc.kernels import index_text as ix
 from aotc.kernels import view_index
@@ -31,7 +33,9 @@ _RESERVED = frozenset(
     "pid offs mask xoffs xmask roffs rmask r0 flags_ptr BLOCK XBLOCK RBLOCK tl triton range float int min max"
     " abs len sum None True False and or not in is if for while def return lambda".split()
 )
-Index = tuple[str, ...]
+# A per-dim index: Triton text from a template, or an index expression (see ``index_var``).
+IndexItem = str | int | SymExpr
+Index = tuple[int | SymExpr, ...]
 
 
 @dataclass
@@ -48,6 +52,8 @@ class FlagSlots:
 @dataclass
 class _Scope:
     cache: dict[tuple, str] = field(default_factory=dict)
+    defs: dict[str, int | SymExpr] = field(default_factory=dict)  # index variables bound here, by name
+    held: dict[int | SymExpr, str] = field(default_factory=dict)  # the same, by expression
 
 
 class KernelBuilder:
@@ -82,6 +88,10 @@ class KernelBuilder:
         self._scopes: list[_Scope] = [_Scope()]
         self._ranges = graph.ranges
         self._multiples = graph.multiples
+        self.space = IndexSpace(graph.ranges, graph.multiples)
+        self._atoms: dict[tuple[str, int | SymExpr], SymExpr] = {}
+        self._atom_text: dict[str, str] = {}
+        self._index_lets: dict[str, int] = {}  # name -> its line
 
     # -- statements and names ------------------------------------------------------------------
     def line(self, text: str) -> None:
@@ -195,11 +205,63 @@ class KernelBuilder:
             str(d) if k == 0 and isinstance(d, int) else "" if k == 0 else self.size_arg(d) for k, d in enumerate(shape)
         ]
 
+    # -- index expressions --------------------------------------------------------------------------
+    def index_var(self, text: str, extent: Size) -> int | SymExpr:
+        """Template text ``text`` as an index expression: a variable over ``[0, extent)``, a fact that need only
+        hold where the masks of its loads and stores keep a lane. A name bound by ``let_index`` gives its
+        expression back, a literal its int."""
+        if ix.is_int(text):
+            return int(text)
+        for scope in reversed(self._scopes):
+            if text in scope.defs:
+                return scope.defs[text]
+        key = (text, extent)
+        var = self._atoms.get(key)
+        if var is None:  # one variable per extent: the same text may index dims of other sizes elsewhere
+            var = self.space.var(f"v{len(self._atoms)}", extent)
+            self._atoms[key] = var
+            self._atom_text[var.symbol_name] = text
+        return var
+
+    def let_index(self, stem: str, e: int | SymExpr) -> str:
+        """Binds index expression ``e`` to a fresh name; later index math that contains ``e`` reads the name."""
+        e = self.simplify(e)
+        text = self.index_text(e)
+        name = self.let(stem, text)
+        if name != text:  # a line was written: ``source`` drops it again if nothing reads the name
+            self._index_lets[name] = len(self._lines) - 1
+        if ix.is_name(name) and not isinstance(e, int):
+            self._scopes[-1].defs[name] = e
+            self._scopes[-1].held[e] = name
+        return name
+
+    def simplify(self, e: int | SymExpr) -> int | SymExpr:
+        """``e`` simplified over the index ranges. Merging the digits of an unravelled index back saves the
+        ``//`` and ``%`` that split it, unless variables already hold the digits: then it takes the merged
+        form only if that needs no more divisions than the digits it replaces."""
+        merged = self.space.simplify(e)
+        held = self._held()
+        if not held:
+            return merged
+        plain = self.space.simplify(e, merge=False)
+        return plain if divisions(plain, held) < divisions(merged, held) else merged
+
+    def index_text(self, e: int | SymExpr, wide: bool = False) -> str:
+        """Triton text for index expression ``e``: symbols become size arguments, variables their text."""
+        return to_triton(e, _Names(self), self.space, self._held(), wide)
+
+    def _held(self) -> dict[int | SymExpr, str]:
+        return {k: v for scope in self._scopes for k, v in scope.held.items()}
+
+    def _index(self, value: Value, index: Sequence[IndexItem]) -> Index:
+        shape = value.type.shape
+        return tuple(self.index_var(i, shape[k]) if isinstance(i, str) else i for k, i in enumerate(index))
+
     # -- values ---------------------------------------------------------------------------------
-    def load(self, value: Value, index: Sequence[str], mask: str | None, other: str = "0.0") -> str:
+    def load(self, value: Value, index: Sequence[IndexItem], mask: str | None, other: str = "0.0") -> str:
         """``value`` at ``index``: loaded from memory, or computed through this kernel's fused producers."""
         var = self.compute(value, index, mask, {}, other)
-        tiles = [i for i in index if not ix.is_int(i)]
+        tiles = [i for i in index if isinstance(i, str) and not ix.is_int(i)]
         if is_literal(var) and tiles:
             # a template wants a tile (tl.dot takes no scalar): broadcast the constant over the index
             zero = " + ".join(f"{ix.paren(i)} * 0" for i in tiles)
@@ -207,21 +269,23 @@ class KernelBuilder:
         return var
 
     def compute(
-        self, value: Value, index: Sequence[str], mask: str | None, env: Mapping[int, str], other: str = "0.0"
+        self, value: Value, index: Sequence[IndexItem], mask: str | None, env: Mapping[int, str], other: str = "0.0"
     ) -> str:
+        """Like ``load``; values in ``env`` are taken as already computed at ``index``. A text index entry is
+        a template's variable, in range for ``value``'s dim wherever ``mask`` keeps a lane."""
         if value.id in env:
             return env[value.id]
-        index = tuple(index)
-        key = (value.id, index, mask)
+        idx = self._index(value, index)
+        key = (value.id, idx, mask)
         for scope in reversed(self._scopes):
             if key in scope.cache:
                 return scope.cache[key]
         if value.id in self.inline:
             ni, node = self.producers[value.id]
             self.nodes.add(ni)
-            var = self._node(node, value, index, mask, env)
+            var = self._node(node, value, idx, mask, env)
         else:
-            var = self._load_memory(value, index, mask, other)
+            var = self._load_memory(value, idx, mask, other)
         self._scopes[-1].cache[key] = var
         return var
 
@@ -236,41 +300,51 @@ class KernelBuilder:
         """``store(value)`` then writes only its view outputs (nothing else reads ``value`` itself)."""
         self._discard.add(value.id)
 
-    def store(self, value: Value, index: Sequence[str], var: str, mask: str | None) -> None:
+    def store(self, value: Value, index: Sequence[IndexItem], var: str, mask: str | None) -> None:
+        idx = self._index(value, index)
         for output, chain in self._view_stores.get(value.id, ()):
-            out_index = list(index)
+            out_index: list[int | SymExpr] = list(idx)
             for n in chain:
                 out_index = view_index.forward(self, n, out_index)
             self.store(output, out_index, var, mask)
         if value.id in self._discard:
             return
         ptr = self.output_arg(value)
-        off = self.offset(value, index)
-        if all(ix.is_int(i) for i in index) and mask is not None:
+        off = self._offset(value, idx)
+        if mask is not None and not _variables(idx):
             off = ix.add(off, f"tl.zeros_like({mask}).to(tl.int32)")  # a tile pointer for a tile of values
         args = f"{ptr} + {ix.paren(off)}, {var}"
         self.line(f"tl.store({args}, mask={mask})" if mask else f"tl.store({args})")
 
-    def offset(self, value: Value, index: Sequence[str]) -> str:
-        """Row-major element offset; int64 arithmetic when the buffer may hold more than 2**31 elements."""
-        index = list(index)
-        if self.wide(numel(value.type.shape)):
-            k = next((k for k, i in enumerate(index) if not ix.is_int(i)), None)
-            if k is not None:
-                index[k] = f"{ix.paren(index[k])}.to(tl.int64)"
-        return ix.row_major(index, self.dims(value.type.shape))
+    def offset(self, value: Value, index: Sequence[IndexItem]) -> str:
+        """Row-major element offset, simplified over the index ranges and printed dim by dim (Horner form);
+        int64 arithmetic when the buffer may hold more than 2**31 elements."""
+        return self._offset(value, self._index(value, index))
+
+    def _offset(self, value: Value, index: Index) -> str:
+        shape = value.type.shape
+        # an index is in range wherever the mask keeps a lane, so a dim of size 1 is read at 0
+        flat = self.simplify(flatten([0 if ix.is_one(d) else i for i, d in zip(index, shape)], shape))
+        wide = self.wide(numel(shape))
+        off = ix.row_major([self.index_text(p, wide) for p in by_strides(flat, shape)], self.dims(shape))
+        # A variable simplified away still shapes the tile: ``x * 0`` keeps the pointer as wide as the index
+        # (a template's tl.dot needs its full tile), and the mask terms that guard it (folded when compiled).
+        lost = sorted(_variables(index) - _variables(flat))
+        return ix.add(off, " + ".join(f"{ix.paren(self._atom_text[v])} * 0" for v in lost)) if lost else off
 
     def _load_memory(self, value: Value, index: Index, mask: str | None, other: str) -> str:
         if value.id not in self.reads:
             self.reads.append(value.id)
         ptr = self.pointer_arg(value)
-        off = self.offset(value, index)
+        off = self._offset(value, index)
         if not value.type.dtype.is_float:
             other = "0"
         if mask is not None:
             mask = self._trim(mask, off)
-        if all(ix.is_int(i) for i in index) or mask is None:
+        if all(isinstance(i, int) for i in index) or mask is None:
             return self.let("v", f"tl.load({ptr} + {ix.paren(off)})")
+        if not _variables(index):  # one element for every lane: a tile pointer keeps the mask's shape
+            off = ix.add(off, f"tl.zeros_like({mask}).to(tl.int32)")
         return self.let("v", f"tl.load({ptr} + {ix.paren(off)}, mask={mask}, other={other})")
 
     # -- one node -------------------------------------------------------------------------------
@@ -292,10 +366,10 @@ class KernelBuilder:
                 return self.let("t", f"{self.size_arg(v)}.to({TL_DTYPE[value.type.dtype]})")
             return literal(v, value.type.dtype)
         if op is Op.IOTA:
-            i = index[node.attrs.get("axis", 0) % len(out_shape)]
-            if ix.is_int(i):
-                return i
-            return self.let("t", cast(ix.paren(i), DType.int32, value.type.dtype))
+            i = self.simplify(index[node.attrs.get("axis", 0) % len(out_shape)])
+            if isinstance(i, int):
+                return str(i)
+            return self.let("t", cast(ix.paren(self.index_text(i)), DType.int32, value.type.dtype))
         rule = view_index.RULES.get(op)
         if rule is not None:
             return rule(self, node, index, mask, env)
@@ -306,7 +380,7 @@ class KernelBuilder:
         params = [a.name for a in self.args] + [f"{c}: tl.constexpr" for c, _ in constexprs]
         head = ["import triton", "import triton.language as tl", "", "", "@triton.jit", f"def {name}("]
         head += [f"    {p}," for p in params] + ["):"]
-        return "\n".join(head + self._lines) + "\n"
+        return "\n".join(head + _live(self._lines, self._index_lets)) + "\n"
 
     def finish(
         self,
@@ -346,6 +420,48 @@ class KernelBuilder:
             elif a.kind in (ArgKind.BUFFER, ArgKind.FLAG):
                 out.append(k)
         return tuple(out)
+
+
+class _Names(Mapping[str, str]):
+    """Triton text of the names in an index expression: a variable's template text, a symbol's size argument
+    (added on first use, so only the symbols an expression still holds after simplifying become arguments)."""
+
+    def __init__(self, builder: KernelBuilder) -> None:
+        self.builder = builder
+
+    def __getitem__(self, name: str) -> str:
+        if is_index_var(name):
+            return self.builder._atom_text[name]
+        return self.builder.size_arg(sym(name))
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.builder._atom_text)
+
+    def __len__(self) -> int:
+        return len(self.builder._atom_text)
+
+
+def _live(lines: list[str], lets: Mapping[str, int]) -> list[str]:
+    """``lines`` without the index lets no other line reads (a dim index the simplified offsets never use)."""
+    dead: set[int] = set()
+    while True:
+        unread = {
+            i
+            for name, i in lets.items()
+            if i not in dead
+            and not any(
+                re.search(rf"(?<![\w.]){name}(?!\w)", t) for k, t in enumerate(lines) if k != i and k not in dead
+            )
+        }
+        if not unread:
+            return [t for k, t in enumerate(lines) if k not in dead]
+        dead |= unread
+
+
+def _variables(e: int | SymExpr | Sequence[int | SymExpr]) -> set[str]:
+    """The index variables ``e`` reads."""
+    items = e if isinstance(e, (list, tuple)) else [e]
+    return {n for x in items if isinstance(x, SymExpr) for n in x.free_symbols() if is_index_var(n)}
 
 
 def _multiple_of_16(e: Size, multiples: Mapping[str, int]) -> bool:

@@ -9,7 +9,9 @@ until every kernel can be generated:
 - a contraction operand that needs more than views and casts is stored (the template loads operands);
 - reductions in one kernel share an input shape and axes, and the anchor lies at full or row shape;
   any other reduction is stored and read back;
-- a value computed from memory that two kernels would each recompute is stored once.
+- a value computed from memory that two kernels would each recompute is stored once;
+- a scatter's output is always stored, by two launches (aotc/kernels/scatter.py): a copy of its data, then
+  its writes into that buffer in place; an operand of either computed with a reduction is stored first.
 
 Each growth step is recorded with its reason, which ``--explain`` prints.
 """
@@ -56,6 +58,10 @@ class KernelPlan:
     stored_first: tuple[Value, ...] = ()  # values of merged producer kernels this kernel also stores
     # graph outputs that are permute/flip/reshape views of the anchor, stored beside it: (output, view chain)
     view_outputs: tuple[tuple[Value, tuple[Node, ...]], ...] = ()
+    # The scatter whose output the anchor is: this kernel copies its data into the anchor's buffer or, when
+    # ``in_place``, writes its updates into that buffer (launched after the copy).
+    scatter: Node | None = None
+    in_place: bool = False
 
     @property
     def outputs(self) -> tuple[Value, ...]:
@@ -65,6 +71,8 @@ class KernelPlan:
     def kind(self) -> str:
         if self.root is not None:
             return "attention" if self.root.op is Op.SDPA else self.root.op.value
+        if self.scatter is not None:
+            return "scatter" if self.in_place else "scatter_copy"
         return "reduction" if self.reductions else "pointwise"
 
 
@@ -81,16 +89,21 @@ def plan_fusion(graph: Graph) -> FusionPlan:
     stored: set[int] = set()
     views: list[View] = []
     for n in graph.nodes:
-        if n.op not in ELEMENTWISE | REDUCTIONS | VIEWS | INDEX_SOURCES | CONTRACTIONS | {Op.CONSTANT, Op.GATHER}:
+        if n.op not in ELEMENTWISE | REDUCTIONS | VIEWS | INDEX_SOURCES | CONTRACTIONS | {
+            Op.CONSTANT,
+            Op.GATHER,
+            Op.SCATTER,
+        }:
             if n.op in HIGH_LEVEL and n.op is not Op.SDPA:
                 raise UnsupportedError(f"graph {graph.name} is not lowered: {n.op.value} ({n}) is a high-level op")
             raise UnsupportedError(f"no kernel for op {n.op.value} ({n}): it runs on the cpu backend only")
+    stored |= {n.outputs[0].id for n in graph.nodes if n.op is Op.SCATTER}
     view_outputs = output_views(g, stored, views, declined)
     epilogues = epilogues_of(g, stored, declined)
     fixed = set(stored)
     operands: set[int] = set()
     while True:
-        kernels = [_closure(g, vid, stored, epilogues) for vid in _anchors(g, stored)]
+        kernels = [k for vid in _anchors(g, stored) for k in _plans(g, vid, stored, epilogues)]
         grow = _needed(g, kernels, stored, declined, operands)
         if grow:
             stored |= grow
@@ -114,6 +127,22 @@ def _anchors(g: FusionGraph, stored: set[int]) -> list[int]:
     return sorted((v for v in stored if v not in g.external), key=lambda v: g.prod[v][0])
 
 
+def _plans(
+    g: FusionGraph, anchor: int, stored: set[int], epilogues: dict[int, tuple[Node, tuple[Node, ...]]]
+) -> list[KernelPlan]:
+    """The kernel storing ``anchor``; a scatter's output takes two: the copy of its data, then its writes."""
+    n = g.node(anchor)
+    if n.op is not Op.SCATTER:
+        return [_closure(g, anchor, stored, epilogues)]
+    data, idx, updates = n.inputs
+    copy = KernelPlan(n.outputs[0], scatter=n)
+    _collect(g, copy, [data.id], stored)
+    writes = KernelPlan(n.outputs[0], scatter=n, in_place=True)
+    _collect(g, writes, [idx.id, updates.id], stored)
+    writes.reads.add(anchor)  # it updates the buffer the copy wrote
+    return [copy, writes]
+
+
 def _closure(
     g: FusionGraph, anchor: int, stored: set[int], epilogues: dict[int, tuple[Node, tuple[Node, ...]]]
 ) -> KernelPlan:
@@ -123,6 +152,12 @@ def _closure(
     starts = [anchor]
     if plan.root is not None:
         starts += [x.id for x in plan.root.inputs]
+    _collect(g, plan, starts, stored)
+    return plan
+
+
+def _collect(g: FusionGraph, plan: KernelPlan, starts: list[int], stored: set[int]) -> None:
+    """Adds to ``plan`` the nodes computing ``starts`` inline and the stored values they read."""
     stack = list(starts)
     seen: set[int] = set()
     while stack:
@@ -130,7 +165,7 @@ def _closure(
         if v in seen:
             continue
         seen.add(v)
-        if v in g.external or (v in stored and v != anchor):
+        if v in g.external or (v in stored and v != plan.anchor.id):
             plan.reads.add(v)
             continue
         i, n = g.prod[v]
@@ -139,7 +174,6 @@ def _closure(
         plan.nodes.add(i)
         stack.extend(x.id for x in n.inputs)
     plan.reductions = tuple(g.graph.nodes[i] for i in sorted(plan.nodes) if g.graph.nodes[i].op in REDUCTIONS)
-    return plan
 
 
 def _row_shapes(shape: Shape, axes: tuple[int, ...]) -> tuple[Shape, Shape]:
@@ -167,6 +201,11 @@ def _needed(
     operand_values |= grow
     if grow:
         return grow
+    for k in kernels:  # 1b. a scatter's launches compute their operands with views and pointwise ops only
+        if k.scatter is not None and k.reductions:
+            grow |= _scatter_operands(g, k, stored, declined)
+    if grow:
+        return grow
     for k in kernels:  # 2. an epilogue input computed with a reduction gets its own (reduction) kernel
         if k.root is None or not k.reductions:
             continue
@@ -183,7 +222,7 @@ def _needed(
     if grow:
         return grow
     for k in kernels:  # 3. reductions that cannot share one row loop
-        if k.root is None and k.reductions:
+        if k.root is None and k.scatter is None and k.reductions:
             grow |= _reduction_conflicts(g, k, declined)
     if grow:
         return grow  # 4. (below) sharing, once the kernels' shapes settle
@@ -205,6 +244,22 @@ def _needed(
     for v in sorted(grow - inner):
         declined.append(f"%{v} ({g.node(v).op.value}) is needed by several kernels: stored once, not recomputed")
     return grow - inner
+
+
+def _scatter_operands(g: FusionGraph, k: KernelPlan, stored: set[int], declined: list[str]) -> set[int]:
+    """The operands of ``k``'s scatter (its data for the copy, indices and updates for the writes) that are
+    computed with a reduction, stored first (below their views)."""
+    assert k.scatter is not None
+    operands = k.scatter.inputs[1:] if k.in_place else k.scatter.inputs[:1]
+    out: set[int] = set()
+    for x in operands:
+        if x.id not in stored and x.id not in g.external and has_reduction(g, x.id, stored):
+            base = compute_below_views(g, x.id)
+            out.add(base)
+            declined.append(
+                f"operand %{x.id} of scatter %{k.anchor.id} is computed with a reduction: %{base} stored first"
+            )
+    return out
 
 
 def _reduction_conflicts(g: FusionGraph, k: KernelPlan, declined: list[str]) -> set[int]:
@@ -274,15 +329,19 @@ def _direct(r: Node, red: set[int]) -> frozenset[int]:
 
 def _order(g: FusionGraph, kernels: Iterable[KernelPlan]) -> list[KernelPlan]:
     """Kernels in dependency order (a kernel runs after the kernels whose anchors it reads), ties broken by
-    the anchor's position in the graph."""
-    kernels = sorted(kernels, key=lambda k: g.prod[k.anchor.id][0])
-    by_anchor = {k.anchor.id: i for i, k in enumerate(kernels)}
-    waiting = [sum(1 for r in k.reads if r in by_anchor) for k in kernels]
+    the anchor's position in the graph. A scatter's writes follow its copy, and its readers follow both."""
+    kernels = sorted(kernels, key=lambda k: (g.prod[k.anchor.id][0], k.in_place))
+    by_anchor = {k.anchor.id: i for i, k in enumerate(kernels)}  # the last writer: a scatter's writes
+    copies = {k.anchor.id: i for i, k in enumerate(kernels) if k.scatter is not None and not k.in_place}
+    deps = [
+        {copies[r] if by_anchor[r] == i else by_anchor[r] for r in k.reads if r in by_anchor}
+        for i, k in enumerate(kernels)
+    ]
+    waiting = [len(d) for d in deps]
     readers: dict[int, list[int]] = {}
-    for i, k in enumerate(kernels):
-        for r in k.reads:
-            if r in by_anchor:
-                readers.setdefault(by_anchor[r], []).append(i)
+    for i, d in enumerate(deps):
+        for j in d:
+            readers.setdefault(j, []).append(i)
     ready = [i for i, w in enumerate(waiting) if w == 0]
     heapq.heapify(ready)
     out: list[KernelPlan] = []
@@ -319,6 +378,8 @@ def _merge_pointwise(g: FusionGraph, kernels: list[KernelPlan]) -> list[KernelPl
 
 
 def _can_merge(g: FusionGraph, p: KernelPlan, k: KernelPlan) -> bool:
+    if p.scatter or k.scatter:
+        return False  # a scatter's copy and writes are two launches, each with its own template
     if p.root or k.root or p.reductions or k.reductions or p.anchor.id not in k.reads:
         return False
     if p.anchor.type.shape != k.anchor.type.shape or k.stored_first:

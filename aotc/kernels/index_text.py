@@ -61,7 +61,20 @@ def is_int(text: str) -> bool:
 
 
 def paren(text: str) -> str:
-    return text if _ATOM.match(text) or _balanced_call(text) else f"({text})"
+    """``text`` as one operand: bracketed unless it is a name, a number, a call or subscript, or one group."""
+    return text if _ATOM.match(text) or _tight(text) else f"({text})"
+
+
+def _tight(text: str) -> bool:
+    depth = 0
+    for ch in text:
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+        elif depth == 0 and not (ch.isalnum() or ch in "_."):
+            return False
+    return depth == 0 and bool(text)
 
 
 def _balanced_call(text: str) -> bool:
@@ -87,6 +100,8 @@ def add(a: str, b: str) -> str:
         return a
     if is_int(b) and int(b) < 0:
         return f"{a} - {-int(b)}"
+    if b.startswith("-"):  # ``-x * 3 + y`` negates its first product only, so ``a - x * 3 + y`` is the same sum
+        return f"{a} - {b[1:]}"
     return f"{a} + {b}"
 
 

@@ -51,6 +51,8 @@ def plan_memory(graph: Graph, kernels: Sequence[Kernel], views: Sequence[View]) 
     for k, kernel in enumerate(kernels):
         for v in kernel.outputs:
             first.setdefault(v, k)
+            if first[v] != k:
+                last[v] = k  # a later launch updates it in place (a scatter's writes): the buffer stays live
         for v in kernel.inputs:
             last[v] = k
     ranges, multiples = graph.ranges, graph.multiples

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from aotc.ir.index import unflatten
 from aotc.ir.schedule import Kernel, KernelKind
 from aotc.ir.symbolic import add, bounds, floordiv
 from aotc.ir.types import Shape, Value
@@ -36,8 +37,9 @@ def emit_pointwise(b: KernelBuilder, outputs: Sequence[Value], name: str, config
 
 
 def unravel_into(b: KernelBuilder, linear: str, shape: Shape, stem: str) -> list[str]:
-    """Names one variable per dim holding the row-major index of ``linear`` (size-1 dims are ``0``)."""
-    out = []
-    for d, expr in zip(shape, ix.unravel(linear, b.dims(shape))):
-        out.append("0" if ix.is_one(d) else b.let(stem, expr))
-    return out
+    """Names one variable per dim holding the row-major index of ``linear`` (size-1 dims are ``0``).
+
+    They are bound as index expressions of ``linear`` (below the element count wherever the mask keeps a
+    lane), so an offset that takes them row-major again simplifies back to ``linear``."""
+    flat = b.index_var(linear, numel(shape))
+    return ["0" if ix.is_one(d) else b.let_index(stem, e) for d, e in zip(shape, unflatten(flat, shape))]

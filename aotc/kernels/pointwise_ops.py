@@ -2,8 +2,8 @@
 
 Semantics follow the op table's numpy references (aotc/ir/ops/elementwise.py): half-precision operands
 are computed in float32 and rounded once per op, integer division truncates toward zero with x / 0 == 0,
-``maximum``/``minimum`` propagate NaN. Only ``triton.language`` is used, no libdevice, so the kernels
-also run under the Triton interpreter.
+integer powers wrap as numpy's (negative exponents as torch's), ``maximum``/``minimum`` propagate NaN.
+Only ``triton.language`` is used, no libdevice, so the kernels also run under the Triton interpreter.
 """
 
 from __future__ import annotations
@@ -87,6 +87,43 @@ def _pow(a: str, b: str) -> str:
     b_odd = f"({b_int} & ((tl.floor({b} * 0.5) * 2.0) != {b}))"
     neg = f"tl.where({b_int}, tl.where({b_odd}, -{mag}, {mag}), float('nan'))"
     return f"tl.where({b} == 0.0, 1.0, tl.where({a} < 0, {neg}, {mag}))"
+
+
+def _int_pow(a: str, b: str, dt: DType, bind: Bind) -> str:
+    """The reference's integer power: exact modulo 2**bits (products wrap, as numpy's), by squaring; a negative
+    exponent gives 0, except 1 for a base of 1 and +-1 for a base of -1 (torch's rule)."""
+    if is_literal(a):
+        a = f"tl.full([], {a}, {TL_DTYPE[dt]})"  # a typed base: its squares wrap instead of growing
+    if is_literal(b):
+        return _int_pow_by(a, int(b), dt, bind)
+    if bind is _inline:
+        raise UnsupportedError("integer pow by a computed exponent needs its squares bound to variables")
+    e = bind(f"tl.maximum({b}, 0)")
+    p = bind(a)
+    r = bind(f"tl.where(({e} & 1) != 0, {p}, 1)")
+    for k in range(1, 8 * dt.itemsize - 1):  # the sign bit of e is 0
+        p = bind(f"{p} * {p}")
+        r = bind(f"tl.where((({e} >> {k}) & 1) != 0, {r} * {p}, {r})")
+    return f"tl.where({b} < 0, {_int_pow_negative(a, f'tl.where(({b} & 1) != 0, -1, 1)', dt)}, {r})"
+
+
+def _int_pow_by(a: str, e: int, dt: DType, bind: Bind) -> str:
+    """``a`` to a constant power: square-and-multiply, unrolled."""
+    if e < 0:
+        return _int_pow_negative(a, "-1" if e % 2 else "1", dt)
+    r, p = None, bind(a)
+    while e:
+        if e & 1:
+            r = p if r is None else bind(f"{r} * {p}")
+        e >>= 1
+        if e:
+            p = bind(f"{p} * {p}")
+    return f"({a} * 0 + 1)" if r is None else r
+
+
+def _int_pow_negative(a: str, minus_one: str, dt: DType) -> str:
+    """``a`` to a negative power: ``minus_one`` is what -1 gives (-1 for an odd power, else 1)."""
+    return f"tl.where({a} == 1, 1, tl.where({a} == -1, {minus_one}, 0)).to({TL_DTYPE[dt]})"
 
 
 def _float_fmod(a: str, b: str, bind: Bind) -> str:
@@ -183,9 +220,7 @@ def _expr(op: Op, a: list[str], dt: DType, bind: Bind = _inline) -> str:
         r = _float_fmod(a[0], a[1], bind)
         return r if op is Op.FMOD else _float_mod(r, a[1], bind)
     if op is Op.POW:
-        if dt.is_int:
-            raise UnsupportedError("integer pow has no kernel: compute it in float or on the cpu backend")
-        return _pow(a[0], a[1])
+        return _int_pow(a[0], a[1], dt, bind) if dt.is_int else _pow(a[0], a[1])
     if op is Op.WHERE:
         # A constant condition is written as a bool: Triton deprecates (and will refuse) an int condition.
         cond = {"0": "False", "1": "True"}.get(a[0], a[0])

@@ -17,6 +17,7 @@ from aotc.kernels.matmul import emit_matmul
 from aotc.kernels.memplan import plan_memory
 from aotc.kernels.pointwise import emit_pointwise
 from aotc.kernels.reduction import emit_reduction
+from aotc.kernels.scatter import emit_scatter, emit_scatter_copy
 
 
 def schedule_graph(graph: Graph, options: Any = None, tiles: Mapping[int, Any] | None = None) -> Schedule:
@@ -78,6 +79,9 @@ def _shared(kernel: Kernel, seen: dict[tuple, Kernel]) -> Kernel:
 
 def _emit(b: KernelBuilder, kp: KernelPlan, name: str, config: KernelConfig, tile: Any = None) -> Kernel:
     arch = f"sm_{config.arch}"
+    if kp.scatter is not None:
+        emit = emit_scatter if kp.in_place else emit_scatter_copy
+        return emit(b, kp.scatter, name, config)
     if kp.root is not None and kp.root.op is Op.SDPA:
         return emit_attention(b, kp.root, arch_hint=arch, name=name, config=tile)
     if kp.root is not None:

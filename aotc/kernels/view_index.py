@@ -4,17 +4,21 @@ Each rule takes the index its output is wanted at and asks the builder for its i
 element comes from, so no view is ever copied. ``forward`` goes the other way for the bijective views
 (permute, flip, reshape): where an element of the input lands in the output, for storing a graph output
 that is a view of a value a kernel computes.
+
+Indices are expressions over the kernel's index variables (``aotc.ir.index``), simplified as the views
+compose, so a reshape undone by the row-major offset of the load after it costs no ``//`` or ``%``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from aotc.ir.index import flatten, unflatten
 from aotc.ir.index_check import allows_negative, index_range, index_source, op_where
 from aotc.ir.ops import Op
 from aotc.ir.schedule import IndexCheck
-from aotc.ir.symbolic import add
+from aotc.ir.symbolic import SymExpr, add, mul
 from aotc.ir.types import Node, ShapeDim
 from aotc.kernels import index_text as ix
 from aotc.kernels.pointwise_ops import TL_DTYPE, literal
@@ -22,46 +26,41 @@ from aotc.kernels.pointwise_ops import TL_DTYPE, literal
 if TYPE_CHECKING:
     from aotc.kernels.emit import KernelBuilder
 
-Index = tuple[str, ...]
+Index = tuple[int | SymExpr, ...]
 
 
-def forward(b: KernelBuilder, node: Node, index: list[str]) -> list[str]:
+def forward(b: KernelBuilder, node: Node, index: list[int | SymExpr]) -> list[int | SymExpr]:
     """Where the element at ``index`` of the view's input lands in its output (bijective views)."""
     src, dst = node.inputs[0].type.shape, node.outputs[0].type.shape
     if node.op is Op.PERMUTE:
         return [index[p] for p in node.attrs["perm"]]
     if node.op is Op.FLIP:
         axes = {ax % len(src) for ax in node.attrs.get("axes", ())}
-        return [ix.sub(b.size_arg(add(d, -1)), i) if k in axes else i for k, (i, d) in enumerate(zip(index, src))]
-    out = [""] * len(dst)
-    for gi, go in ix.reshape_groups(b.graph, src, dst):
-        if len(gi) == 1 and len(go) == 1:
-            out[go.start] = index[gi.start]
+        return [add(add(d, -1), mul(i, -1)) if k in axes else i for k, (i, d) in enumerate(zip(index, src))]
+    return _regroup(b, src, dst, index)
+
+
+def _regroup(b: KernelBuilder, have: Sequence[ShapeDim], want: Sequence[ShapeDim], index: Sequence) -> list:
+    """``index`` into shape ``have`` as the index of the same row-major element in shape ``want``."""
+    out: list[int | SymExpr] = [0] * len(want)
+    for gh, gw in ix.reshape_groups(b.graph, tuple(have), tuple(want)):
+        if len(gh) == 1 and len(gw) == 1:
+            out[gw.start] = index[gh.start]
             continue
-        lin = b.let("r", ix.row_major([index[k] for k in gi], b.dims([src[k] for k in gi])))
-        for k, i in zip(go, ix.unravel(lin, b.dims([dst[k] for k in go]))):
-            out[k] = "0" if ix.is_one(dst[k]) else i
+        lin = flatten([0 if ix.is_one(have[k]) else index[k] for k in gh], [have[k] for k in gh])  # in range
+        for k, i in zip(gw, unflatten(lin, [want[k] for k in gw])):
+            out[k] = 0 if ix.is_one(want[k]) else b.simplify(i)
     return out
 
 
 def reshape(b: KernelBuilder, node: Node, index: Index, mask: str | None, env: Mapping[int, str]) -> str:
     src, dst = node.inputs[0].type.shape, node.outputs[0].type.shape
-    out: list[str] = [""] * len(src)
-    for gi, go in ix.reshape_groups(b.graph, src, dst):
-        if len(gi) == 1 and len(go) == 1:
-            out[gi.start] = index[go.start]
-            continue
-        lin = ix.row_major([index[k] for k in go], b.dims([dst[k] for k in go]))
-        if len(gi) > 1 and not ix.is_int(lin):
-            lin = b.let("r", lin)
-        for k, i in zip(gi, ix.unravel(lin, b.dims([src[k] for k in gi]))):
-            out[k] = "0" if ix.is_one(src[k]) else i
-    return b.compute(node.inputs[0], out, mask, env)
+    return b.compute(node.inputs[0], _regroup(b, dst, src, index), mask, env)
 
 
 def permute(b: KernelBuilder, node: Node, index: Index, mask: str | None, env: Mapping[int, str]) -> str:
     perm = node.attrs["perm"]
-    src = [""] * len(perm)
+    src: list[int | SymExpr] = [0] * len(perm)
     for k, p in enumerate(perm):
         src[p] = index[k]
     return b.compute(node.inputs[0], src, mask, env)
@@ -74,14 +73,14 @@ def broadcast(b: KernelBuilder, node: Node, index: Index, mask: str | None, env:
 
 def slice_(b: KernelBuilder, node: Node, index: Index, mask: str | None, env: Mapping[int, str]) -> str:
     a = node.attrs
-    src = [ix.add(ix.mul_(i, str(step)), b.size_arg(start)) for i, start, step in zip(index, a["starts"], a["steps"])]
+    src = [add(mul(i, step), start) for i, start, step in zip(index, a["starts"], a["steps"])]
     return b.compute(node.inputs[0], src, mask, env)
 
 
 def flip(b: KernelBuilder, node: Node, index: Index, mask: str | None, env: Mapping[int, str]) -> str:
     shape = node.inputs[0].type.shape
     axes = {ax % len(shape) for ax in node.attrs.get("axes", ())}
-    src = [ix.sub(b.size_arg(add(d, -1)), i) if k in axes else i for k, (i, d) in enumerate(zip(index, shape))]
+    src = [add(add(d, -1), mul(i, -1)) if k in axes else i for k, (i, d) in enumerate(zip(index, shape))]
     return b.compute(node.inputs[0], src, mask, env)
 
 
@@ -94,8 +93,8 @@ def pad(b: KernelBuilder, node: Node, index: Index, mask: str | None, env: Mappi
         if lo == 0 and hi == 0:
             src.append(i)
             continue
-        j = b.let("p", ix.sub(i, b.size_arg(lo)))
-        src.append(j)
+        j = b.let("p", b.index_text(b.simplify(add(i, mul(lo, -1)))))
+        src.append(b.index_var(j, d))  # in [0, d) wherever the load below keeps a lane
         conds.append(f"({j} >= 0) & ({j} < {b.size_arg(d)})")
     if not conds:
         return b.compute(x, src, mask, env)
@@ -109,6 +108,7 @@ def concat(b: KernelBuilder, node: Node, index: Index, mask: str | None, env: Ma
     rank = len(index)
     axis = node.attrs.get("axis", 0) % rank
     i = index[axis]
+    i_text = b.index_text(b.simplify(i))
     starts: list[ShapeDim] = []
     pos: ShapeDim = 0
     for x in node.inputs:
@@ -118,9 +118,9 @@ def concat(b: KernelBuilder, node: Node, index: Index, mask: str | None, env: Ma
     for x, start in zip(node.inputs, starts):
         lo = b.size_arg(start)
         hi = b.size_arg(add(start, x.type.shape[axis]))
-        here = b.let("part", f"({i} >= {lo}) & ({i} < {hi})")
+        here = b.let("part", f"({i_text} >= {lo}) & ({i_text} < {hi})")
         src = list(index)
-        src[axis] = ix.sub(i, lo)
+        src[axis] = add(i, mul(start, -1))
         parts.append((here, b.compute(x, src, and_(mask, here), env)))
     out = parts[-1][1]
     for here, v in reversed(parts[:-1]):
@@ -133,7 +133,7 @@ def gather(b: KernelBuilder, node: Node, index: Index, mask: str | None, env: Ma
     axis = node.attrs.get("axis", 0) % data.type.rank
     r = ids.type.rank
     raw = b.compute(ids, index[axis : axis + r], mask, env)
-    if mask is not None and all(ix.is_int(i) for i in index[axis : axis + r]):
+    if mask is not None and all(isinstance(i, int) for i in index[axis : axis + r]):
         # one id for the whole tile: broadcast it, so its checks combine with the tile mask
         raw = b.let("ids", f"{raw} + tl.zeros_like({mask}).to({TL_DTYPE[ids.type.dtype]})")
     n = data.type.shape[axis]
@@ -150,7 +150,7 @@ def gather(b: KernelBuilder, node: Node, index: Index, mask: str | None, env: Ma
     if negative:
         pos = b.let("idx", f"tl.where({raw} < 0, {raw} + {b.size_arg(n)}, {raw})")
     safe = b.let("idx", f"tl.where({bad}, 0, {pos})")
-    src = list(index[:axis]) + [safe] + list(index[axis + r :])
+    src = [*index[:axis], b.index_var(safe, n), *index[axis + r :]]  # in [0, n) on every lane
     return b.compute(data, src, and_(mask, f"({bad} == 0)"), env)
 
 
@@ -162,10 +162,16 @@ def and_(a: str | None, b: str | None) -> str | None:
     return f"{ix.paren(a)} & {ix.paren(b)}"
 
 
-def broadcast_index(src: tuple, dst: tuple, index: Index) -> Index:
-    """The index into ``src`` of the element broadcast to ``index`` of ``dst`` (NumPy alignment)."""
+def broadcast_index(src: tuple, dst: tuple, index: Sequence) -> tuple:
+    """The index into ``src`` of the element broadcast to ``index`` of ``dst`` (NumPy alignment); a broadcast
+    dim gets 0, as text if ``index`` holds text there."""
     lead = len(dst) - len(src)
-    return tuple("0" if ix.is_one(d) and not ix.is_one(dst[lead + k]) else index[lead + k] for k, d in enumerate(src))
+    return tuple(
+        ("0" if isinstance(index[lead + k], str) else 0)
+        if ix.is_one(d) and not ix.is_one(dst[lead + k])
+        else index[lead + k]
+        for k, d in enumerate(src)
+    )
 
 
 Rule = Callable[["KernelBuilder", Node, Index, "str | None", Mapping[int, str]], str]

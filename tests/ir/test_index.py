@@ -290,10 +290,15 @@ def test_triton_text_reads_like_hand_written_index_math() -> None:
     h, w = space.var("h", sym("H")), space.var("w", sym("W"))
     names = {"$h": "offs_h[:, None]", "$w": "offs_w[None, :]", "H": "H", "W": "W"}
     e = h * sym("W") + w
-    assert to_triton(e, names) == "(offs_h[:, None]) * W + (offs_w[None, :])"
-    assert to_triton(e // 4, names) == "(((offs_h[:, None]) * W + (offs_w[None, :])) // 4)"
-    assert to_triton((e - 4) % sym("W"), names) == "(((offs_w[None, :]) - 4) % W)"  # h*W drops out first
+    assert to_triton(e, names) == "offs_h[:, None] * W + offs_w[None, :]"
+    assert to_triton(e // 4, names) == "(offs_h[:, None] * W + offs_w[None, :]) // 4"
+    assert to_triton((e - 4) % sym("W"), names) == "(offs_w[None, :] - 4) % W"  # h*W drops out first
     # w - 4 may be negative: given the space, the remainder prints in its sign-safe form
-    assert to_triton((e - 4) % sym("W"), names, space) == "((((offs_w[None, :]) - 4) % W + W) % W)"
-    assert to_triton((h - 1) // 2, names, space) == "(((offs_h[:, None]) + 1) // 2) - 1"
-    assert to_triton(smin(h, sym("W")) - 3 * w, names) == "-3 * (offs_w[None, :]) + tl.minimum((offs_h[:, None]), W)"
+    assert to_triton((e - 4) % sym("W"), names, space) == "((offs_w[None, :] - 4) % W + W) % W"
+    assert to_triton((h - 1) // 2, names, space) == "(offs_h[:, None] + 1) // 2 - 1"
+    assert to_triton(smin(h, sym("W")) - 3 * w, names) == "tl.minimum(offs_h[:, None], W) - offs_w[None, :] * 3"
+    assert to_triton(3 - h // 2, names) == "3 - offs_h[:, None] // 2"  # a positive term leads
+    assert to_triton(-(h // 2), names) == "-(offs_h[:, None] // 2)"  # not (-h) // 2
+    # a variable holding part of the expression prints as its name; wide terms compute in int64
+    assert to_triton(e // 4 + h % 2, names, held={h % 2: "hb"}) == "hb + (offs_h[:, None] * W + offs_w[None, :]) // 4"
+    assert to_triton(e, names, wide=True) == "offs_h[:, None].to(tl.int64) * W + offs_w[None, :].to(tl.int64)"

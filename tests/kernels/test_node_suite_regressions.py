@@ -12,6 +12,7 @@ from types import ModuleType
 import numpy as np
 import pytest
 
+from aotc.errors import UnsupportedError
 from aotc.ir import DType, Op, TensorType
 from aotc.ir.evaluate import GraphRunner
 from aotc.ir.schedule import KernelKind
@@ -129,7 +130,7 @@ def _node_script() -> ModuleType:
     return module
 
 
-def test_node_script_interprets_kernels_and_skips_models_without_them() -> None:
+def test_node_script_interprets_kernels_and_skips_models_without_them(monkeypatch: pytest.MonkeyPatch) -> None:
     script = _node_script()
     modules, ops = ("relu", "mod", "scatterelements", "identity"), ("Relu", "Mod", "ScatterElements", "Identity")
     results = script.run(modules, ops=ops, device="interpret")
@@ -138,7 +139,13 @@ def test_node_script_interprets_kernels_and_skips_models_without_them() -> None:
         by_op.setdefault(r.op, set()).add(r.status)
     assert by_op["Relu"] == {"passed"}, [r for r in results if r.op == "Relu"]
     assert "failed" not in by_op["Mod"], [r for r in results if r.status == "failed"]
-    scatter = [r for r in results if r.op == "ScatterElements"]
-    assert scatter and all(r.status == "skipped" and "no kernel for op scatter" in r.reason for r in scatter)
+    assert by_op["ScatterElements"] == {"passed"}, [r for r in results if r.op == "ScatterElements"]
     identity = [r for r in results if r.name == "test_identity"]
     assert identity and identity[0].status == "skipped" and "needs none" in identity[0].reason
+
+    def refuse(*_args: object, **_kwargs: object) -> None:
+        raise UnsupportedError("no kernel for op scatter (refused by the test)")
+
+    monkeypatch.setattr("aotc.kernels.scheduler.emit_scatter", refuse)  # a model the scheduler refuses
+    scatter = script.run(("scatterelements",), ops=("ScatterElements",), device="interpret")
+    assert scatter and all(r.status == "skipped" and "refused by the test" in r.reason for r in scatter)

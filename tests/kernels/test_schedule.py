@@ -18,11 +18,9 @@ F32 = DType.float32
 
 
 def test_op_without_kernel_is_a_typed_error() -> None:
-    def body(b, x, i, u):
-        return [b.op(Op.SCATTER, x, i, u)]
-
-    g = make_graph({"x": TensorType(F32, (4,)), "i": TensorType(DType.int64, (2, 1)), "u": TensorType(F32, (2,))}, body)
-    with pytest.raises(UnsupportedError, match="scatter"):
+    qkv = {n: TensorType(F32, (1, 2, 4, 1024)) for n in "qkv"}  # a head dim past the attention template's
+    g = make_graph(qkv, lambda b, q, k, v: [b.op(Op.SDPA, q, k, v)])
+    with pytest.raises(UnsupportedError, match="no kernel for scaled_dot_product_attention"):
         schedule_graph(g)
 
 
