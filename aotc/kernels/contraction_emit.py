@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from aotc.errors import UnsupportedError
+from aotc.ir.analysis import analyze
 from aotc.ir.dtypes import DType
 from aotc.ir.graph import Graph
 from aotc.ir.ops import ELEMENTWISE
@@ -72,10 +73,16 @@ def check_epilogue(graph: Graph, anchor: Node, epilogue: Sequence[Node], outputs
         if reason is not None:
             raise UnsupportedError(f"epilogue of {anchor.op.value}: {reason}")
         chain.add(node.outputs[0].id)
+    # Everything computed from the chain, following readers (the cached analysis) rather than every node.
+    users = analyze(graph).users
     derived = set(chain)
-    for node in graph.nodes:
-        if any(v.id in derived for v in node.inputs):
-            derived.update(o.id for o in node.outputs)
+    stack = list(chain)
+    while stack:
+        for i in users.get(stack.pop(), ()):
+            for o in graph.nodes[i].outputs:
+                if o.id not in derived:
+                    derived.add(o.id)
+                    stack.append(o.id)
     for node in epilogue:
         for v in node.inputs:
             if v.id in derived and v.id not in chain:

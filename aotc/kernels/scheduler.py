@@ -55,7 +55,9 @@ def schedule_graph(graph: Graph, options: Any = None, tiles: Mapping[int, Any] |
         kernel = _shared(_emit(builder(), kp, name, config, (tiles or {}).get(idx)), seen)
         end = flags.count
         variants = []
-        for arch in archs[1:]:
+        # Pointwise and scatter blocks do not depend on the target (KernelConfig.pointwise_block): only
+        # contractions, attention and reductions are generated again per target.
+        for arch in archs[1:] if kp.root is not None or kp.reductions else ():
             # The same kernel for another target: same flag slots, its own tiles.
             flags.count = start
             other = _emit(builder(), kp, f"{name}_sm{arch}", KernelConfig(arch=arch))
