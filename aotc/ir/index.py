@@ -433,7 +433,7 @@ class _Printer:
         lead = next((k for k, (neg, _) in enumerate(parts) if not neg), 0)  # ``x - 1``, not ``-1 + x``
         parts.insert(0, parts.pop(lead))
         neg, body = parts[0]
-        out = ("-" + (body if _tight(body) or " * " in body else f"({body})")) if neg else body
+        out = ("-" + (body if binds_as_one(body) or " * " in body else f"({body})")) if neg else body
         for neg, body in parts[1:]:
             out += f" - {body}" if neg else f" + {body}"
         return out
@@ -457,7 +457,7 @@ class _Printer:
             except KeyError:
                 what = "index variable" if a.name.startswith(INDEX_PREFIX) else "symbol"
                 raise ShapeError(f"to_triton: {what} {a.name!r} has no name in the kernel") from None
-            return text if _tight(text) else f"({text})"
+            return text if binds_as_one(text) else f"({text})"
         if a.kind in ("min", "max"):
             x, y = (self.expr(v) for v in a.args)
             return f"tl.{a.kind}imum({x}, {y})"
@@ -468,7 +468,7 @@ class _Printer:
         if isinstance(e, int):
             return str(e) if e >= 0 else f"({e})"
         text = self.expr(e)
-        return text if _tight(text) else f"({text})"
+        return text if binds_as_one(text) else f"({text})"
 
     def divmod(self, a: Atom) -> str:
         num, d = (self.operand(v) for v in a.args)
@@ -484,7 +484,7 @@ def _lone(a: Atom) -> SymExpr:
     return SymExpr((((a,), 1),))
 
 
-def _tight(text: str) -> bool:
+def binds_as_one(text: str) -> bool:
     """Whether ``text`` binds as one operand: a name, a number, a call or subscript, or one bracketed group."""
     if _SIMPLE.match(text):
         return True
@@ -496,4 +496,4 @@ def _tight(text: str) -> bool:
             depth -= 1
         elif depth == 0 and not (ch.isalnum() or ch in "_."):
             return False
-    return depth == 0
+    return depth == 0 and bool(text)

@@ -11,6 +11,7 @@ import re
 from collections.abc import Sequence
 
 from aotc.ir.graph import Graph
+from aotc.ir.index import binds_as_one
 from aotc.ir.symbolic import evaluate, mul
 from aotc.ir.types import Shape, ShapeDim
 
@@ -62,19 +63,7 @@ def is_int(text: str) -> bool:
 
 def paren(text: str) -> str:
     """``text`` as one operand: bracketed unless it is a name, a number, a call or subscript, or one group."""
-    return text if _ATOM.match(text) or _tight(text) else f"({text})"
-
-
-def _tight(text: str) -> bool:
-    depth = 0
-    for ch in text:
-        if ch in "([":
-            depth += 1
-        elif ch in ")]":
-            depth -= 1
-        elif depth == 0 and not (ch.isalnum() or ch in "_."):
-            return False
-    return depth == 0 and bool(text)
+    return text if _ATOM.match(text) or binds_as_one(text) else f"({text})"
 
 
 def _balanced_call(text: str) -> bool:

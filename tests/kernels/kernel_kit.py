@@ -48,3 +48,31 @@ def check(
             rtol, atol = tol or TOL[w.dtype.name]
             np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=atol)
     return schedule
+
+
+def compile_renamed_for_sm80(graphs: Sequence[tuple[str, Graph]]) -> None:
+    """Compiles every kernel of each (suffix, graph)'s schedule for sm_80, renamed ``<kernel>_<suffix>`` so
+    equal names from different graphs stay apart; raises if one does not compile. Run it in a fresh process
+    (``in_fresh_process``): the interpreter other tests run here patches triton.language."""
+    from aotc.kernels.aot import AotOptions, compile_kernels
+
+    kernels = {}
+    for suffix, g in graphs:
+        for k in schedule_graph(g).kernels:
+            name = f"{k.name}_{suffix}"
+            kernels[name] = k.replace(name=name, source=k.source.replace(f"def {k.name}(", f"def {name}(", 1))
+    binaries = compile_kernels(list(kernels.values()), targets=("sm_80",), options=AotOptions(cache=False, jobs=1))
+    assert set(binaries) == set(kernels) and all(b.ptx for b in binaries.values())
+
+
+def in_fresh_process(code: str) -> None:
+    """Runs ``code`` in a new interpreter from the repository root; asserts it exits 0."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]

@@ -4,17 +4,12 @@ for constant exponents and bases."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from aotc.ir import DType, Op, TensorType
 from tests.graph_kit import make_graph
-from tests.kernels.kernel_kit import check
+from tests.kernels.kernel_kit import check, compile_renamed_for_sm80, in_fresh_process
 
 BASES = [0, 1, -1, 2, -2, 3, -3, 7, 10, 12345, -99991]
 EXPONENTS = [0, 1, 2, 3, 5, 17, 30, 31, 62, 63, 1000003, -1, -2, -3]
@@ -54,27 +49,15 @@ def test_constant_base_to_computed_exponents() -> None:
 
 def compile_int_pow_kernels() -> None:
     """Computed and constant exponents and a constant base, both widths, compile for sm_80."""
-    from aotc.kernels.aot import AotOptions, compile_kernels
-    from aotc.kernels.scheduler import schedule_graph
-
-    kernels = {}
+    graphs = []
     for dtype in (DType.int32, DType.int64):
 
         def body(b, x, y, dtype=dtype):
             return [b.op(Op.POW, x, y), b.op(Op.POW, x, b.full(13, dtype)), b.op(Op.POW, b.full(3, dtype), y)]
 
-        g = make_graph({"a": TensorType(dtype, (4, 1)), "b": TensorType(dtype, (1, 5))}, body)
-        for k in schedule_graph(g).kernels:
-            name = f"{k.name}_{dtype.value}"
-            kernels[name] = k.replace(name=name, source=k.source.replace(f"def {k.name}(", f"def {name}(", 1))
-    binaries = compile_kernels(list(kernels.values()), targets=("sm_80",), options=AotOptions(cache=False, jobs=1))
-    assert set(binaries) == set(kernels) and all(b.ptx for b in binaries.values())
+        graphs.append((dtype.value, make_graph({"a": TensorType(dtype, (4, 1)), "b": TensorType(dtype, (1, 5))}, body)))
+    compile_renamed_for_sm80(graphs)
 
 
 def test_int_pow_kernels_compile_for_sm80() -> None:
-    # a fresh process: the interpreter run by other tests here patches triton.language (test_codegen_compiles)
-    root = Path(__file__).resolve().parents[2]
-    code = "from tests.kernels.test_int_pow import compile_int_pow_kernels\ncompile_int_pow_kernels()"
-    env = {**os.environ, "PYTHONPATH": str(root)}
-    proc = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    in_fresh_process("from tests.kernels.test_int_pow import compile_int_pow_kernels\ncompile_int_pow_kernels()")

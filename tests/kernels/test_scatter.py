@@ -9,11 +9,6 @@ Float reductions use integer-valued data, so every order of combining gives the 
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import ml_dtypes
 import numpy as np
 import pytest
@@ -34,7 +29,7 @@ from aotc.onnx import import_onnx
 from aotc.runtime.backends.interpret import InterpretBackend
 from aotc.runtime.backends.triton_interp import launch
 from tests.graph_kit import make_graph
-from tests.kernels.kernel_kit import check, run_schedule
+from tests.kernels.kernel_kit import check, compile_renamed_for_sm80, in_fresh_process, run_schedule
 
 F32, F16, BF16, I32, I64, BOOL = DType.float32, DType.float16, DType.bfloat16, DType.int32, DType.int64, DType.bool
 NP = {F32: np.float32, F16: np.float16, BF16: ml_dtypes.bfloat16, I32: np.int32, I64: np.int64, BOOL: np.bool_}
@@ -351,21 +346,13 @@ COMPILED = [("none", F32), ("none", BOOL), ("add", F32), ("max", I64), ("mul", B
 
 def compile_scatter_kernels() -> None:
     """Each form of the writes (store, atomics, compare-and-swap on 16 and 32 bits) compiles for sm_80."""
-    from aotc.kernels.aot import AotOptions, compile_kernels
-
-    kernels = {}
-    for reduction, dtype in COMPILED:
-        for k in schedule_graph(_scatter_graph((5, 3), (6, 1), dtype, reduction)).kernels:
-            name = f"{k.name}_{reduction}_{dtype.value}"
-            kernels[name] = k.replace(name=name, source=k.source.replace(f"def {k.name}(", f"def {name}(", 1))
-    binaries = compile_kernels(list(kernels.values()), targets=("sm_80",), options=AotOptions(cache=False, jobs=1))
-    assert set(binaries) == set(kernels) and all(b.ptx for b in binaries.values())
+    compile_renamed_for_sm80(
+        [
+            (f"{reduction}_{dtype.value}", _scatter_graph((5, 3), (6, 1), dtype, reduction))
+            for reduction, dtype in COMPILED
+        ]
+    )
 
 
 def test_scatter_kernels_compile_for_sm80() -> None:
-    # a fresh process: the interpreter run by other tests here patches triton.language (test_codegen_compiles)
-    root = Path(__file__).resolve().parents[2]
-    code = "from tests.kernels.test_scatter import compile_scatter_kernels\ncompile_scatter_kernels()"
-    env = {**os.environ, "PYTHONPATH": str(root)}
-    proc = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    in_fresh_process("from tests.kernels.test_scatter import compile_scatter_kernels\ncompile_scatter_kernels()")
