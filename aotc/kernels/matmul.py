@@ -22,7 +22,7 @@ from aotc.errors import UnsupportedError
 from aotc.ir.dtypes import DType
 from aotc.ir.ops import Op
 from aotc.ir.schedule import Kernel, KernelKind
-from aotc.ir.symbolic import SymExpr, mul
+from aotc.ir.symbolic import SymExpr, floordiv, mod, mul
 from aotc.ir.types import Node, Value
 from aotc.kernels.contraction_config import TileConfig, check_dot_config, matmul_config, upper
 from aotc.kernels.contraction_emit import (
@@ -43,7 +43,7 @@ from aotc.kernels.contraction_emit import (
 )
 
 if TYPE_CHECKING:
-    from aotc.kernels.emit import KernelBuilder
+    from aotc.kernels.emit import IndexItem, KernelBuilder
 
 __all__ = [
     "MatmulShape",
@@ -175,7 +175,7 @@ def emit_matmul(
         a_mask = mask_and(mask_m, "offs_k[None, :] < " + k if tail_k else None)
         b_mask = mask_and("offs_k[:, None] < " + k if tail_k else None, mask_n)
         other = "0.0" if dot else "0"
-        a_tile = builder.load(node.inputs[0], [*a_idx, f"{m_idx}[:, None]", "offs_k[None, :]"], a_mask, other)
+        a_tile = builder.load(node.inputs[0], [*a_idx, m_idx, "offs_k[None, :]"], a_mask, other)
         b_tile = builder.load(node.inputs[1], [*b_idx, "offs_k[:, None]", "offs_n[None, :]"], b_mask, other)
         a_tile = full_tile(builder, a_tile, "(BLOCK_M, BLOCK_K)", node.inputs[0].type.dtype, "a")
         b_tile = full_tile(builder, b_tile, "(BLOCK_K, BLOCK_N)", node.inputs[1].type.dtype, "b")
@@ -185,7 +185,7 @@ def emit_matmul(
             builder.line(f"acc = tl.dot(a, b, acc{extra})")
         else:
             builder.line("acc += tl.sum(a[:, :, None] * b[None, :, :], axis=1)")
-    out_index = [*out_batch, f"{m_idx}[:, None]", "offs_n[None, :]"]
+    out_index = [*out_batch, m_idx, "offs_n[None, :]"]
     emit_epilogue(builder, anchor, "acc", out_index, mask_and(mask_m, mask_n), outputs)
     return builder.finish(
         name=name,
@@ -205,9 +205,9 @@ def emit_matmul(
 
 def _emit_program_ids(
     builder: KernelBuilder, shape: MatmulShape, rows: str, n: str, batch_on_x: bool
-) -> tuple[list[str], list[str], list[str], str]:
+) -> tuple[list[IndexItem], list[IndexItem], list[IndexItem], IndexItem]:
     """Program ids and offsets; returns the per-operand batch indices, the output's batch
-    indices and the name of the row index inside one batch entry."""
+    indices and the row index inside one batch entry (tile-shaped: rows along axis 0)."""
     builder.line("pid = tl.program_id(0)")
     pid_b = None
     if shape.batch_count != 1:
@@ -221,14 +221,20 @@ def _emit_program_ids(
     emit_tile_order(builder, rows, n, "pid")
     builder.line("offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)")
     builder.line("offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)")
-    m_idx = "offs_m"
-    if shape.fold and shape.batch:
-        m = size_text(builder, shape.m)
-        builder.line(f"row = offs_m % {m}")
-        builder.line(f"batch_row = offs_m // {m}")
-        m_idx = "row"
-        flat = unravel(builder, "batch_row", shape.batch, _batch_names(shape))
+    m_idx: IndexItem = "offs_m[:, None]"
+    if shape.fold and shape.batch and shape.m == 1:
+        # Every row is a batch entry; the row index is 0, kept as a tile-shaped name so stores keep their shape.
+        builder.line("row = offs_m % 1")
+        flat = unravel(builder, "offs_m", shape.batch, _batch_names(shape))
+        m_idx = "row[:, None]"
         out_batch = [i if i == "0" else f"{i}[:, None]" for i in flat]
+    elif shape.fold and shape.batch:
+        # The folded row of each lane as index math (not text lines), so a load of an operand whose batch
+        # and row dims are contiguous simplifies back to offs_m: a Linear on [batch, seq, d] reads
+        # offs_m * d + offs_k with no // or %.
+        folded = builder.index_var("offs_m[:, None]", shape.rows)
+        m_idx = mod(folded, shape.m)
+        out_batch = _unravel_index(floordiv(folded, shape.m), shape.batch)
     elif pid_b is not None:
         out_batch = unravel(builder, pid_b, shape.batch, _batch_names(shape))
     else:
@@ -238,11 +244,23 @@ def _emit_program_ids(
     return a_idx, b_idx, out_batch, m_idx
 
 
+def _unravel_index(flat: Size, dims: Sequence[Size]) -> list[IndexItem]:
+    """Row-major per-dim index expressions of ``flat`` over ``dims`` (0 for a dim of size 1)."""
+    out: list[IndexItem] = [0] * len(dims)
+    inner: Size = 1
+    for i in range(len(dims) - 1, -1, -1):
+        if dims[i] != 1:
+            q = floordiv(flat, inner)
+            out[i] = q if all(x == 1 for x in dims[:i]) else mod(q, dims[i])
+        inner = mul(inner, dims[i])
+    return out
+
+
 def _batch_names(shape: MatmulShape) -> list[str]:
     return [f"b{i}" for i in range(len(shape.batch))]
 
 
-def _operand_batch(out_batch: list[str], aligned: tuple[Size, ...], dims: int) -> list[str]:
+def _operand_batch(out_batch: list[IndexItem], aligned: tuple[Size, ...], dims: int) -> list[IndexItem]:
     """An operand's own batch indices: the output's, or 0 where the operand broadcasts."""
     start = len(out_batch) - dims
     return ["0" if aligned[i] == 1 else out_batch[i] for i in range(start, len(out_batch))]

@@ -75,6 +75,25 @@ def test_batch_folds_into_rows_when_b_is_shared():
     check_kernel(g, kern)
 
 
+def test_folded_rows_read_contiguous_operands_as_plain_offsets():
+    """A Linear on (batch, seq, d): the folded row's batch and seq digits merge back, so the a-operand
+    load and the store index with offs_m alone (no // or %)."""
+    g = matmul_graph((3, 5, 17), (17, 9))
+    kern = _emit(g, TileConfig(16, 16, 16))
+    lines = kern.source.splitlines()
+    assert not any("//" in line or "%" in line for line in lines if "offs_m" in line and "=" in line), lines
+    assert any("tl.load(in_ptr0 + (offs_m[:, None] * 17 + offs_k" in line for line in lines), lines
+    assert any("tl.store(out_ptr0 + (offs_m[:, None] * 9 + offs_n" in line for line in lines), lines
+    check_kernel(g, kern)
+
+
+@pytest.mark.parametrize("a", [(2, 3, 1, 4), (4, 1, 16)])
+def test_folded_rows_of_one_row_per_batch_entry(a):
+    """M = 1 under folded batches (ONNX Resize as a matmul): stores keep the full tile shape."""
+    g = matmul_graph(a, (a[-1], 16))
+    check_kernel(g, _emit(g, TileConfig(16, 16, 16)))
+
+
 def test_huge_symbolic_batch_rides_on_grid_x():
     b = Symbol("nb", 1, 100_000)
     g = matmul_graph((sym("nb"), 4, 8), (sym("nb"), 8, 5), symbols=(b,))
