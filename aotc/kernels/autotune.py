@@ -20,6 +20,7 @@ import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -163,7 +164,7 @@ def autotune(
     for j in range(rounds):
         tiles = {i: c[j] for i, c in tuned.items() if j < len(c) and c[j] is not None}
         try:
-            plan = schedule_graph(graph, _Targets((arch,)), tiles)
+            plan = schedule_graph(graph, SimpleNamespace(targets=(arch,)), tiles)
         except UnsupportedError:
             plan = None
         ran = _run_round(graph, schedule, plan, j, arch, tuned, compile, measure, feeds, env) if plan else None
@@ -223,11 +224,6 @@ def _renamed(k: Kernel, name: str) -> Kernel:
 
 def _tiles_text(k: Kernel) -> str:
     return " ".join(f"{n}={v}" for n, v in k.constexprs) + f" warps={k.num_warps} stages={k.num_stages}"
-
-
-@dataclass(frozen=True)
-class _Targets:
-    targets: tuple[str, ...]
 
 
 def _target_for(cap: tuple[int, int], targets: Sequence[str]) -> str:

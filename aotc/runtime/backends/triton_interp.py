@@ -19,10 +19,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import importlib
 import linecache
 import threading
 import types
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -109,12 +110,13 @@ def load_function(name: str, source: str) -> Any:
 def _triton() -> types.SimpleNamespace:
     """Triton's modules, imported on the first launch and nowhere else in the runtime, so
     ``import aotc.runtime`` (and loading this backend) stays free of Triton."""
-    import triton
-    import triton.language as tl
-    from triton.runtime import interpreter
-    from triton.runtime.jit import JITFunction
-
-    return types.SimpleNamespace(triton=triton, tl=tl, interpreter=interpreter, JITFunction=JITFunction)
+    load = importlib.import_module
+    return types.SimpleNamespace(
+        triton=load("triton"),
+        tl=load("triton.language"),
+        interpreter=load("triton.runtime.interpreter"),
+        JITFunction=load("triton.runtime.jit").JITFunction,
+    )
 
 
 def _exec_kernel_module(name: str, source: str, *, interpret: bool) -> Any:
@@ -192,34 +194,47 @@ def _knob(knobs: Any, name: str, value: Any) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _interpreting() -> Iterator[None]:
+    """Triton switched to interpreting for one launch, with the interpreter's gaps (below) mended."""
     t = _triton()
-
-    def call_interpreted(self: Any, *args: Any, **kwargs: Any) -> Any:
-        fn = self.__dict__.get("_aotc_interpreted")
-        if fn is None:
-            fn = self.__dict__["_aotc_interpreted"] = t.interpreter.InterpretedFunction(self.fn)
-        return fn(*args, **kwargs)
-
-    saved = t.JITFunction.__dict__["__call__"]
-    t.JITFunction.__call__ = call_interpreted
-    try:
-        with (
-            _knob(t.triton.knobs.runtime, "interpret", True),
-            _bf16_dot_widened(),
-            _bf16_rounded_to_nearest(),
-            _comparisons_typed_int1(),
-        ):
-            yield
-    finally:
-        t.JITFunction.__call__ = saved
+    builder = t.interpreter.InterpreterBuilder
+    with (
+        _patched(t.JITFunction, "__call__", _call_interpreted),
+        _knob(t.triton.knobs.runtime, "interpret", True),
+        _patched(builder, "create_dot", _bf16_dot_widened),
+        _patched(builder, "cast_impl", _bf16_rounded_to_nearest),
+        _patched(builder, "binary_op", _comparisons_typed_int1),
+    ):
+        yield
 
 
 @contextlib.contextmanager
-def _bf16_dot_widened() -> Iterator[None]:
+def _patched(owner: Any, name: str, wrap: Callable[[Any], Any]) -> Iterator[None]:
+    """``owner.name`` replaced by ``wrap(original)`` for a block."""
+    orig = owner.__dict__[name]
+    setattr(owner, name, wrap(orig))
+    try:
+        yield
+    finally:
+        setattr(owner, name, orig)
+
+
+def _call_interpreted(_orig: Any) -> Any:
+    """JITFunction.__call__ that runs the function's interpreted twin (made once per function)."""
+    interpreter = _triton().interpreter
+
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        fn = self.__dict__.get("_aotc_interpreted")
+        if fn is None:
+            fn = self.__dict__["_aotc_interpreted"] = interpreter.InterpretedFunction(self.fn)
+        return fn(*args, **kwargs)
+
+    return call
+
+
+def _bf16_dot_widened(orig: Any) -> Any:
     """The interpreter (3.6 and 3.9) multiplies bf16 ``tl.dot`` operands as their raw uint16 bits;
     widen them to float32 first, which is exact, so a bf16 dot computes what the GPU's does."""
     tl, interpreter = _triton().tl, _triton().interpreter
-    orig = interpreter.InterpreterBuilder.create_dot
 
     def widen(h: Any) -> Any:
         if h.dtype.scalar != tl.bfloat16:
@@ -229,31 +244,21 @@ def _bf16_dot_widened() -> Iterator[None]:
     def create_dot(self: Any, a: Any, b: Any, *rest: Any) -> Any:
         return orig(self, widen(a), widen(b), *rest)
 
-    interpreter.InterpreterBuilder.create_dot = create_dot
-    try:
-        yield
-    finally:
-        interpreter.InterpreterBuilder.create_dot = orig
+    return create_dot
 
 
-@contextlib.contextmanager
-def _bf16_rounded_to_nearest() -> Iterator[None]:
+def _bf16_rounded_to_nearest(orig: Any) -> Any:
     """The interpreter (3.9) converts float32 to bf16 by dropping the low 16 bits (toward zero); the GPU, like
     the cpu backend, rounds to nearest even. The bias adds up over a chain of bf16 ops (attention ends up at
     0.98 of the ONNX node tests' two-ulp tolerance where the GPU's rounding gives 0.7), so round as the GPU does."""
     tl, interpreter = _triton().tl, _triton().interpreter
-    orig = interpreter.InterpreterBuilder.cast_impl
 
     def cast_impl(self: Any, src: Any, dst_type: Any) -> Any:
         if src.dtype.scalar == tl.float32 and dst_type.scalar == tl.bfloat16:
             return interpreter.TensorHandle(_bf16_bits(src.data), tl.bfloat16)
         return orig(self, src, dst_type)
 
-    interpreter.InterpreterBuilder.cast_impl = cast_impl
-    try:
-        yield
-    finally:
-        interpreter.InterpreterBuilder.cast_impl = orig
+    return cast_impl
 
 
 def _bf16_bits(x: np.ndarray) -> np.ndarray:
@@ -264,14 +269,12 @@ def _bf16_bits(x: np.ndarray) -> np.ndarray:
     return np.where(nan, ((u >> 16) | np.uint32(0x40)).astype(np.uint16), rounded)
 
 
-@contextlib.contextmanager
-def _comparisons_typed_int1() -> Iterator[None]:
+def _comparisons_typed_int1(orig: Any) -> Any:
     """The 3.9 interpreter types a comparison's result as its operands' dtype (bool data in an int32 handle).
     A block never notices, but a scalar one is splat by its handle's dtype: ``mask & (k >= 0)`` with a scalar
     ``k`` (a ``static_range`` tap) then makes an int32 mask, and the load fails with "mask has unsupported
     dtype", where the compiled kernel splats an i1. Retype bool results as int1, as the compiler types them."""
     tl, interpreter = _triton().tl, _triton().interpreter
-    orig = interpreter.InterpreterBuilder.binary_op
 
     def binary_op(self: Any, lhs: Any, rhs: Any, op: Any) -> Any:
         out = orig(self, lhs, rhs, op)
@@ -279,11 +282,7 @@ def _comparisons_typed_int1() -> Iterator[None]:
             return interpreter.TensorHandle(out.data, tl.int1)
         return out
 
-    interpreter.InterpreterBuilder.binary_op = binary_op
-    try:
-        yield
-    finally:
-        interpreter.InterpreterBuilder.binary_op = orig
+    return binary_op
 
 
 def _convert(kernel: Kernel, spec: Any, value: Any, tl: Any) -> Any:
