@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import click
 
 from aotc.errors import AotcError, VerifyError
+from aotc_cli.user_error import UserError
 
 EXIT_OK = 0
 EXIT_USER = 1
@@ -24,10 +25,6 @@ EXIT_INTERNAL = 3
 _DEBUG_KEY = "aotc.debug"
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-class UserError(Exception):
-    """A problem with the user's files or option values; the message says what to change."""
 
 
 def _set_debug(ctx: click.Context, _param: click.Parameter, value: bool) -> None:

@@ -24,9 +24,9 @@ from aotc.ir.dtypes import DType
 from aotc.ir.graph import Graph, Symbol
 from aotc.ir.symbolic import SymExpr, evaluate
 from aotc.runtime.guards import Binder, gather_inputs, input_specs
-from aotc_cli.errors import UserError
 from aotc_cli.paths import require_file
 from aotc_cli.text import format_size
+from aotc_cli.user_error import UserError
 
 DEFAULT_DIM = 8
 _MAX_CANDIDATES = 16  # per symbol, when searching for values that meet the guards

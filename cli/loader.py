@@ -27,8 +27,8 @@ from typing import Any
 
 import aotc
 from aotc.errors import AotcError
-from aotc_cli.errors import UserError
 from aotc_cli.paths import require_file
+from aotc_cli.user_error import UserError
 
 _AOTC_DIR = Path(aotc.__file__).resolve().parent
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from aotc_cli.errors import UserError
+from aotc_cli.user_error import UserError
 
 
 def require_file(path: str | Path, what: str = "") -> Path:
