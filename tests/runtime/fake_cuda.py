@@ -2,12 +2,14 @@
 
 Same function names, ``(CUresult, value...)`` tuple returns and enums as the subset the cuda backend calls.
 Device memory is host memory (a numpy block per allocation; a device pointer is the block's real address),
-copies are ``memmove``s, and a kernel launch runs the kernel's Triton SOURCE under the interpreter launcher
+copies are ``memmove``s (one to the host is done when the call returns, as into pageable memory), and a kernel
+launch runs the kernel's Triton SOURCE under the interpreter launcher
 (``aotc.runtime.backends.triton_interp.launch``) with the parameters unpacked from the packed buffer. Stream
 capture records launches (with their parameter values read at capture, as CUDA does) and graph launches
 replay them. The fake checks what a real driver would reject: launch geometry against the binary's
 metadata, large shared memory without the opt-in attribute, cluster kernels launched without a cluster,
-scratch pointers, memcpys while capturing, cubins for another arch, PTX newer than the driver.
+scratch pointers, memcpys while capturing, cubins for another arch, PTX newer than the driver. A kernel that
+touches memory it does not own faults as on a GPU: every later call fails (``fail`` injects such failures).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import re
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -46,6 +49,7 @@ OK = CUresult.CUDA_SUCCESS
 _SMALL_SHARED = 48 * 1024
 _NP = {"fp32": "float32", "fp16": "float16", "i32": "int32", "i64": "int64", "i8": "int8", "u8": "uint8", "i1": "bool"}
 _SCALAR = {"i32": ctypes.c_int32, "i64": ctypes.c_int64, "fp32": ctypes.c_float}
+_HOST_SIDE = ("cuGetErrorName", "cuCtxSetCurrent")  # calls that still work after a kernel fault
 
 
 @dataclass
@@ -93,6 +97,7 @@ class FakeDriver(StreamsMixin):
         self.modules: list[_Module] = []
         self.launches: list[tuple[str, tuple[int, int, int], int, int, int]] = []  # name, grid, block, shared, cluster
         self.memsets = 0
+        self.fault: CUresult | None = None  # set by a kernel fault: every later call fails with it
         self._objects: dict[int, Any] = {}
         self._images: dict[int, Cubin] = {}
         self._lock = threading.RLock()
@@ -125,6 +130,14 @@ class FakeDriver(StreamsMixin):
         ptr = self.cuMemAlloc(max(host.nbytes, 1))[1]
         ctypes.memmove(ptr, host.ctypes.data, host.nbytes)
         return FakeTensor(ptr, host.shape, host.dtype)
+
+    def fail(self, error: CUresult, *calls: str) -> None:
+        """From now on the named driver calls return ``error`` and do nothing. With no names every call does: the
+        state of a GPU after a kernel fault (a "sticky" error), but for naming an error and binding the context
+        to a thread, which are documented to fail only for host-side reasons."""
+        names = calls or [n for n in dir(type(self)) if n.startswith("cu") and n not in _HOST_SIDE]
+        for name in names:
+            setattr(self, name, partial(_failed, error))  # shadows the method on this instance
 
     def read(self, ptr: int, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         n = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
@@ -227,7 +240,12 @@ class FakeDriver(StreamsMixin):
         return self._copy(dst, src, n, stream, True, False)
 
     def cuMemcpyDtoHAsync(self, dst: int, src: int, n: int, stream: Any) -> tuple[CUresult]:
-        return self._copy(dst, src, n, stream, False, True)
+        # Into pageable host memory (all the fake has) the real copy is synchronous with the host: it returns
+        # after the stream's earlier work and the copy itself ran, never writing the buffer once the caller
+        # may have freed it. So run the stream's queue now, the copy last.
+        with self._lock:
+            queued = self._copy(dst, src, n, stream, False, True)
+            return self._drain(self._stream(stream)) if queued[0] == OK else queued
 
     def cuMemcpyDtoDAsync(self, dst: int, src: int, n: int, stream: Any) -> tuple[CUresult]:
         return self._copy(dst, src, n, stream, True, True)
@@ -347,7 +365,9 @@ class FakeDriver(StreamsMixin):
             return self._enqueue(stream, ("launch", f, grid, cluster, tuple(values)))
 
     def _execute(self, op: tuple[Any, ...]) -> tuple[CUresult]:
-        """Run one queued item (see fake_cuda_streams for when)."""
+        """Run one queued item (see fake_cuda_streams for when). After a fault, nothing runs any more."""
+        if self.fault is not None:
+            return (self.fault,)
         kind = op[0]
         try:
             if kind == "memcpy":
@@ -361,7 +381,9 @@ class FakeDriver(StreamsMixin):
                 _, f, grid, cluster, values = op
                 self._run_kernel(f, grid, cluster, values)
         except _Fault:
-            return (CUresult.CUDA_ERROR_LAUNCH_FAILED,)
+            self.fault = CUresult.CUDA_ERROR_ILLEGAL_ADDRESS
+            self.fail(self.fault)
+            return (self.fault,)
         return (OK,)
 
     def _run_kernel(self, f: _Function, grid: tuple[int, int, int], cluster: int, values: tuple[Any, ...]) -> None:
@@ -395,6 +417,11 @@ class FakeDriver(StreamsMixin):
         self.launches.append((f.name, grid, m.threads, m.shared, cluster))
         with np.errstate(all="ignore"):
             launch(kernel, (grid[0] // cluster, grid[1], grid[2]), args)
+
+
+def _failed(error: CUresult, *_args: Any) -> tuple[CUresult, None]:
+    """A failed call: its error, and None where a value would be (so callers unpacking two values still can)."""
+    return error, None
 
 
 class _Fault(Exception):

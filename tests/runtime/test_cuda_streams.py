@@ -1,6 +1,7 @@
 """Independent branches on separate streams: the dependency analysis and stream assignment, and end to end over
 the fake driver, whose queued work runs in an adversarial order (so a missing event wait gives wrong numbers,
-which the sabotage test shows)."""
+which the sabotage test shows) while a copy to the host is done when it returns, as into pageable memory;
+profiling a fresh program whose plan forks over several streams."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from fake_cuda import FakeDriver, fake_binaries
 
 from aotc.ir.evaluate import GraphRunner
 from aotc.runtime.backends.cuda import CudaBackend
+from aotc.runtime.backends.cuda.driver import Device
+from aotc.runtime.backends.cuda.profile import profile
 from aotc.runtime.backends.cuda.streams import SEQUENTIAL, dependencies, plan_streams
 from aotc.runtime.guards import Binder
 from tests.runtime.test_interpret_backend import GRAPH, SCHEDULE, _feeds
@@ -86,7 +89,6 @@ def test_a_missing_wait_is_caught_by_the_adversarial_fake() -> None:
 
 def test_profile_times_every_launch_with_its_bytes_and_flops() -> None:
     from aotc.kernels.scheduler import schedule_graph
-    from aotc.runtime.backends.cuda.profile import profile
     from tests.kernels.model_kit import DIMS, feeds, lowered
 
     g = lowered("mlp")
@@ -107,3 +109,50 @@ def test_profile_times_every_launch_with_its_bytes_and_flops() -> None:
     assert first.bytes == 4 * (batch * k_in + k_in * n + n + batch * n)
     assert first.ms == 0.25 and first.gbps == first.bytes / 0.25 / 1e6
     assert fake.live()["events"] == 0
+
+
+def test_a_copy_to_the_host_is_done_when_it_returns() -> None:
+    """Into pageable host memory a real cuMemcpyDtoHAsync returns once the copy ran, after the work queued
+    before it: the destination holds the data before any synchronize (and is never written after the caller
+    may have freed it)."""
+    fake = FakeDriver()
+    dev = Device(driver=fake)
+    main, side, event = dev.stream(), dev.stream(), dev.event()
+    data = np.arange(16, dtype=np.int32)
+    ptr = dev.alloc(data.nbytes, "a test buffer")
+    dev.upload(ptr, data.ctypes.data, data.nbytes, side)
+    dev.record(event, side)
+    dev.wait_event(main, event)  # the memset follows the upload on the other stream, the copy the memset
+    dev.check("cuMemsetD32Async", fake.cuMemsetD32Async(ptr, 7, 4, main))
+    out = np.zeros_like(data)
+    dev.download(out.ctypes.data, ptr, out.nbytes, main)
+    np.testing.assert_array_equal(out, [7, 7, 7, 7, *range(4, 16)])
+    dev.free(ptr)
+    dev.destroy_event(event)
+    for stream in (main, side):
+        dev.destroy_stream(stream)
+    dev.release()
+    assert fake.live() == dict.fromkeys(fake.live(), 0)
+
+
+def test_profile_of_a_fresh_program_forks_over_its_streams() -> None:
+    """BERT's plan uses 4 streams: profiling before any call must create them (it raised KeyError: -1)."""
+    from aotc.kernels.scheduler import schedule_graph
+    from tests.kernels.model_kit import DIMS, feeds, lowered
+
+    g = lowered("bert")
+    schedule = schedule_graph(g)
+    binaries = fake_binaries(schedule)
+    fake = FakeDriver()
+    fake.register(schedule, binaries)
+    with CudaBackend(driver=fake) as backend:
+        program = backend.prepare(g, schedule, binaries)
+        xs = feeds("bert", g, DIMS["bert"][0])
+        env = Binder(g).bind(xs)
+        rows = profile(program, xs, env, repeats=1)
+        assert [r.name for r in rows] == [k.name for k in schedule.kernels]
+        assert program._shape(tuple(env[s] for s in program._symbols), env).streams.count == 4
+        # the slot profiling used goes back ready for calls, which still match the cpu runner
+        for a, b in zip(program.run(xs, env), GraphRunner(g).run(xs, env)):
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+    assert fake.live()["streams"] == 0

@@ -3,7 +3,8 @@
 The bindings are imported on first cuda use only (``import aotc.runtime`` never pulls them in). Tests pass
 their own driver module (``Device(driver=fake)``); nothing here patches ``sys.modules``. Every call's
 ``CUresult`` is checked: a failure is an ``ExecError`` carrying the CUDA error name, an out-of-memory one
-also the bytes asked for.
+also the bytes asked for. After a kernel fault (a sticky error) the device remembers it, and the follow-on
+errors of calls that only release resources are dropped (see ``Device.check``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,34 @@ from aotc.errors import ExecError, UnsupportedError
 
 INSTALL_HINT = "pip install aotc[cuda]"
 _SMALL_SHARED = 48 * 1024  # dynamic shared memory above this needs an opt-in attribute per function
+
+# Errors that leave the context unusable: every later call fails with the same error until the process exits
+# (the driver API documentation of each says so).
+STICKY = frozenset(
+    {
+        "CUDA_ERROR_ILLEGAL_ADDRESS",
+        "CUDA_ERROR_LAUNCH_TIMEOUT",
+        "CUDA_ERROR_ASSERT",
+        "CUDA_ERROR_HARDWARE_STACK_ERROR",
+        "CUDA_ERROR_ILLEGAL_INSTRUCTION",
+        "CUDA_ERROR_MISALIGNED_ADDRESS",
+        "CUDA_ERROR_INVALID_ADDRESS_SPACE",
+        "CUDA_ERROR_INVALID_PC",
+        "CUDA_ERROR_LAUNCH_FAILED",
+    }
+)
+# Calls that only give something back. After a sticky error they fail too, and there is nothing to free.
+RELEASES = frozenset(
+    {
+        "cuMemFree",
+        "cuStreamDestroy",
+        "cuEventDestroy",
+        "cuGraphDestroy",
+        "cuGraphExecDestroy",
+        "cuModuleUnload",
+        "cuDevicePrimaryCtxRelease",
+    }
+)
 
 
 def import_driver(label: str = "cuda") -> Any:
@@ -68,6 +97,7 @@ class Device:
         self.label = label  # the device as the caller named it, for messages
         self.drv = import_driver(label) if driver is None else driver
         self._success = self.drv.CUresult.CUDA_SUCCESS
+        self.fault: str | None = None  # the first sticky error a call reported: the context is lost
         self._local = threading.local()
         # Reentrant: garbage collection can free a DeviceMemory (and so release) inside hold().
         self._lock = threading.RLock()
@@ -117,11 +147,23 @@ class Device:
         return str(getattr(err, "name", err))
 
     def check(self, what: str, result: Any) -> None:
-        """Raise CudaError unless ``result`` (a driver call's return tuple, or its CUresult) is success."""
+        """Raise CudaError unless ``result`` (a driver call's return tuple, or its CUresult) is success.
+
+        Once a sticky error was raised, a failing release call (``RELEASES``) returns quietly instead: the fault
+        reached the caller at the call that saw it, as PyTorch reports it, and PyTorch's teardown (freeing a
+        tensor, resetting a CUDA graph) never raises. So closing after a fault frees what it can and shows the
+        fault, not an echo of it that would replace the fault in a ``with`` block's traceback."""
         err = result[0] if isinstance(result, tuple) else result
         if err != self._success:
             name = self.error_name(err)
+            if self.fault is not None and what in RELEASES:
+                return
+            self._note(name)
             raise CudaError(f"CUDA call {what} failed on {self.info_text()}: {name}", name)
+
+    def _note(self, name: str) -> None:
+        if name in STICKY and self.fault is None:
+            self.fault = name
 
     def get(self, what: str, result: tuple[Any, ...]) -> Any:
         """The value a driver call returned (its second element), after checking its CUresult."""
@@ -147,6 +189,7 @@ class Device:
         err, ptr = self.drv.cuMemAlloc(nbytes)
         if err != self._success:
             name = self.error_name(err)
+            self._note(name)
             raise CudaError(
                 f"cannot allocate {nbytes} bytes of GPU memory for {what} on {self.info_text()}: {name}", name
             )
@@ -201,6 +244,12 @@ class Device:
 
     def destroy_event(self, event: Any) -> None:
         self.check("cuEventDestroy", self.drv.cuEventDestroy(event))
+
+    def destroy_graph(self, graph: Any) -> None:
+        self.check("cuGraphDestroy", self.drv.cuGraphDestroy(graph))
+
+    def destroy_graph_exec(self, graph_exec: Any) -> None:
+        self.check("cuGraphExecDestroy", self.drv.cuGraphExecDestroy(graph_exec))
 
     def record(self, event: Any, stream: Any) -> None:
         self.check("cuEventRecord", self.drv.cuEventRecord(event, stream))

@@ -44,8 +44,10 @@ def profile(program: CudaProgram, feeds: Sequence[Any], env: Mapping[str, int], 
     shape = program._shape(key, env)
     slot = program._pool.take()
     start, end = dev.get("cuEventCreate", drv.cuEventCreate(0)), dev.get("cuEventCreate", drv.cuEventCreate(0))
+    ok = False
     try:
         slot.reserve(shape.total)
+        slot.prepare_streams(shape.streams)  # the warm-up forks over the plan's streams, as a call does
         ins = program._stage(slot, shape, [program._feed(i, x) for i, x in enumerate(feeds)], in_place=True)
         addr = program._addresses(slot.base, shape, ins, {})
         program._enqueue(slot, shape, addr)  # a warm-up call, which also fills every intermediate
@@ -63,10 +65,11 @@ def profile(program: CudaProgram, feeds: Sequence[Any], env: Mapping[str, int], 
                 dev.check("cuEventSynchronize", drv.cuEventSynchronize(end))
                 times[i].append(float(dev.get("cuEventElapsedTime", drv.cuEventElapsedTime(start, end))))
         dev.sync(slot.stream)
+        ok = True
     finally:
         dev.destroy_event(start)
         dev.destroy_event(end)
-        program._pool.give(slot)
+        program._give(slot, ok)  # as a call does: a slot whose work failed is kept only if its stream works
     return [
         KernelTime(
             launch.kernel.name,

@@ -3,6 +3,7 @@ CUDA graph per concrete shape replayed from a bounded LRU cache (a shape's first
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -20,7 +21,7 @@ from aotc.runtime.backends.cuda.arrays import DeviceArray, DeviceInput, DeviceMe
 from aotc.runtime.backends.cuda.launch import Launch
 from aotc.runtime.backends.cuda.modules import check_signature
 from aotc.runtime.backends.cuda.plan import BUFFER, SIZE, ShapePlan, Storage, plan_shape, recipe
-from aotc.runtime.backends.cuda.slots import GraphEntry, Slot, SlotPool
+from aotc.runtime.backends.cuda.slots import GraphEntry, Slot, SlotPool, release_all
 from aotc.runtime.backends.interpret import InterpretProgram
 
 if TYPE_CHECKING:
@@ -120,7 +121,9 @@ class CudaProgram:
             try:  # a slot whose work failed is kept only if its stream still works
                 self.device.sync(slot.stream)
             except ExecError:
-                slot.destroy()
+                # The call is already failing with the error that broke the slot: report that one, not an echo.
+                with contextlib.suppress(ExecError):
+                    slot.destroy()
                 return
         self._pool.give(slot)
 
@@ -283,25 +286,31 @@ class CudaProgram:
             return entry if entry.lock.acquire(blocking=False) else None
         try:
             entry = self._capture(shape)
-        finally:
+        except BaseException:
             with self._lock:
                 self._capturing.discard(key)
+            raise
         with self._lock:
-            evicted = []
-            if not self._closed:
+            self._capturing.discard(key)  # under the same lock as publishing: no second capture of this shape
+            published = not self._closed
+            evicted: list[GraphEntry] = []
+            if published:
                 self._graphs[key] = entry
                 while len(self._graphs) > self._graph_cache:
                     evicted.append(self._graphs.popitem(last=False)[1])
-            else:
-                evicted.append(entry)
-        for old in evicted:
-            if old is not entry:
-                old.destroy()
-        if entry in evicted:
+        # The entry came back from _capture locked, for this call's replay. Every way out that does not hand it
+        # to the caller must unlock it: close() and eviction destroy an entry under its lock, and would wait
+        # forever on one left locked.
+        if not published:  # closed meanwhile: nobody else will free it
             entry.lock.release()
-            entry.destroy()
-            return None
-        return entry
+            evicted.append(entry)
+        try:
+            release_all(old.destroy for old in evicted)
+        except BaseException:
+            if published:
+                entry.lock.release()
+            raise
+        return entry if published else None
 
     def _capture(self, shape: ShapePlan) -> GraphEntry:
         dev, drv = self.device, self.device.drv
@@ -326,22 +335,27 @@ class CudaProgram:
             entry.exec = dev.get("cuGraphInstantiate", drv.cuGraphInstantiate(entry.graph, 0))
         except BaseException:
             entry.lock.release()
-            entry.destroy()
+            with contextlib.suppress(ExecError):  # the error that broke the capture is the one to report
+                entry.destroy()
             raise
         self.stats["captures"] += 1
         return entry
 
     # -- lifetime -------------------------------------------------------------------------------------
     def close(self) -> None:
+        """Free every graph and slot, each even when an earlier one fails, then raise the first error.
+
+        On a working GPU a failed free is a bug worth seeing, so it is raised (an ExecError). After a kernel
+        fault every later call fails; the call that met the fault raised it, and the follow-on errors of the
+        frees here are dropped by ``Device.check``, as PyTorch's teardown never raises. Either way close()
+        returns: no lock is left held that it would wait for."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
             entries = list(self._graphs.values())
             self._graphs.clear()
-        for entry in entries:
-            entry.destroy()
-        self._pool.close()
+        release_all([*(entry.destroy for entry in entries), self._pool.close])
 
 
 def _storage(graph: Graph, checked: InterpretProgram) -> Storage:

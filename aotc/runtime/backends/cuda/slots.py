@@ -4,12 +4,28 @@ concurrent calls never share one, and ``GraphEntry``: a slot with a CUDA graph c
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any
 
 from aotc.runtime.backends.cuda.arrays import DeviceMemory
 from aotc.runtime.backends.cuda.driver import Device
 from aotc.runtime.backends.cuda.launch import Params
 from aotc.runtime.backends.cuda.streams import StreamPlan
+
+
+def release_all(steps: Iterable[Callable[[], object]]) -> None:
+    """Run every release step even when an earlier one failed, then raise the first error: one failed free
+    must not leak the rest, and the first error is the cause (the later ones are usually its echoes)."""
+    first: Exception | None = None
+    for step in steps:
+        try:
+            step()
+        except Exception as e:
+            if first is None:
+                first = e
+    if first is not None:
+        raise first
 
 
 class Slot:
@@ -45,19 +61,13 @@ class Slot:
                 self.events[key] = self.device.event()
 
     def destroy(self) -> None:
-        try:
-            if self.memory is not None:
-                self.memory.free()
-                self.memory = None
-        finally:
-            events, self.events = self.events, {}
-            for event in events.values():
-                self.device.destroy_event(event)
-            streams, self.aux = [self.stream, *self.aux], []
-            self.stream = None
-            for stream in streams:
-                if stream is not None:
-                    self.device.destroy_stream(stream)
+        """Free the memory, events and streams (each tried; the first error is raised). Idempotent."""
+        dev = self.device
+        steps: list[Callable[[], object]] = [self.memory.free] if self.memory is not None else []
+        steps += [partial(dev.destroy_event, e) for e in self.events.values()]
+        steps += [partial(dev.destroy_stream, s) for s in (self.stream, *self.aux) if s is not None]
+        self.memory, self.events, self.aux, self.stream = None, {}, [], None
+        release_all(steps)
 
 
 class SlotPool:
@@ -86,8 +96,7 @@ class SlotPool:
         with self._lock:
             self._closed = True
             idle, self._idle = self._idle, []
-        for slot in idle:
-            slot.destroy()
+        release_all(slot.destroy for slot in idle)
 
 
 class GraphEntry:
@@ -102,13 +111,14 @@ class GraphEntry:
         self.lock = threading.Lock()
 
     def destroy(self) -> None:
+        """Free the graph, its executable and the slot (each tried; the first error is raised). Waits for a call
+        replaying it, so whoever holds ``lock`` must release it on every path, or this waits forever."""
         with self.lock:
-            drv, dev = self.slot.device.drv, self.slot.device
-            try:
-                if self.exec is not None:
-                    dev.check("cuGraphExecDestroy", drv.cuGraphExecDestroy(self.exec))
-                if self.graph is not None:
-                    dev.check("cuGraphDestroy", drv.cuGraphDestroy(self.graph))
-            finally:
-                self.exec = self.graph = None
-                self.slot.destroy()
+            dev = self.slot.device
+            steps: list[Callable[[], object]] = []
+            if self.exec is not None:
+                steps.append(partial(dev.destroy_graph_exec, self.exec))
+            if self.graph is not None:
+                steps.append(partial(dev.destroy_graph, self.graph))
+            self.exec = self.graph = None
+            release_all([*steps, self.slot.destroy])

@@ -1,0 +1,98 @@
+"""Failures while freeing GPU resources, over the fake driver. A CUDA graph whose destroy fails on eviction leaves
+no lock held: the failing call raises an ExecError, the next call replays the new graph and close() returns,
+freeing everything else before it raises the first error. After a kernel fault every later CUDA call fails: the
+calls raise the fault and closing frees quietly, so the fault is what the caller sees."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+from fake_cuda import FakeDriver, fake_binaries
+from fake_cuda_types import CUresult
+
+from aotc.errors import ExecError
+from aotc.ir.evaluate import GraphRunner
+from aotc.runtime.backends.cuda import CudaBackend, CudaError
+from aotc.runtime.backends.cuda.program import CudaProgram
+from aotc.runtime.guards import Binder
+from tests.runtime.test_interpret_backend import GRAPH, SCHEDULE, _feeds
+
+pytest.importorskip("triton")
+
+
+def _backend(graph_cache: int = 16) -> tuple[FakeDriver, CudaBackend, CudaProgram]:
+    fake = FakeDriver()
+    binaries = fake_binaries(SCHEDULE)
+    fake.register(SCHEDULE, binaries)
+    backend = CudaBackend(driver=fake, graph_cache=graph_cache)
+    return fake, backend, backend.prepare(GRAPH, SCHEDULE, binaries)
+
+
+def _call(program: CudaProgram, rows: int) -> list[np.ndarray]:
+    feeds = _feeds(rows, [1, 2, 3])
+    env = Binder(GRAPH).bind(feeds)
+    got = program.run(feeds, env)
+    for a, b in zip(got, GraphRunner(GRAPH).run(feeds, env)):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+    return got
+
+
+def _returns(fn: Callable[[], object], timeout: float = 30.0) -> BaseException | None:
+    """What ``fn`` raised (None if nothing), run on a daemon thread so that a hang fails the test instead of
+    hanging it."""
+    raised: list[BaseException | None] = []
+
+    def body() -> None:
+        try:
+            fn()
+        except BaseException as e:
+            raised.append(e)
+        else:
+            raised.append(None)
+
+    thread = threading.Thread(target=body, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    assert not thread.is_alive(), f"{fn.__qualname__} did not return in {timeout} s: a lock was left held"
+    return raised[0]
+
+
+def test_a_graph_destroy_failing_on_eviction_leaves_no_lock_held() -> None:
+    fake, backend, program = _backend(graph_cache=1)
+    for rows in (3, 3, 4):  # 3: eager, then captured; 4: eager
+        _call(program, rows)
+    fake.fail(CUresult.CUDA_ERROR_INVALID_VALUE, "cuGraphExecDestroy")
+    # The call capturing shape 4 evicts shape 3's graph, whose destroy fails: that call raises ...
+    error = _returns(lambda: _call(program, 4))
+    assert isinstance(error, ExecError) and "cuGraphExecDestroy" in str(error)
+    # ... and leaves shape 4's new graph cached and unlocked: the next call replays it.
+    replays = program.stats["replay"]
+    _call(program, 4)
+    assert program.stats["replay"] == replays + 1
+
+    error = _returns(program.close)
+    assert isinstance(error, CudaError) and error.name == "CUDA_ERROR_INVALID_VALUE"
+    live = fake.live()
+    # Everything was tried: only the two executables whose destroy failed remain (and the model's weights).
+    assert (live["graph_execs"], live["graphs"], live["streams"], live["events"]) == (2, 0, 0, 0)
+    assert live["allocations"] == len(GRAPH.constants)
+    assert _returns(backend.close) is None
+
+
+def test_after_a_kernel_fault_calls_raise_it_and_closing_frees_quietly() -> None:
+    fake, backend, program = _backend()
+    for _ in range(3):  # eager, capture, replay: a graph and its slot to free at close
+        _call(program, 5)
+    # A weight address outside every allocation: the next eager call's first kernel faults, and the GPU with it.
+    program.weights = dict.fromkeys(program.weights, 64)
+    error = _returns(lambda: _call(program, 6))
+    assert isinstance(error, CudaError) and error.name == "CUDA_ERROR_ILLEGAL_ADDRESS"
+    assert fake.fault is CUresult.CUDA_ERROR_ILLEGAL_ADDRESS
+    assert backend.device.fault == "CUDA_ERROR_ILLEGAL_ADDRESS"
+    error = _returns(lambda: _call(program, 5))  # sticky: a replay of a good graph fails too
+    assert isinstance(error, CudaError) and error.name == "CUDA_ERROR_ILLEGAL_ADDRESS"
+    # Every free fails now too; closing still frees what it can and raises nothing over the fault.
+    assert _returns(backend.close) is None
