@@ -1,7 +1,8 @@
 """Total the tests a CI run executed into one closing line: ``ci: N passed, N failed, N skipped``.
 
-Reads pytest's output (its last summary line) and any number of ``onnx_node_tests.py --json`` files,
-so a green run says how many tests it ran rather than only that nothing failed.
+Reads any number of pytest outputs (each one's last summary line: the main run's, the Triton-floor run's) and
+of ``onnx_node_tests.py --json`` files, so a green run says how many tests it ran rather than only that nothing
+failed.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def node_suite_counts(path: Path) -> Counter[str]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--pytest", action="append", default=[], help="a file holding pytest's output")
+    p.add_argument("--pytest", action="append", default=[], help="a file holding pytest's output (repeatable)")
     p.add_argument("--node-json", action="append", default=[], help="a JSON file from onnx_node_tests.py --json")
     args = p.parse_args(argv)
     total: Counter[str] = Counter()

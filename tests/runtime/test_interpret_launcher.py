@@ -86,6 +86,24 @@ def masked_copy(x_ptr, keep_ptr, out_ptr, n, BLOCK: tl.constexpr):
 """
 )
 
+# A loop bound from a runtime size, as attention's and matmul's K loops take it: the interpreter turns the scalar
+# tl.cdiv(...) into an int through the tensor's __index__.
+CHUNKED_SUM = (
+    HEADER
+    + """
+@triton.jit
+def chunked_sum(x_ptr, out_ptr, cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    acc = tl.zeros((BLOCK,), tl.float32)
+    for k in range(tl.cdiv(cols, BLOCK)):
+        acc += tl.load(x_ptr + row * cols + k * BLOCK + offs, mask=k * BLOCK + offs < cols, other=0.0)
+    for k in tl.range(0, tl.cdiv(cols, BLOCK)):
+        acc += tl.load(x_ptr + row * cols + k * BLOCK + offs, mask=k * BLOCK + offs < cols, other=0.0)
+    tl.store(out_ptr + row, tl.sum(acc, axis=0))
+"""
+)
+
 
 def test_vector_add_with_a_tail_mask() -> None:
     n = 1000  # 4 programs of 256; the last one is partly masked
@@ -107,6 +125,19 @@ def test_row_reduction_through_a_jit_helper(dtype: str) -> None:
     ptr = {"float32": "*fp32", "float16": "*fp16", "bfloat16": "*bf16"}[dtype]
     launch_source(ROW_SUM, "row_sumsq", (5,), [x, out, 37], [ptr, "*fp32", "i32"], {"BLOCK": 64})
     np.testing.assert_allclose(out, (x.astype(np.float32) ** 2).sum(axis=1), rtol=1e-5)
+
+
+def test_a_loop_bound_from_a_runtime_size() -> None:
+    """Triton 3.6's interpreter made the bound int(data) of a one-element array, which numpy >= 2.4 refuses: every
+    kernel with such a loop failed ("only 0-dimensional arrays can be converted to Python scalars")."""
+    import triton.language as tl
+
+    index_before = tl.tensor.__dict__.get("__index__")
+    x = np.random.default_rng(3).standard_normal((3, 100)).astype(np.float32)
+    out = np.zeros(3, np.float32)
+    launch_source(CHUNKED_SUM, "chunked_sum", (3,), [x, out, 100], ["*fp32", "*fp32", "i32"], {"BLOCK": 32})
+    np.testing.assert_allclose(out, 2 * x.sum(axis=1), rtol=1e-5, atol=1e-5)
+    assert tl.tensor.__dict__.get("__index__") is index_before  # the launch leaves triton as it found it
 
 
 def _gather_kernel() -> Kernel:

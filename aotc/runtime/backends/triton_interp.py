@@ -203,6 +203,10 @@ def _interpreting() -> Iterator[None]:
         _patched(builder, "create_dot", _bf16_dot_widened),
         _patched(builder, "cast_impl", _bf16_rounded_to_nearest),
         _patched(builder, "binary_op", _comparisons_typed_int1),
+        # _patch_lang_tensor is private to the interpreter: a release that drops it is left unpatched.
+        _patched(t.interpreter, "_patch_lang_tensor", _scalar_index_squeezed)
+        if "_patch_lang_tensor" in vars(t.interpreter)
+        else contextlib.nullcontext(),
     ):
         yield
 
@@ -283,6 +287,24 @@ def _comparisons_typed_int1(orig: Any) -> Any:
         return out
 
     return binary_op
+
+
+def _scalar_index_squeezed(orig: Any) -> Any:
+    """The 3.6 interpreter takes a scalar's ``__index__`` (``range(tl.cdiv(n, BLOCK))``, a loop bound) as
+    ``int(data)`` of the scalar's one-element array, which numpy >= 2.4 refuses ("only 0-dimensional arrays can
+    be converted to Python scalars"): every kernel with such a loop, attention's included, fails. Take it from
+    the squeezed array, as 3.9 does. The interpreter sets the tensor's dunders anew for each launch (and restores
+    them after, in reverse order), so the fix goes into that step, after the interpreter's own."""
+
+    def patch_lang_tensor(tensor: Any, scope: Any) -> None:
+        orig(tensor, scope)
+        scope.set_attr(tensor, "__index__", _squeezed_index)
+
+    return patch_lang_tensor
+
+
+def _squeezed_index(self: Any) -> int:
+    return int(self.handle.data.squeeze())
 
 
 def _convert(kernel: Kernel, spec: Any, value: Any, tl: Any) -> Any:
