@@ -173,9 +173,10 @@ def kernel_stage(lowered: Graph, options: CompileOptions, progress: Progress = N
     binaries: dict[str, KernelBinary] = {}
     if options.targets:
         _report(progress, "compile kernels")
-        from aotc.kernels.aot import compile_kernels
+        from aotc.kernels.aot import AotOptions, compile_kernels
 
-        binaries = compile_kernels(schedule.kernels, targets=options.targets)
+        aot = AotOptions(cuda_driver_floor=options.cuda_driver_floor)
+        binaries = compile_kernels(schedule.kernels, targets=options.targets, options=aot)
     return Kernels(schedule, binaries, "", tuning)
 
 

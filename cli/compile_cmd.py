@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from aotc.errors import AotcError
 from aotc.ir.graph import Graph
 from aotc.lowering.options import CompileOptions
 from aotc.lowering.precision import PRECISIONS
@@ -98,6 +99,13 @@ def _import_onnx(path: Path, dims: dict[str, tuple[int, int]], timer: StageTimer
     help="GPU architecture to compile the kernels for, e.g. sm_80 (repeatable; 'none' for no binaries).  "
     "[default: sm_80 and sm_90]",
 )
+@click.option(
+    "--cuda-driver-floor",
+    "driver_floor",
+    metavar="MAJOR.MINOR",
+    help="The oldest CUDA driver release the kernels must load on: it picks the ptxas and the PTX version of "
+    "each target (PTX 8.4 and a CUDA 12 ptxas for 12.4).  [default: 12.4]",
+)
 @click.option("--explain", is_flag=True, help="Print each kernel (what it fuses) and each fusion declined, and why.")
 @click.option(
     "--autotune",
@@ -124,6 +132,7 @@ def compile_command(
     no_matmul_padding: bool,
     no_split_k: bool,
     targets: tuple[str, ...],
+    driver_floor: str | None,
     explain: bool,
     autotune: bool,
     tune_dims: tuple[str, ...],
@@ -134,6 +143,11 @@ def compile_command(
     )
     if targets:
         options = dataclasses.replace(options, targets=_parse_targets(targets))
+    if driver_floor is not None:
+        try:
+            options = dataclasses.replace(options, cuda_driver_floor=driver_floor)
+        except AotcError as e:
+            raise UserError(f"--cuda-driver-floor: {e}") from e
     if tune_dims and not autotune:
         raise UserError("--tune-dim applies with --autotune")
     if autotune:

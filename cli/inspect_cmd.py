@@ -42,6 +42,15 @@ def _kernel_lines(info: dict[str, Any]) -> list[str]:
         shared = format_size(k["shared"]) if k["shared"] is not None else "-"
         rows.append([k["name"], targets, f"{k['num_warps']} warps", f"smem {shared}", " ".join(k["ops"])])
     lines += table(rows, "  ")
+    chain = info.get("toolchain")
+    if chain:
+        built = [
+            (f"{kind} " if kind != "PTX" else "portable ")
+            + ", ".join(f"PTX {i['ptx']}" + (f" (ptxas {i['ptxas']})" if kind != "PTX" else "") for i in imgs)
+            for kind, imgs in chain["images"].items()
+        ]
+        lines.append(f"toolchain  triton {', '.join(chain['triton'])}: {'; '.join(built)}")
+        lines.append(f"driver     loads on CUDA drivers {chain['cuda_driver_floor']} and newer")
     if info.get("arena_bytes") is not None:
         lines.append(f"arena      {format_size(info['arena_bytes'])} at most (every dim at its maximum)")
     return lines
@@ -90,7 +99,7 @@ def render_text(info: dict[str, Any]) -> str:
         "model_name", "format_version", "schema_version", "producer_version", "file_size", "checksums",
         "segments_verified",
         "constants", "weight_bytes", "inputs", "outputs", "output_tree", "symbols", "guards", "variants",
-        "source", "meta", "features", "kernel_features", "unusable_kernel_features", "kernels", "arena_bytes",
+        "source", "meta", "features", "kernel_features", "unusable_kernel_features", "kernels", "toolchain", "arena_bytes",
     }  # fmt: skip
     # anything describe() grows later still shows, as JSON
     lines += [f"{k}: {json.dumps(v)}" for k, v in info.items() if k not in shown]

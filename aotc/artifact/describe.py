@@ -43,6 +43,7 @@ def describe(artifact: Artifact) -> dict[str, Any]:
         "kernel_features": list(artifact.kernel_features),
         "unusable_kernel_features": list(artifact.unusable_kernel_features),
         "kernels": _kernels(artifact),
+        "toolchain": _toolchain(artifact),
         "arena_bytes": max(arenas) if arenas else None,
     }
 
@@ -72,6 +73,24 @@ def _arena_at_max(g: Graph, s: Schedule) -> int:
     not be sound for an expression that is not monotone in its symbols)."""
     ranges = {x.name: (x.min, x.max) for x in g.symbols}
     return bounds(s.arena_bytes, ranges, {x.name: x.multiple_of for x in g.symbols})[1]
+
+
+def _toolchain(artifact: Artifact) -> dict[str, Any] | None:
+    """What built the binaries (Triton; per image kind, the PTX ISA and ptxas release) and the oldest CUDA
+    driver they load on. None when the file has no binaries."""
+    if not artifact.kernels:
+        return None
+    images: dict[str, set[tuple[str, str]]] = {}
+    tritons = set()
+    for b in artifact.kernels.values():
+        for key, m in [*((f"{c.arch} cubin", c.meta) for c in b.cubins), ("PTX", b.ptx_meta)]:
+            images.setdefault(key, set()).add((m.ptx_version, m.ptxas_version or "unknown"))
+            tritons.add(m.triton_version)
+    return {
+        "cuda_driver_floor": artifact.cuda_driver_floor,
+        "triton": sorted(tritons),
+        "images": {k: [{"ptx": p, "ptxas": a} for p, a in sorted(v)] for k, v in sorted(images.items())},
+    }
 
 
 def _kernels(artifact: Artifact) -> list[dict[str, Any]]:

@@ -115,6 +115,7 @@ def encode_artifact(
     features = encode_strings(b, GRAPH_FEATURES)
     kernel_features = encode_strings(b, plan.kernel_features)
     codes = encode_codes(b, plan)
+    floor = _string(b, plan.driver_floor, "CUDA driver floor") if plan.driver_floor else None
     FbArtifact.Start(b)
     FbArtifact.AddSchemaVersion(b, header.schema_version)
     FbArtifact.AddProducerVersion(b, producer)
@@ -132,6 +133,8 @@ def encode_artifact(
     FbArtifact.AddFeatures(b, features)
     FbArtifact.AddKernelFeatures(b, kernel_features)
     FbArtifact.AddKernels(b, codes)
+    if floor is not None:
+        FbArtifact.AddCudaDriverFloor(b, floor)
     b.Finish(FbArtifact.End(b))
     return bytes(b.Output())
 

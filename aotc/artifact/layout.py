@@ -34,7 +34,7 @@ MAGIC = b"AOTC"
 # The layout around the FlatBuffer; bump only when this module's byte layout changes.
 FORMAT_VERSION = 1
 # Mirrors the header of schema.fbs; every version up to this one loads.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 SEGMENT_ALIGN = 4096
 # The preamble's FlatBuffer checksum (blake2b: the FlatBuffer is small, so strength costs nothing).
 DIGEST_SIZE = 32

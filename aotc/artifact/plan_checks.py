@@ -18,10 +18,20 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 
-from aotc.errors import ArtifactError, ShapeError
+from aotc.errors import AotcError, ArtifactError, ShapeError
 from aotc.ir.dtypes import DType
 from aotc.ir.graph import Graph
-from aotc.ir.launch import SCRATCH_PARAMS, Cubin, KernelBinary, LaunchMeta
+from aotc.ir.launch import (
+    ARCH_MIN_PTX,
+    MIN_DRIVER_FLOOR,
+    SCRATCH_PARAMS,
+    Cubin,
+    KernelBinary,
+    LaunchMeta,
+    driver_for_ptx,
+    parse_version,
+    version_text,
+)
 from aotc.ir.ops import Op
 from aotc.ir.schedule import ALIGN, ArgKind, Kernel, KernelKind, Schedule, Size, same_launch
 from aotc.ir.symbolic import SymExpr, bounds, divisor, evaluate
@@ -334,6 +344,33 @@ def check_binary(k: Kernel, b: KernelBinary, what: str) -> None:
     if not isinstance(b.ptx, str) or not re.search(rf"\.entry\s+{re.escape(k.name)}\s*\(", b.ptx):
         raise fail(what, f"its PTX has no entry {k.name}")
     check_meta(k, b.ptx_meta, None, f"{what} PTX")
+
+
+def _images(b: KernelBinary) -> list[tuple[LaunchMeta, str]]:
+    return [*((c.meta, f"{c.arch} cubin") for c in b.cubins), (b.ptx_meta, "PTX")]
+
+
+def _arch_min_ptx(m: LaunchMeta) -> tuple[int, int]:
+    return ARCH_MIN_PTX.get(int(str(m.arch)[3:].rstrip("a")), (0, 0))
+
+
+def derive_driver_floor(binaries: Iterable[KernelBinary]) -> str:
+    """The oldest CUDA driver release every image loads on, which the file states as its floor: the release
+    of its newest PTX (but for PTX an architecture itself needs: a GPU that new has a newer driver anyway)
+    and of its newest ptxas's major version (cubins load on any later driver of their major release)."""
+    floor = MIN_DRIVER_FLOOR
+    for b in binaries:
+        for m, _ in _images(b):
+            try:
+                ptx = parse_version(m.ptx_version, "PTX version")
+                ptxas = parse_version(m.ptxas_version, "ptxas version") if m.ptxas_version else None
+            except AotcError as e:
+                raise ArtifactError(f"kernel {b.name!r}: {e}") from None
+            if ptx > _arch_min_ptx(m):
+                floor = max(floor, driver_for_ptx(ptx) or floor)
+            if ptxas is not None:
+                floor = max(floor, (ptxas[0], 0))
+    return version_text(floor)
 
 
 def check_meta(k: Kernel, m: LaunchMeta, archs: Iterable[str] | None, what: str) -> None:

@@ -22,6 +22,7 @@ from aotc.artifact.plan_checks import (
     check_code,
     check_schedule,
     check_variant_binaries,
+    derive_driver_floor,
 )
 from aotc.artifact.tables import Counter, column, expr, text
 from aotc.errors import ArtifactError
@@ -44,6 +45,7 @@ class PlanDecoder:
     features: tuple[str, ...] = ()
     kernel_features: tuple[str, ...] = ()
     unusable: tuple[str, ...] = ()  # kernel features this reader does not know: kernels are ignored
+    driver_floor: str = ""  # schema >= 5, with binaries: the oldest CUDA driver every binary loads on
     codes: list[tuple[Kernel, KernelBinary | None]] = field(default_factory=list)
     _next: int = 0
     _schedules: int = 0
@@ -76,6 +78,20 @@ class PlanDecoder:
         with_binary = sum(b is not None for _, b in self.codes)
         if with_binary not in (0, n):
             raise ArtifactError(f"{with_binary} of {n} kernels have binaries (every kernel has one, or none)")
+        floor = r.CudaDriverFloor() if self.version >= 5 else None
+        if with_binary and self.version >= 5:
+            if floor is None:
+                raise ArtifactError("a file with kernel binaries must name its CUDA driver floor (schema 5)")
+            self.driver_floor = text(floor, "CUDA driver floor")
+            need = derive_driver_floor(self.binaries.values())
+            if self.driver_floor != need:
+                raise ArtifactError(
+                    f"the file names CUDA driver floor {self.driver_floor[:20]!r}, but its kernel binaries need {need}"
+                )
+        elif floor is not None:
+            raise ArtifactError("a file without kernel binaries names a CUDA driver floor")
+        elif with_binary:  # older files did not say: the oldest driver their binaries load on, as the writer derives it
+            self.driver_floor = derive_driver_floor(self.binaries.values())
 
     @property
     def binaries(self) -> dict[str, KernelBinary]:
@@ -180,6 +196,7 @@ class PlanDecoder:
             triton_version=text(m.TritonVersion(), f"{what} triton version"),
             ptx_version=text(m.PtxVersion(), f"{what} PTX version"),
             enable_fp_fusion=fp == 1,
+            ptxas_version=text(m.PtxasVersion(), f"{what} ptxas version") if self.version >= 5 else "",
         )
 
     def _code_at(self, index: int, what: str) -> Kernel:

@@ -29,6 +29,7 @@ from aotc.artifact.plan_checks import (
     check_schedule,
     check_variant_binaries,
     code_key,
+    derive_driver_floor,
 )
 from aotc.errors import ArtifactError
 from aotc.ir.graph import Graph
@@ -44,6 +45,7 @@ class KernelPlan:
     schedules: tuple[Schedule | None, ...]  # one per variant
     codes: tuple[Kernel, ...]  # the first launch of each distinct kernel, in first-use order
     binaries: Mapping[str, KernelBinary]  # by name: every code's, or none
+    driver_floor: str = ""  # the oldest CUDA driver every binary loads on; "" with no binaries
 
     @property
     def kernel_features(self) -> tuple[str, ...]:
@@ -56,9 +58,12 @@ class KernelPlan:
 
 
 def plan_kernels(
-    variants: Sequence[Graph], schedules: Sequence[Schedule | None] | None, binaries: Sequence[KernelBinary]
+    variants: Sequence[Graph],
+    schedules: Sequence[Schedule | None] | None,
+    binaries: Sequence[KernelBinary],
 ) -> KernelPlan:
-    """Checks the plans against their (verified) variants, and the binaries against the kernels."""
+    """Checks the plans against their (verified) variants, and the binaries against the kernels; the file's
+    CUDA driver floor is the one its binaries need."""
     if schedules is None:
         schedules = [None] * len(variants)
     if isinstance(schedules, Schedule) or not isinstance(schedules, Sequence) or len(schedules) != len(variants):
@@ -93,7 +98,8 @@ def plan_kernels(
     for name, k in codes.items():
         check_code(k, by_name.get(name), f"kernel {name!r}")
     check_variant_binaries(schedules, by_name)
-    return KernelPlan(tuple(schedules), tuple(codes.values()), {n: by_name[n] for n in codes if n in by_name})
+    floor = derive_driver_floor(by_name.values()) if by_name else ""
+    return KernelPlan(tuple(schedules), tuple(codes.values()), {n: by_name[n] for n in codes if n in by_name}, floor)
 
 
 # -- encoding ------------------------------------------------------------------------------------
@@ -169,7 +175,7 @@ def _meta(b: flatbuffers.Builder, m: LaunchMeta) -> int:
     what = f"launch metadata of {m.name!r}"
     name, arch = _str(b, m.name), _str(b, m.arch)
     params = _strings(b, m.params)
-    triton, ptx = _str(b, m.triton_version), _str(b, m.ptx_version)
+    triton, ptx, ptxas = _str(b, m.triton_version), _str(b, m.ptx_version), _str(b, m.ptxas_version)
     FbLaunchMeta.Start(b)
     FbLaunchMeta.AddName(b, name)
     FbLaunchMeta.AddArch(b, arch)
@@ -184,6 +190,7 @@ def _meta(b: flatbuffers.Builder, m: LaunchMeta) -> int:
     FbLaunchMeta.AddTritonVersion(b, triton)
     FbLaunchMeta.AddPtxVersion(b, ptx)
     FbLaunchMeta.AddEnableFpFusion(b, 1 if m.enable_fp_fusion else 0)
+    FbLaunchMeta.AddPtxasVersion(b, ptxas)
     return FbLaunchMeta.End(b)
 
 

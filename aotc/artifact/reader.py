@@ -63,6 +63,8 @@ class Artifact:
     kernel_features: tuple[str, ...] = ()
     # Kernel features this aotc does not know: the file loads for the cpu, with no schedules or kernels.
     unusable_kernel_features: tuple[str, ...] = ()
+    # The oldest CUDA driver release every kernel binary loads on ("12.4"; schema >= 5, "" before or with none).
+    cuda_driver_floor: str = ""
 
     @property
     def weight_bytes(self) -> int:
@@ -201,6 +203,7 @@ def _decode(
         features=plans.features,
         kernel_features=plans.kernel_features,
         unusable_kernel_features=plans.unusable,
+        cuda_driver_floor=plans.driver_floor,
     )
 
 

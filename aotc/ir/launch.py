@@ -38,6 +38,9 @@ class LaunchMeta:
     triton_version: str
     ptx_version: str  # e.g. "8.7"; the driver must support it to JIT the PTX or load its cubin
     enable_fp_fusion: bool  # fused multiply-add contraction: pinned, since it changes the last bits
+    # The CUDA release of the ptxas that assembled the cubin ("12.9"): a driver of an older major release
+    # cannot load it. "" in files older than schema 5, which did not record it.
+    ptxas_version: str = ""
 
     @property
     def threads(self) -> int:
@@ -94,3 +97,60 @@ def check_targets(targets: Sequence[str]) -> tuple[str, ...]:
 def capability(target: str) -> int:
     """80 for "sm_80": the compute capability a checked target names."""
     return int(check_targets([target])[0].removeprefix("sm_"))
+
+
+# -- CUDA driver releases and the PTX ISA versions they JIT-compile ------------------------------------------
+# One table for the compiler (which PTX version and ptxas serve a driver floor) and the runtime (whether the
+# driver in hand can load an image). PTX 7.m shipped with CUDA 11.m, 8.0-8.5 with 12.0-12.5 (12.6 added
+# none), 8.6-8.8 with 12.7-12.9, 9.m with 13.m.
+
+# The oldest driver an artifact may declare: Triton's bundled ptxas is 12.x or newer, and Hopper code needs PTX 8.0.
+MIN_DRIVER_FLOOR = (12, 0)
+DEFAULT_DRIVER_FLOOR = "12.4"  # R550: what many servers still run
+# The oldest PTX ISA each GPU architecture's code can be written in (sm_90a: wgmma needs 8.0).
+ARCH_MIN_PTX = {80: (7, 0), 86: (7, 1), 87: (7, 4), 89: (7, 8), 90: (8, 0), 100: (8, 6), 103: (8, 8), 120: (8, 7)}
+
+
+def parse_version(text: str, what: str = "CUDA version") -> tuple[int, int]:
+    """ "12.4" -> (12, 4); AotcError naming ``what`` for anything else."""
+    m = re.fullmatch(r"\s*(\d{1,3})\.(\d{1,2})\s*", text) if isinstance(text, str) else None
+    if m is None:
+        raise AotcError(f"{what} must be MAJOR.MINOR such as '12.4', got {text!r}")
+    return int(m.group(1)), int(m.group(2))
+
+
+def version_text(v: tuple[int, int]) -> str:
+    return f"{v[0]}.{v[1]}"
+
+
+def driver_for_ptx(ptx: tuple[int, int]) -> tuple[int, int] | None:
+    """The oldest CUDA driver release that JIT-compiles PTX ISA ``ptx``; None for an ISA this table lacks."""
+    major, minor = ptx
+    if major == 7:
+        return 11, minor
+    if major == 8:
+        return 12, minor if minor <= 5 else minor + 1
+    if major >= 9:
+        return major + 4, minor
+    return None
+
+
+def ptx_for_driver(cuda: tuple[int, int]) -> tuple[int, int]:
+    """The newest PTX ISA a CUDA ``cuda`` driver (or ptxas) handles: the inverse of ``driver_for_ptx``."""
+    major, minor = cuda
+    if major <= 11:
+        return 7, minor
+    if major == 12:
+        return 8, minor if minor <= 5 else minor - 1
+    return major - 4, minor
+
+
+def check_driver_floor(text: str) -> str:
+    """A validated ``--cuda-driver-floor`` value, normalized ("12.4")."""
+    floor = parse_version(text, "the CUDA driver floor")
+    if floor < MIN_DRIVER_FLOOR:
+        raise UnsupportedError(
+            f"the CUDA driver floor {text!r} is below the oldest aotc can build for "
+            f"({version_text(MIN_DRIVER_FLOOR)}: Triton's ptxas is CUDA 12 or newer)"
+        )
+    return version_text(floor)

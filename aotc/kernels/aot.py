@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import dataclasses
 import hashlib
 import json
 import linecache
@@ -27,9 +28,19 @@ from pathlib import Path
 from typing import Any
 
 from aotc.errors import AotcError, UnsupportedError
-from aotc.ir.launch import SCRATCH_PARAMS, Cubin, KernelBinary, LaunchMeta, capability, check_targets
+from aotc.ir.launch import (
+    DEFAULT_DRIVER_FLOOR,
+    SCRATCH_PARAMS,
+    Cubin,
+    KernelBinary,
+    LaunchMeta,
+    capability,
+    check_driver_floor,
+    check_targets,
+)
 from aotc.ir.schedule import Kernel
 from aotc.kernels.cache import Compiled, KernelCache, cache_key, from_json, to_json
+from aotc.kernels.toolchain import PTXAS_VARIABLES, Toolchain, choose_toolchain
 
 # The name the tests and callers know; the one check lives beside the launch data.
 parse_targets = check_targets
@@ -56,14 +67,25 @@ class AotOptions:
     enable_fp_fusion: bool = True
     # Line tables triple a cubin's size and only help profilers.
     line_info: bool = False
-    # Lower the emitted PTX ISA version (e.g. 84) for older drivers; None: Triton's default.
+    # The oldest CUDA driver the binaries must load on: it picks each target's ptxas and PTX version
+    # (kernels/toolchain.py).
+    cuda_driver_floor: str = DEFAULT_DRIVER_FLOOR
+    # Force the emitted PTX ISA version (e.g. 84); None: the newest the driver floor allows.
     ptx_version: int | None = None
     jobs: int | None = None  # worker processes; None: os.cpu_count()
     cache: bool = True
     cache_dir: str | None = None  # None: KernelCache's default (AOTC_CACHE_DIR)
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "cuda_driver_floor", check_driver_floor(self.cuda_driver_floor))
+
     def key(self) -> dict[str, Any]:
-        return {"enable_fp_fusion": self.enable_fp_fusion, "line_info": self.line_info, "ptx_version": self.ptx_version}
+        # The floor is not here: what it changes (ptxas, PTX version) is in each job's toolchain.
+        return {"enable_fp_fusion": self.enable_fp_fusion, "line_info": self.line_info}
+
+    def toolchain(self, arch: str) -> Toolchain:
+        chain = choose_toolchain(arch, self.cuda_driver_floor)
+        return chain if self.ptx_version is None else Toolchain(chain.ptxas, self.ptx_version)
 
 
 def triton_version() -> str:
@@ -112,16 +134,19 @@ def compile_kernels(
                 entry[1].append(v.arch)
     # Launches of one kernel share a name and differ only in what they are passed (buffers, sizes,
     # grids); two kernels may share a name only if everything that reaches the binary is equal.
+    version = triton_version()
+    chains: dict[str, Toolchain] = {}
     jobs: dict[tuple[str, str], dict[str, Any]] = {}
     for k in [*kernels, *(v.kernel for owner in kernels for v in owner.variants)]:
         _, cubin_archs, ptx_arch = plan[k.name]
         for arch in dict.fromkeys([*cubin_archs, ptx_arch]):
-            spec = job_spec(k, arch, options)
+            if arch not in chains:
+                chains[arch] = options.toolchain(arch)
+            spec = job_spec(k, arch, options, chains[arch])
             if jobs.setdefault((k.name, arch), spec) != spec:
                 raise AotcError(f"two different kernels are named {k.name!r}")
-    version = triton_version()
     cache = KernelCache(options.cache_dir) if options.cache else None
-    keys = {jk: cache_key({**spec, "triton": version}) for jk, spec in jobs.items()}
+    keys = {jk: spec_key(spec, version) for jk, spec in jobs.items()}
     done: dict[tuple[str, str], Compiled] = {}
     for jk, key in keys.items():
         hit = cache.get(key) if cache is not None else None
@@ -150,8 +175,9 @@ def compile_kernels(
     }
 
 
-def job_spec(kernel: Kernel, arch: str, options: AotOptions) -> dict[str, Any]:
-    """Everything one compile depends on, JSON-able: the cache key's parts and the worker's input."""
+def job_spec(kernel: Kernel, arch: str, options: AotOptions, toolchain: Toolchain) -> dict[str, Any]:
+    """Everything one compile depends on, JSON-able: the worker's input, and (all but the ptxas path) the
+    cache key's parts."""
     return {
         "name": kernel.name,
         "source": kernel.source,
@@ -162,7 +188,15 @@ def job_spec(kernel: Kernel, arch: str, options: AotOptions) -> dict[str, Any]:
         "num_warps": kernel.num_warps,
         "num_stages": kernel.num_stages,
         "options": options.key(),
+        "toolchain": toolchain.key(),
+        "ptxas_path": toolchain.ptxas.path,
     }
+
+
+def spec_key(spec: Mapping[str, Any], triton: str) -> str:
+    """The cache key of a job: the ptxas by its version, not its path, so that a cache built on one machine
+    is hit on another with the same Triton (the GPU check carries one)."""
+    return cache_key({**{k: v for k, v in spec.items() if k != "ptxas_path"}, "triton": triton})
 
 
 def _run_jobs(specs: list[dict[str, Any]], jobs: int | None) -> list[Compiled | str]:
@@ -229,20 +263,20 @@ def compile_one(spec: Mapping[str, Any]) -> Compiled | str:
             constexprs=constexprs,
             attrs={(i,): [["tt.divisibility", 16]] for i in spec["divisible"]},
         )
-        opts = spec["options"]
+        opts, chain = spec["options"], spec["toolchain"]
         compile_options: dict[str, Any] = {
             "num_warps": spec["num_warps"],
             "num_stages": spec["num_stages"],
             "enable_fp_fusion": opts["enable_fp_fusion"],
+            "ptx_version": chain["ptx_version"],
         }
-        if opts["ptx_version"] is not None:
-            compile_options["ptx_version"] = opts["ptx_version"]
         cap = capability(arch)
-        with _line_info(triton, opts["line_info"]):
+        with _line_info(triton, opts["line_info"]), _ptxas(spec["ptxas_path"]):
             k = triton.compile(src, target=GPUTarget("cuda", cap, 32), options=compile_options)
         ptx = k.asm["ptx"]
         meta = _launch_meta(k.metadata, ptx, [t for _, t in spec["signature"]], opts["enable_fp_fusion"])
-        return Compiled(bytes(k.asm["cubin"]), ptx, meta)
+        ptxas = re.match(r"\d+\.\d+", chain["ptxas"])
+        return Compiled(bytes(k.asm["cubin"]), ptx, dataclasses.replace(meta, ptxas_version=ptxas.group(0)))
     except Exception as e:
         text = str(e).strip() or type(e).__name__
         return f"kernel {name} does not compile for {arch}: {type(e).__name__}: {text}"
@@ -309,6 +343,33 @@ def _line_info(triton: Any, keep: bool) -> Iterator[None]:
     # Set through the environment as well: Triton's own compile cache keys on the variable.
     with _knob(triton.knobs.compilation, "disable_line_info", not keep, "TRITON_DISABLE_LINE_INFO"):
         yield
+
+
+@contextlib.contextmanager
+def _ptxas(path: str) -> Iterator[None]:
+    """Triton assembles every target with ``path``: its variables name the ptxas for below and from sm_90 (or
+    sm_100) on, so both are set; its cache of the ptxas version is keyed by arch only, so it is cleared."""
+    saved = {var: os.environ.get(var) for var in PTXAS_VARIABLES}
+    os.environ.update(dict.fromkeys(PTXAS_VARIABLES, path))
+    _clear_ptxas_caches()
+    try:
+        yield
+    finally:
+        for var, value in saved.items():
+            if value is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = value
+        _clear_ptxas_caches()
+
+
+def _clear_ptxas_caches() -> None:
+    from triton.backends.nvidia import compiler
+
+    for name in ("get_ptxas_version", "get_ptxas"):
+        clear = getattr(getattr(compiler, name, None), "cache_clear", None)
+        if clear is not None:
+            clear()
 
 
 @contextlib.contextmanager

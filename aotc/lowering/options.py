@@ -43,10 +43,14 @@ class CompileOptions:
     # timing, as (name, value) pairs; a dim not named is timed at its maximum.
     autotune: bool = False
     tune_dims: tuple[tuple[str, int], ...] = ()
+    # The oldest CUDA driver (release "MAJOR.MINOR") the compiled kernels must load on: it picks each target's
+    # ptxas and PTX version (aotc/kernels/toolchain.py). The default serves R550 drivers (CUDA 12.4) and newer.
+    cuda_driver_floor: str = launch.DEFAULT_DRIVER_FLOOR
 
     def __post_init__(self) -> None:
         check_precision(self.precision)
         object.__setattr__(self, "targets", check_targets(self.targets))
+        object.__setattr__(self, "cuda_driver_floor", launch.check_driver_floor(self.cuda_driver_floor))
         if self.autotune and not self.targets:
             raise AotcError("autotune needs GPU targets to record its winners for, but targets is empty")
 

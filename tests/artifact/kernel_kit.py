@@ -45,14 +45,15 @@ def meta(k: Kernel, arch: str, shared: int = 1024) -> LaunchMeta:
         profile_scratch_align=1,
         params=(*[a.type for a in k.args], *SCRATCH_PARAMS),
         triton_version="3.9.0",
-        ptx_version="8.7",
+        ptx_version="8.4",
+        ptxas_version="12.9",
         enable_fp_fusion=True,
     )
 
 
 def fake_binary(k: Kernel) -> KernelBinary:
     """Cubins for sm_80 and sm_90 (its ISA sm_90a) and sm_80 PTX, with the launch metadata triton would give."""
-    ptx = f".version 8.7\n.target sm_80\n.address_size 64\n.visible .entry {k.name}(\n)\n{{\n}}\n"
+    ptx = f".version 8.4\n.target sm_80\n.address_size 64\n.visible .entry {k.name}(\n)\n{{\n}}\n"
     cubins = (
         Cubin("sm_80", b"\x7fELF-sm80-" + k.name.encode(), meta(k, "sm_80", 1024)),
         Cubin("sm_90", b"\x7fELF-sm90-" + k.name.encode(), meta(k, "sm_90a", 2048)),

@@ -16,7 +16,7 @@ from kernel_kit import GOLDEN, fake_binaries, fake_binary, golden_model, meta, u
 from mutation import Subject, classify, fb_region, reseal
 
 import aotc
-from aotc.artifact import encode, plan_decode, plan_encode, read_artifact, write_artifact
+from aotc.artifact import SCHEMA_VERSION, encode, plan_decode, plan_encode, read_artifact, write_artifact
 from aotc.artifact.plan_checks import source_params
 from aotc.errors import ArtifactError, UnsupportedError
 from aotc.ir.launch import SCRATCH_PARAMS
@@ -24,8 +24,8 @@ from aotc.ir.schedule import ArchVariant, Arg, ArgKind, Buffer, IndexCheck, Sche
 from aotc.ir.symbolic import floordiv, sym
 
 # The newest golden file: a mutation re-written by today's writer is a file of today's schema version.
-V4 = (GOLDEN.parent / "v4_mlp.aotc").read_bytes()
-V4_SUBJECT = Subject.of("golden_v4", V4)
+NEWEST = (GOLDEN.parent / f"v{SCHEMA_VERSION}_mlp.aotc").read_bytes()
+NEWEST_SUBJECT = Subject.of(f"golden_v{SCHEMA_VERSION}", NEWEST)
 
 
 def test_round_trip_with_binaries() -> None:
@@ -247,15 +247,15 @@ def test_fake_binary_metadata_is_what_triton_gives() -> None:
 def test_random_resealed_damage_to_kernel_tables_fails_cleanly(data: st.DataObject) -> None:
     """Random bytes of the newest golden file's FlatBuffer (mostly its kernel tables: sources, PTX, launch
     plans) changed and resealed: refused, or a model the writer writes exactly so (mutation.classify)."""
-    start, end = fb_region(V4)
-    buf = bytearray(V4)
-    slots = V4_SUBJECT.slots
+    start, end = fb_region(NEWEST)
+    buf = bytearray(NEWEST)
+    slots = NEWEST_SUBJECT.slots
     for _ in range(data.draw(st.integers(1, 4))):
         # near a structural integer (the cubin images are most of the bytes), so strings and tables get hit
         near = start + slots[data.draw(st.integers(0, len(slots) - 1))].pos
         i = min(max(near + data.draw(st.integers(-24, 24)), start), end - 1)
         buf[i] = data.draw(st.integers(0, 255))
-    classify(V4_SUBJECT, reseal(buf))
+    classify(NEWEST_SUBJECT, reseal(buf))
 
 
 # -- per-target variants (schema 4) -----------------------------------------------------------------

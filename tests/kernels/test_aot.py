@@ -5,6 +5,7 @@ The matmul compiles take seconds: they are marked slow (run with ``-m slow`` or 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pickle
 import subprocess
@@ -19,8 +20,17 @@ from aotc.errors import AotcError, UnsupportedError
 from aotc.ir.launch import SCRATCH_PARAMS, LaunchMeta
 from aotc.ir.schedule import ArchVariant, Arg, ArgKind, Kernel, KernelKind
 from aotc.kernels import aot
-from aotc.kernels.aot import AotOptions, KernelCompileError, compile_kernels, job_spec, parse_targets, triton_version
+from aotc.kernels.aot import (
+    AotOptions,
+    KernelCompileError,
+    compile_kernels,
+    job_spec,
+    parse_targets,
+    spec_key,
+    triton_version,
+)
 from aotc.kernels.cache import Compiled, KernelCache, cache_key
+from aotc.kernels.toolchain import Toolchain
 
 ELF = b"\x7fELF"
 HEADER = "import triton\nimport triton.language as tl\n\n"
@@ -205,20 +215,33 @@ def test_a_cache_hit_imports_no_triton(tmp_path: Path) -> None:
 
 def test_cache_keys_cover_what_changes_the_output() -> None:
     plain, opts = _add(), AotOptions()
+    bundled = opts.toolchain("sm_80")
 
-    def key(kernel: Kernel = plain, arch: str = "sm_80", options: AotOptions = opts, triton: str = "3.9.0") -> str:
-        return cache_key({**job_spec(kernel, arch, options), "triton": triton})
+    def key(
+        kernel: Kernel = plain,
+        arch: str = "sm_80",
+        options: AotOptions = opts,
+        triton: str = "3.9.0",
+        chain: Toolchain | None = None,
+    ) -> str:
+        return spec_key(job_spec(kernel, arch, options, chain or options.toolchain(arch)), triton)
 
     base = key()
     assert key() == base
     assert key(options=AotOptions(jobs=7, cache_dir="/elsewhere")) == base  # how it runs is not what it makes
+    # The same ptxas release at another path (another machine's virtualenv) hits the same entries.
+    moved = dataclasses.replace(bundled.ptxas, path="/elsewhere/bin/ptxas")
+    assert key(chain=Toolchain(moved, bundled.ptx_version)) == base
+    other_ptxas = dataclasses.replace(bundled.ptxas, build="12.9.99")
     changed = [
         key(_add(ADD.replace("+ tl.load(y_ptr", "+  tl.load(y_ptr"))),
         key(_add(ADD.replace("mask=mask)", "mask=mask, other=0.0)", 1))),
         key(arch="sm_90"),
         key(options=AotOptions(enable_fp_fusion=False)),
         key(options=AotOptions(line_info=True)),
-        key(options=AotOptions(ptx_version=84)),
+        key(options=AotOptions(ptx_version=83)),
+        key(options=AotOptions(cuda_driver_floor="12.8")),
+        key(chain=Toolchain(other_ptxas, bundled.ptx_version)),
         key(triton="3.6.0"),
         key(_add(warps=8)),
         key(_add(divisible=(3,))),

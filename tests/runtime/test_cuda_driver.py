@@ -77,6 +77,13 @@ def test_a_driver_too_old_for_the_ptx_names_both_versions() -> None:
     binaries = fake_binaries(SCHEDULE, ptx_version="9.4")
     with CudaBackend(driver=fake) as backend, pytest.raises(UnsupportedError) as err:
         backend.prepare(GRAPH, SCHEDULE, binaries)
+    assert str(err.value) == (
+        "this artifact's kernels need a CUDA 13.4 driver or newer; NVIDIA B200 has a CUDA 12.8 driver: update the "
+        "NVIDIA driver, or recompile with --cuda-driver-floor 12.8"
+    )
+    # One image alone says the same of itself (what device=None's choice and a file without a floor rely on).
+    with pytest.raises(UnsupportedError) as err:
+        choose_image(next(iter(binaries.values())), probe(fake))
     assert "PTX 9.4, which needs a CUDA 13.4 driver" in str(err.value)
     assert "NVIDIA B200 has driver CUDA 12.8" in str(err.value)
 

@@ -4,11 +4,13 @@ any other GPU the launch's own kernel; both compute what the cpu runner does."""
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 
 import numpy as np
 import pytest
 from fake_cuda import FakeDriver, fake_binaries
+from fake_cuda_types import CUresult
 
 from aotc.ir.evaluate import GraphRunner
 from aotc.ir.schedule import ArchVariant, Schedule
@@ -67,3 +69,36 @@ def test_for_capability_picks_the_newest_variant_of_the_same_major_version() -> 
     assert k.for_capability((8, 6)).name == "add_bias"
     assert SCHEDULE.for_capability((9, 0)) is SCHEDULE
     assert [c.name for c in VARIANT_SCHEDULE.codes()][:2] == ["add_bias", "add_bias_sm90"]
+
+
+def test_a_variant_that_does_not_load_falls_back_to_the_launchs_own_kernel() -> None:
+    """An sm_90 variant whose cubin the driver refuses (a CUDA 13.4 build on a 13.0 driver, say) and which has
+    no PTX: the GPU runs the launch's own kernel (its portable PTX) instead, with a warning, and computes the
+    same; the other launches are untouched."""
+    fake = FakeDriver(capability=(9, 0), driver_version=13000)
+    binaries = fake_binaries(VARIANT_SCHEDULE, archs=("sm_80",))
+    variant = fake_binaries(VARIANT_SCHEDULE, archs=("sm_90a",))["add_bias_sm90"]
+    refused = b"FAKE-CUBIN sm_90a refused\0"
+    binaries["add_bias_sm90"] = dataclasses.replace(
+        variant, cubins=(dataclasses.replace(variant.cubins[0], arch="sm_90", data=refused),), ptx=""
+    )
+    fake.register(VARIANT_SCHEDULE, binaries)
+    load = fake.cuModuleLoadData
+
+    def refuse(image: int) -> tuple[object, object]:
+        if ctypes.string_at(image, len(refused) - 1) == refused[:-1]:
+            return CUresult.CUDA_ERROR_INVALID_IMAGE, None
+        return load(image)
+
+    fake.cuModuleLoadData = refuse
+    with CudaBackend(driver=fake, graph_cache=0) as backend:
+        with pytest.warns(
+            RuntimeWarning, match=r"kernel add_bias_sm90 for sm_90 does not load .*CUDA_ERROR_INVALID_IMAGE"
+        ):
+            program = backend.prepare(GRAPH, VARIANT_SCHEDULE, binaries)
+        assert backend.fallbacks == ["add_bias_sm90"]
+        feeds = _feeds(37, [1, 2, 3])
+        env = Binder(GRAPH).bind(feeds)
+        for a, b in zip(program.run(feeds, env), GraphRunner(GRAPH).run(feeds, env)):
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+    assert [(n, grid) for n, grid, *_ in fake.launches if n.startswith("add_bias")] == [("add_bias", (3, 1, 1))]

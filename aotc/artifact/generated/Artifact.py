@@ -298,7 +298,14 @@ class Artifact(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(32))
         return o == 0
 
-def ArtifactStart(builder): builder.StartObject(15)
+    # Artifact
+    def CudaDriverFloor(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(34))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
+def ArtifactStart(builder): builder.StartObject(16)
 def Start(builder):
     return ArtifactStart(builder)
 def ArtifactAddSchemaVersion(builder, schemaVersion): builder.PrependUint32Slot(0, schemaVersion, 0)
@@ -376,6 +383,9 @@ def AddKernels(builder, kernels):
 def ArtifactStartKernelsVector(builder, numElems): return builder.StartVector(4, numElems, 4)
 def StartKernelsVector(builder, numElems):
     return ArtifactStartKernelsVector(builder, numElems)
+def ArtifactAddCudaDriverFloor(builder, cudaDriverFloor): builder.PrependUOffsetTRelativeSlot(15, flatbuffers.number_types.UOffsetTFlags.py_type(cudaDriverFloor), 0)
+def AddCudaDriverFloor(builder, cudaDriverFloor):
+    return ArtifactAddCudaDriverFloor(builder, cudaDriverFloor)
 def ArtifactEnd(builder): return builder.EndObject()
 def End(builder):
     return ArtifactEnd(builder)

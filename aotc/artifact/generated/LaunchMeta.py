@@ -128,7 +128,14 @@ class LaunchMeta(object):
             return self._tab.Get(flatbuffers.number_types.Uint8Flags, o + self._tab.Pos)
         return 0
 
-def LaunchMetaStart(builder): builder.StartObject(13)
+    # LaunchMeta
+    def PtxasVersion(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(30))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
+def LaunchMetaStart(builder): builder.StartObject(14)
 def Start(builder):
     return LaunchMetaStart(builder)
 def LaunchMetaAddName(builder, name): builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(name), 0)
@@ -173,6 +180,9 @@ def AddPtxVersion(builder, ptxVersion):
 def LaunchMetaAddEnableFpFusion(builder, enableFpFusion): builder.PrependUint8Slot(12, enableFpFusion, 0)
 def AddEnableFpFusion(builder, enableFpFusion):
     return LaunchMetaAddEnableFpFusion(builder, enableFpFusion)
+def LaunchMetaAddPtxasVersion(builder, ptxasVersion): builder.PrependUOffsetTRelativeSlot(13, flatbuffers.number_types.UOffsetTFlags.py_type(ptxasVersion), 0)
+def AddPtxasVersion(builder, ptxasVersion):
+    return LaunchMetaAddPtxasVersion(builder, ptxasVersion)
 def LaunchMetaEnd(builder): return builder.EndObject()
 def End(builder):
     return LaunchMetaEnd(builder)

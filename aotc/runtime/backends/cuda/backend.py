@@ -3,19 +3,22 @@ variant of a loaded model) and ``CudaBackend.prepare(graph, schedule, binaries)`
 
 from __future__ import annotations
 
+import dataclasses
 import threading
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
+from aotc.artifact.plan_checks import derive_driver_floor
 from aotc.errors import ExecError, UnsupportedError
 from aotc.ir.graph import Graph
 from aotc.ir.launch import KernelBinary
 from aotc.ir.schedule import Schedule
 from aotc.runtime.backends.cuda.arrays import DeviceInput, DeviceMemory, adopt
 from aotc.runtime.backends.cuda.driver import Device
-from aotc.runtime.backends.cuda.modules import LoadedKernel, load_kernel, unload
+from aotc.runtime.backends.cuda.modules import LoadedKernel, check_driver_floor, load_kernel, unload
 from aotc.runtime.backends.cuda.program import CudaProgram
 
 
@@ -95,6 +98,7 @@ class CudaBackend:
         self.graph_cache = graph_cache
         self.streams = streams
         self._programs: list[CudaProgram] = []
+        self.fallbacks: list[str] = []  # arch-specific kernels that did not load, so their base kernel runs
         self._closed = False
 
     def prepare(
@@ -107,11 +111,35 @@ class CudaBackend:
                 f"device {self.device.label!r} is not available for this artifact: its variant {graph.name!r} has no "
                 "compiled kernels; recompile the model with this aotc (aotc compile) to include them, or use device='cpu'"
             )
-        # Launches with a variant for this GPU's architecture (its own tiles) run that variant's code.
-        schedule = schedule.for_capability(self.device.info.capability)
+        check_driver_floor(derive_driver_floor(binaries.values()), self.device.info)
+        schedule = self._runnable(schedule, binaries)
         program = CudaProgram(self.model, graph, schedule, binaries, self.graph_cache, self.streams)
         self._programs.append(program)
         return program
+
+    def _runnable(self, schedule: Schedule, binaries: Mapping[str, KernelBinary]) -> Schedule:
+        """Each launch's variant for this GPU's architecture (its own tiles), where that variant's code loads;
+        else the launch's own kernel (a cubin built by a ptxas too new for this driver, say, falls back to the
+        base kernel and its portable PTX), with a warning, since it is slower."""
+        cap = self.device.info.capability
+        kernels = []
+        for k in schedule.kernels:
+            chosen = k.for_capability(cap)
+            binary = binaries.get(chosen.name)
+            if chosen is not k and binary is not None:
+                try:
+                    self.model.kernel(binary)
+                except (UnsupportedError, ExecError) as e:
+                    warnings.warn(
+                        f"kernel {chosen.name} for {self.device.info.arch} does not load ({e}); running its "
+                        f"portable kernel {k.name} instead",
+                        RuntimeWarning,
+                        stacklevel=4,
+                    )
+                    self.fallbacks.append(chosen.name)
+                    chosen = k
+            kernels.append(chosen)
+        return dataclasses.replace(schedule, kernels=tuple(kernels))
 
     def adopt(self, value: Any) -> DeviceInput | None:
         """A GPU tensor given as an input, read in place; None for host arrays."""

@@ -9,8 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from aotc.errors import UnsupportedError, VerifyError
-from aotc.ir.launch import SCRATCH_PARAMS, KernelBinary, LaunchMeta
+from aotc.artifact.plan_checks import derive_driver_floor
+from aotc.errors import AotcError, UnsupportedError, VerifyError
+from aotc.ir.launch import SCRATCH_PARAMS, KernelBinary, LaunchMeta, driver_for_ptx, parse_version
 from aotc.ir.schedule import Kernel
 from aotc.runtime.backends.cuda.driver import CudaError, Device, DeviceInfo, needs_shared_optin
 
@@ -50,24 +51,45 @@ def runs_on(arch: str, capability: tuple[int, int]) -> bool:
 def ptx_driver_needs(ptx_version: str) -> tuple[int, int] | None:
     """The oldest CUDA driver (major, minor) that JIT-compiles this PTX ISA version; None when unknown."""
     try:
-        major, minor = (int(p) for p in ptx_version.split(".", 1))
-    except ValueError:
+        return driver_for_ptx(parse_version(ptx_version))
+    except AotcError:
         return None
-    if major == 7:
-        return 11, minor
-    if major == 8:
-        # PTX 8.0-8.5 shipped with CUDA 12.0-12.5; 8.6 with 12.7, 8.7 with 12.8, 8.8 with 12.9.
-        return 12, minor if minor <= 5 else minor + 1
-    if major >= 9:
-        return major + 4, minor
-    return None
+
+
+def driver_release(info: DeviceInfo) -> tuple[int, int]:
+    return info.driver_version // 1000, info.driver_version % 1000 // 10
+
+
+def cubin_loads(meta: LaunchMeta, info: DeviceInfo) -> bool:
+    """Whether the driver can load a cubin: one from a ptxas of a newer major CUDA release it cannot (files
+    before schema 5 do not say which ptxas built theirs: the load itself then decides)."""
+    if not meta.ptxas_version:
+        return True
+    try:
+        return parse_version(meta.ptxas_version)[0] <= driver_release(info)[0]
+    except AotcError:
+        return False
+
+
+def check_driver_floor(floor: str, info: DeviceInfo) -> None:
+    """UnsupportedError when the GPU's driver is older than the artifact's floor (``""``: none recorded)."""
+    if not floor:
+        return
+    need = parse_version(floor, "the artifact's CUDA driver floor")
+    if driver_release(info) < need:
+        raise UnsupportedError(
+            f"this artifact's kernels need a CUDA {floor} driver or newer; {info.name} has a CUDA {info.driver_cuda} "
+            f"driver: update the NVIDIA driver, or recompile with --cuda-driver-floor {info.driver_cuda}"
+        )
 
 
 def choose_image(binary: KernelBinary, info: DeviceInfo) -> Image:
     """The image of ``binary`` the GPU ``info`` runs: its best cubin, else the PTX, else UnsupportedError."""
     # The cubin is filed under the requested arch ("sm_90") but its code may be arch-specific ("sm_90a",
     # in its metadata): that decides where it runs.
-    fitting = [c for c in binary.cubins if runs_on(c.meta.arch or c.arch, info.capability)]
+    fitting = [
+        c for c in binary.cubins if runs_on(c.meta.arch or c.arch, info.capability) and cubin_loads(c.meta, info)
+    ]
     if fitting:
         # Prefer the exact (and arch-specific) build, then the newest compatible minor version.
         best = max(fitting, key=lambda c: parse_arch(c.meta.arch or c.arch))
@@ -75,6 +97,15 @@ def choose_image(binary: KernelBinary, info: DeviceInfo) -> Image:
     if binary.ptx and info.capability >= PTX_ARCH:
         check_ptx_driver(binary.name, binary.ptx_meta, info)
         return Image("ptx", "ptx", binary.ptx.encode() + b"\0", binary.ptx_meta)
+    too_new = [c for c in binary.cubins if runs_on(c.meta.arch or c.arch, info.capability)]
+    if too_new:
+        c = too_new[0]
+        raise UnsupportedError(
+            f"kernel {binary.name}'s {c.arch} cubin was built by a CUDA {c.meta.ptxas_version} ptxas, which "
+            f"{info.name}'s CUDA {info.driver_cuda} driver cannot load, and the artifact has no PTX it can use "
+            "instead: update the NVIDIA driver, or recompile with --cuda-driver-floor "
+            f"{info.driver_cuda}"
+        )
     has = ", ".join(binary.archs) or "none"
     ptx = "" if binary.ptx else " and no PTX"
     raise UnsupportedError(
@@ -85,7 +116,7 @@ def choose_image(binary: KernelBinary, info: DeviceInfo) -> Image:
 
 def check_ptx_driver(name: str, meta: LaunchMeta, info: DeviceInfo) -> None:
     need = ptx_driver_needs(meta.ptx_version)
-    have = (info.driver_version // 1000, info.driver_version % 1000 // 10)
+    have = driver_release(info)
     if need is not None and have < need:
         raise UnsupportedError(
             f"kernel {name} is PTX {meta.ptx_version}, which needs a CUDA {need[0]}.{need[1]} driver to compile; "
@@ -94,8 +125,11 @@ def check_ptx_driver(name: str, meta: LaunchMeta, info: DeviceInfo) -> None:
 
 
 def can_run(binaries: Iterable[KernelBinary], info: DeviceInfo) -> bool:
-    """Whether every kernel has an image this GPU runs (for picking a device)."""
+    """Whether the driver meets the binaries' floor and every kernel has an image this GPU runs (for picking
+    a device)."""
+    binaries = list(binaries)
     try:
+        check_driver_floor(derive_driver_floor(binaries), info)
         for b in binaries:
             choose_image(b, info)
     except (UnsupportedError, VerifyError):
@@ -129,7 +163,7 @@ def load_kernel(device: Device, binary: KernelBinary) -> LoadedKernel:
     A cubin the driver refuses (e.g. built by a newer toolkit) falls back to the PTX when there is one."""
     image = choose_image(binary, device.info)
     try:
-        return _load(device, binary.name, image)
+        return load_image(device, binary.name, image)
     except CudaError as e:
         if image.kind != "cubin" or not binary.ptx or device.info.capability < PTX_ARCH:
             raise _load_error(binary.name, image, device.info, e) from None
@@ -137,7 +171,7 @@ def load_kernel(device: Device, binary: KernelBinary) -> LoadedKernel:
     ptx = Image("ptx", "ptx", binary.ptx.encode() + b"\0", binary.ptx_meta)
     check_ptx_driver(binary.name, ptx.meta, device.info)
     try:
-        return _load(device, binary.name, ptx)
+        return load_image(device, binary.name, ptx)
     except CudaError as e:
         raise UnsupportedError(
             f"kernel {binary.name} does not load on {device.info}: its {image.arch} cubin fails with {first.name} "
@@ -152,7 +186,8 @@ def _load_error(name: str, image: Image, info: DeviceInfo, e: CudaError) -> Unsu
     )
 
 
-def _load(device: Device, name: str, image: Image) -> LoadedKernel:
+def load_image(device: Device, name: str, image: Image) -> LoadedKernel:
+    """Load exactly ``image`` (no fallback) and set what its launch needs; CudaError when the driver refuses it."""
     drv = device.drv
     device.make_current()
     # Handed over by address: every version of the bindings takes an int for a host pointer.
