@@ -49,6 +49,7 @@ tests=(
     tests/kernels/test_gather.py
     tests/kernels/test_scatter.py
     tests/kernels/test_models_interpret.py
+    tests/kernels/test_node_suite_regressions.py
 )
 timeout 300 "$venv/bin/python" -m pytest -q -p no:cacheprovider "${tests[@]}" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}

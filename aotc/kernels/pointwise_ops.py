@@ -141,7 +141,8 @@ def _float_mod(r: str, b: str, bind: Bind) -> str:
     ``b`` (so -3 mod inf is inf), and a zero takes ``b``'s sign."""
     r = bind(r)
     moved = f"tl.where(({r} < 0) != ({b} < 0), {r} + {b}, {r})"
-    return f"tl.where({r} != 0, {moved}, tl.where({b} < 0, -0.0, 0.0))"
+    # The zero's sign from arithmetic, not a -0.0 literal: Triton 3.6 folds a constant equal to 0 into +0.0.
+    return f"tl.where({r} != 0, {moved}, tl.abs({r}) * tl.where({b} < 0, -1.0, 1.0))"
 
 
 def _int_div(a: str, b: str) -> str:
