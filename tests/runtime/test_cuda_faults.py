@@ -96,3 +96,24 @@ def test_after_a_kernel_fault_calls_raise_it_and_closing_frees_quietly() -> None
     assert isinstance(error, CudaError) and error.name == "CUDA_ERROR_ILLEGAL_ADDRESS"
     # Every free fails now too; closing still frees what it can and raises nothing over the fault.
     assert _returns(backend.close) is None
+
+
+def test_closing_the_backend_frees_everything_else_when_one_free_fails() -> None:
+    """A weight whose cuMemFree fails must not keep the modules loaded or the other programs' memory held."""
+    fake, backend, program = _backend()
+    _call(program, 5)
+    second = backend.prepare(GRAPH, SCHEDULE, fake_binaries(SCHEDULE))
+    _call(second, 7)
+    free = fake.cuMemFree
+    failed: list[int] = []
+
+    def free_once(ptr: int) -> object:
+        if not failed:
+            failed.append(ptr)
+            return (CUresult.CUDA_ERROR_INVALID_VALUE,)
+        return free(ptr)
+
+    fake.cuMemFree = free_once
+    with pytest.raises(CudaError, match="CUDA_ERROR_INVALID_VALUE"):
+        backend.close()
+    assert fake.live()["modules"] == 0 and fake.live()["allocations"] == 1  # only the one that failed

@@ -20,6 +20,7 @@ from aotc.runtime.backends.cuda.arrays import DeviceInput, DeviceMemory, adopt
 from aotc.runtime.backends.cuda.driver import Device
 from aotc.runtime.backends.cuda.modules import LoadedKernel, check_driver_floor, load_kernel, unload
 from aotc.runtime.backends.cuda.program import CudaProgram
+from aotc.runtime.backends.cuda.slots import release_all
 
 
 class DeviceModel:
@@ -68,11 +69,12 @@ class DeviceModel:
         with self._lock:
             weights, self._weights = self._weights, {}
             kernels, self._kernels = self._kernels, {}
-        for _, mem in weights.values():
-            if mem is not None:
-                mem.free()
-        for _, loaded in kernels.values():
-            unload(self.device, loaded)
+        release_all(
+            [
+                *(mem.free for _, mem in weights.values() if mem is not None),
+                *(lambda k=loaded: unload(self.device, k) for _, loaded in kernels.values()),
+            ]
+        )
 
 
 class CudaBackend:
@@ -150,10 +152,8 @@ class CudaBackend:
         if self._closed:
             return
         self._closed = True
-        try:
-            for p in self._programs:
-                p.close()
-            self.model.close()
+        try:  # every program, the weights and the modules are freed even when one fails; the first error is raised
+            release_all([*(p.close for p in self._programs), self.model.close])
         finally:
             self._programs.clear()
             self.device.release()
