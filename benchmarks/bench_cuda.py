@@ -1,24 +1,31 @@
-"""The cuda backend against PyTorch eager and torch.compile, on one GPU. Not a test: it prints tables.
+"""The cuda backend against PyTorch eager and torch.compile, on one GPU. Not a test: it prints rows.
 
-    python benchmarks/bench_cuda.py                      # every example model + GPT-2-small at 1x128 and 8x1024
+    python benchmarks/bench_cuda.py --jsonl out/bench_cuda.jsonl     # every example model + GPT-2-small
     python benchmarks/bench_cuda.py gpt2-small --runs 50 --max-autotune
+    python benchmarks/bench_cuda.py --compile-only --targets sm_80,sm_90  # no GPU: fill the kernel cache
 
-Needs an NVIDIA GPU, torch with CUDA, triton (to compile the kernels ahead of time here) and cuda-bindings;
-it stops with a clear message otherwise. Per model and shape, on the same weights and inputs (already on
-the GPU): aotc (``CudaBackend`` program: a CUDA graph replayed per shape, inputs read in place, outputs
-kept on the device), PyTorch eager and ``torch.compile`` (default; with --max-autotune also
-``max-autotune-no-cudagraphs``, whose autotuning takes minutes) run the model's traced high-level graph op
-for op as torch ops (``TorchTwin``: one torch call per op the user wrote, as the module's own forward
-would make). Calls are interleaved round-robin, each timed to completion (synchronized); the table holds
-medians and aotc's latency ratio to each. Also: achieved device-to-device copy bandwidth, and per model the
-slowest memory-bound kernels (GB/s, as a fraction of the copy) and slowest matmuls (TFLOP/s, next to
-torch.matmul at the same shape), timed one by one with CUDA events (``aotc.runtime.backends.cuda.profile``).
+The timed run needs an NVIDIA GPU, torch with CUDA and cuda-bindings (and triton's metadata: the kernel cache
+is keyed by its version); it stops with a clear message otherwise. It compiles each model for
+``benchlib.gpu_targets`` of the GPU (sm_80 and the GPU's own: on an H100, sm_80 and sm_90), the same list
+``--compile-only --targets`` names, so a cache filled by ``--compile-only`` on a machine without a GPU (with
+the same triton version) is all hits and the timed run compiles no kernel; it prints how many it compiled.
+
+Per model and shape, on the same weights and inputs (already on the GPU): aotc (``CudaBackend`` program: a
+CUDA graph replayed per shape, inputs read in place, outputs kept on the device), PyTorch eager and
+``torch.compile`` (default; with --max-autotune also ``max-autotune-no-cudagraphs``, whose autotuning takes
+minutes) run the model's traced high-level graph op for op as torch ops (``TorchTwin``: one torch call per op
+the user wrote, as the module's own forward would make). One ``torch.compile`` object per model serves all
+its shapes (dynamo recompiles per shape). Calls are interleaved round-robin, each timed to completion
+(synchronized); each row (medians, ratio = torch.compile ms / aotc ms: above 1 aotc is faster) is printed as
+soon as it is measured and appended to ``--jsonl PATH``; a model or shape that fails writes a row with
+"error" and the run goes on. Also: achieved device-to-device copy bandwidth, and per model the slowest
+memory-bound kernels (GB/s, as a fraction of the copy) and slowest matmuls (TFLOP/s, next to torch.matmul at
+the same shape), timed one by one with CUDA events (``aotc.runtime.backends.cuda.profile``).
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -27,9 +34,13 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-MODELS = ROOT / "models"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import benchlib  # the targets, compile, rows and timing both benchmarks share
+
+ROOT = benchlib.ROOT
+MODELS = benchlib.MODELS
 DEVICE = "cuda"  # where the torch side runs
+interleaved = benchlib.interleaved
 
 # (name, model file, build() keyword arguments, shapes to run)
 CASES: list[tuple[str, str, dict[str, Any], list[dict[str, int]]]] = [
@@ -66,10 +77,28 @@ def require_gpu() -> tuple[Any, Any]:
     if info is None:
         fail("the cuda backend finds no usable GPU: install cuda-bindings (pip install aotc[cuda]) and a driver")
     try:
-        import triton  # noqa: F401 - the kernels are compiled ahead of time in this process
-    except ImportError:
-        fail("needs triton to compile the kernels (pip install aotc[compiler])")
+        triton_version()  # the kernel cache is keyed by it; a miss compiles here
+    except Exception as e:
+        fail(f"needs triton (pip install aotc[compiler]): {e}")
+    import torch._dynamo
+
+    config = torch._dynamo.config  # one compiled function per model: room for every model's shapes
+    for limit in ("recompile_limit", "cache_size_limit"):
+        if hasattr(config, limit):
+            setattr(config, limit, max(getattr(config, limit), 64))
     return torch, info
+
+
+def triton_version() -> str:
+    from aotc.kernels.aot import triton_version as installed
+
+    return installed()
+
+
+def run_context(torch: Any, info: Any, targets: tuple[str, ...]) -> dict[str, Any]:
+    """What every row of a timed run records about where it ran."""
+    return {"gpu": info.name, "arch": info.arch, "targets": list(targets), "torch": torch.__version__,
+            "triton": triton_version()}  # fmt: skip
 
 
 # -- PyTorch side: the traced graph, op for op, as torch calls -------------------------------------------
@@ -90,11 +119,18 @@ class TorchTwin:
         if missing:
             raise NotImplementedError(f"no torch mapping for op(s) {', '.join(missing)}")
 
+    def prepare(self, env: Mapping[str, int]) -> None:
+        """Each node's concrete attrs for this shape, as plain dicts (torch.compile sees constants). Prepare every
+        shape before the first compiled call, so the compiled code only looks them up."""
+        key = tuple(sorted(env.items()))
+        if key not in self._by_shape:
+            self._by_shape[key] = [dict(self._attrs(n.attrs, env)) for n in self.graph.nodes]
+
     def __call__(self, feeds: Sequence[Any], env: Mapping[str, int]) -> list[Any]:
         key = tuple(sorted(env.items()))
-        attrs = self._by_shape.get(key)
-        if attrs is None:  # concrete attrs once per shape, as plain dicts (torch.compile sees constants)
-            attrs = self._by_shape[key] = [dict(self._attrs(n.attrs, env)) for n in self.graph.nodes]
+        if key not in self._by_shape:
+            self.prepare(env)
+        attrs = self._by_shape[key]
         vals: dict[int, Any] = {v.id: x for v, x in zip(self.graph.inputs, feeds)}
         for node, a in zip(self.graph.nodes, attrs):
             if node.op.name == "CONSTANT":
@@ -217,47 +253,32 @@ def _args2(f: Callable[[Any, Any], Any]) -> Callable[[list[Any], Any, str], Any]
 # -- measuring --------------------------------------------------------------------------------------------
 
 
-def interleaved(calls: dict[str, Callable[[], object]], sync: Callable[[], None], runs: int) -> dict[str, float]:
-    """Median milliseconds per call of each, timed round-robin so drift hits all alike."""
-    for call in calls.values():
-        for _ in range(3):
-            call()
-    sync()
-    times: dict[str, list[float]] = {k: [] for k in calls}
-    for _ in range(runs):
-        for name, call in calls.items():
-            start = time.perf_counter()
-            call()
-            sync()
-            times[name].append((time.perf_counter() - start) * 1e3)
-    return {k: statistics.median(v) for k, v in times.items()}
-
-
 def copy_bandwidth(torch: Any) -> float:
-    """GB/s of a 256 MiB device-to-device copy (read + write counted)."""
+    """GB/s of a 256 MiB device-to-device copy (read + write counted), timed with CUDA events."""
     a = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     b = torch.empty_like(a)
-    for _ in range(3):
-        b.copy_(a)
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(20):
-        b.copy_(a)
-    torch.cuda.synchronize()
-    return 2 * a.numel() * 20 / (time.perf_counter() - start) / 1e9
+    ms = event_ms(torch, lambda: b.copy_(a), 20)
+    return 2 * a.numel() / ms / 1e6
 
 
 def matmul_tflops(torch: Any, m: int, n: int, k: int, dtype: Any) -> float:
     a = torch.randn(m, k, device="cuda", dtype=dtype)
     b = torch.randn(k, n, device="cuda", dtype=dtype)
+    return 2 * m * n * k / event_ms(torch, lambda: a @ b, 20) / 1e9
+
+
+def event_ms(torch: Any, call: Callable[[], object], repeats: int) -> float:
+    """Mean GPU milliseconds of ``call`` queued ``repeats`` times between two CUDA events, after a warm-up."""
     for _ in range(3):
-        a @ b
+        call()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(20):
-        a @ b
-    torch.cuda.synchronize()
-    return 2 * m * n * k * 20 / (time.perf_counter() - start) / 1e12
+    start.record()
+    for _ in range(repeats):
+        call()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / repeats
 
 
 def kernel_report(torch: Any, program: Any, gpu: list[Any], env: Mapping[str, int], copy_gbps: float) -> None:
@@ -272,68 +293,127 @@ def kernel_report(torch: Any, program: Any, gpu: list[Any], env: Mapping[str, in
     for r in matmuls:
         m, n, k = r.mnk
         ref = matmul_tflops(torch, m, n, k, torch.float32)
-        print(f"    {r.name}: {m}x{n}x{k} {r.ms * 1e3:.1f} us, {r.tflops:.1f} TFLOP/s vs torch.matmul {ref:.1f}")
+        print(f"    {r.name}: {m}x{n}x{k} {r.ms * 1e3:.1f} us, {r.tflops:.1f} TFLOP/s vs torch.matmul {ref:.1f}",
+              flush=True)  # fmt: skip
 
 
 # -- one model ----------------------------------------------------------------------------------------------
 
 
-def bench_case(torch: Any, arch: str, case: tuple, args: argparse.Namespace) -> list[list[str]]:
-    import aotc
+def build_case(case: tuple) -> tuple[Any, dict[str, Any]]:
+    """The model and its input specs: GPT-2s with their weights drawn fast (benchlib.gpt2_model)."""
+    _, file, config, _ = case
+    if file == "gpt2":
+        return benchlib.gpt2_model(config)
+    return benchlib.import_model_file(file).build(**config)
+
+
+def compile_case(case: tuple, targets: tuple[str, ...]) -> Any:
+    """The model compiled for ``targets``, as the timed run and --compile-only both compile it."""
+    name = case[0]
+    start = time.perf_counter()
+    compiled, new = benchlib.compile_model(build_case(case), name, targets)
+    if compiled.schedule is None:
+        raise RuntimeError(f"{name}: no kernels: {compiled.kernels.note}")
+    launches, distinct = len(compiled.schedule.kernels), len({k.name for k in compiled.schedule.kernels})
+    jobs = benchlib.binary_jobs(compiled)
+    print(f"{name}: {launches} launches, {distinct} distinct kernels, compiled in {time.perf_counter() - start:.1f} s "
+          f"for {','.join(targets)}; kernel binaries: {new} compiled, {max(jobs - new, 0)} from the cache",
+          flush=True)  # fmt: skip
+    return compiled
+
+
+def bench_case(torch: Any, targets: tuple[str, ...], case: tuple, args: argparse.Namespace, rec: Any) -> None:
+    """One model at each of its shapes: a row each (an error row for each shape the model could not reach)."""
     from aotc.artifact.reader import read_artifact
-    from aotc.lowering.options import CompileOptions
     from aotc.runtime import Executable
     from aotc.runtime.backends.cuda import CudaBackend
     from aotc.runtime.guards import Binder
     from aotc_cli.feeds import build_feeds
-    from aotc_cli.loader import import_file
 
-    name, file, config, shapes = case
-    model, inputs = import_file(MODELS / f"{file}.py").build(**config)
-    start = time.perf_counter()
-    compiled = aotc.compile(model, inputs, name=name, options=CompileOptions(targets=(arch,)))
-    artifact = read_artifact(compiled.artifact_bytes)
-    if not artifact.kernels:
-        raise RuntimeError(f"the artifact has no kernels: {artifact.meta.get('kernels', 'no reason recorded')}")
-    launches = sum(len(s.kernels) for s in artifact.schedules if s is not None)
-    print(f"{name}: {launches} launches, {len(artifact.kernels)} distinct kernels, compiled in "
-          f"{time.perf_counter() - start:.1f} s", flush=True)  # fmt: skip
-    twin = TorchTwin(compiled.graph, torch, DEVICE)
-    rows = []
-    backend = CudaBackend(graph_cache=args.graph_cache)
-    with Executable(artifact, backend, outputs="device") as exe:
-        program = exe._variants[0][1]  # the variant's CudaProgram, for the per-kernel times
+    name, _, _, shapes = case
+    fields: dict[str, Any] = {"ref_name": "torch.compile"}
+    try:
+        compiled = compile_case(case, targets)
+        artifact = read_artifact(compiled.artifact_bytes)
+        if not artifact.kernels:
+            raise RuntimeError(f"the artifact has no kernels: {artifact.meta.get('kernels', 'no reason recorded')}")
+        fields["dtype"] = compiled.graph.outputs[0].type.dtype.value
+        twin = TorchTwin(compiled.graph, torch, DEVICE)
+        names = list(compiled.graph.input_names)
+        hosts = [build_feeds(compiled.graph, {}, dims, random=True, seed=0)[0] for dims in shapes]
+        envs = [Binder(compiled.graph).bind([host[n] for n in names]) for host in hosts]
+        for env in envs:
+            twin.prepare(env)
+    except Exception as e:
         for dims in shapes:
-            host, _ = build_feeds(compiled.graph, {}, dims, random=True, seed=0)
-            names = list(compiled.graph.input_names)
-            gpu = [torch.from_numpy(np.ascontiguousarray(host[n])).cuda() for n in names]
-            env = Binder(compiled.graph).bind([host[n] for n in names])
-            feeds = dict(zip(names, gpu))
-            with torch.inference_mode():
-                calls: dict[str, Callable[[], object]] = {
-                    "aotc": lambda feeds=feeds: exe.run(feeds),  # guards, GPU inputs in place, graph replay
-                    "eager": lambda gpu=gpu, env=env: twin(gpu, env),
-                }
-                compiled_fn = torch.compile(lambda *xs, env=env: twin(xs, env), dynamic=False)
-                calls["compile"] = lambda gpu=gpu, c=compiled_fn: c(*gpu)
-                if args.max_autotune:
-                    tuned = torch.compile(
-                        lambda *xs, env=env: twin(xs, env), dynamic=False, mode="max-autotune-no-cudagraphs"
-                    )
-                    calls["max-autotune"] = lambda gpu=gpu, c=tuned: c(*gpu)
-                ours = [torch.from_dlpack(o) for o in exe.run(feeds)]
-                ref = twin(gpu, env)
-                err = max(float((a.double() - b.double()).abs().max()) for a, b in zip(ours, ref))
-                ms = interleaved(calls, torch.cuda.synchronize, args.runs)
-            shape = "x".join(str(v) for v in dims.values())
-            ratios = [f"{ms['aotc'] / ms[k]:.2f}x" for k in calls if k != "aotc"]
-            rows.append([name, shape, *(f"{ms[k]:.3f}" for k in calls), *ratios, f"{err:.1e}"])
-            print(f"  {name} {shape}: aotc {ms['aotc']:.3f} ms; per kernel:")
-            kernel_report(torch, program, gpu, env, args.copy_gbps)
-    return rows
+            rec.error(name, dims, e, **fields)
+        return
+    # one torch.compile object per model: dynamo recompiles it per shape (dynamic=False: shapes as constants)
+    compiled_fn = torch.compile(lambda env, *xs: twin(xs, env), dynamic=False)
+    tuned = None
+    if args.max_autotune:
+        tuned = torch.compile(lambda env, *xs: twin(xs, env), dynamic=False, mode="max-autotune-no-cudagraphs")
+    launches = len(compiled.schedule.kernels)
+    try:
+        with Executable(artifact, CudaBackend(graph_cache=args.graph_cache), outputs="device") as exe:
+            program = exe._variants[0][1]  # the variant's CudaProgram, for the per-kernel times
+            for dims, host, env in zip(shapes, hosts, envs):
+                with rec.attempt(name, dims, **fields):
+                    gpu = [torch.from_numpy(np.ascontiguousarray(host[n])).cuda() for n in names]
+                    feeds = dict(zip(names, gpu))
+                    with torch.inference_mode():
+                        calls: dict[str, Callable[[], object]] = {
+                            "aotc": lambda feeds=feeds: exe.run(feeds),  # guards, GPU inputs in place, replay
+                            "eager": lambda gpu=gpu, env=env: twin(gpu, env),
+                            "compile": lambda gpu=gpu, env=env: compiled_fn(env, *gpu),
+                        }
+                        if tuned is not None:
+                            calls["max-autotune"] = lambda gpu=gpu, env=env: tuned(env, *gpu)
+                        ours = [torch.from_dlpack(o) for o in exe.run(feeds)]
+                        ref = twin(gpu, env)
+                        err = max(float((a.double() - b.double()).abs().max()) for a, b in zip(ours, ref))
+                        del ours, ref
+                        before = dict(program.stats)
+                        ms = benchlib.interleaved(calls, torch.cuda.synchronize, args.runs)
+                        replays = program.stats["replay"] - before["replay"]
+                        eagers = program.stats["eager"] - before["eager"]
+                    extra = {"max_autotune_ms": ms["max-autotune"]} if tuned is not None else {}
+                    rec.add(name, dims, aotc_ms=ms["aotc"], ref_ms=ms["compile"], eager_ms=ms["eager"],
+                            ratio_vs_eager=ms["eager"] / ms["aotc"], max_abs_diff=err, launches=launches,
+                            aotc_graph_replays=replays / max(replays + eagers, 1), **extra, **fields)  # fmt: skip
+                    try:
+                        print(f"  {name} {'x'.join(map(str, dims.values()))}: per kernel:", flush=True)
+                        kernel_report(torch, program, gpu, env, args.copy_gbps)
+                    except Exception as e:  # a diagnostic: the row is already recorded
+                        print(f"  per-kernel report failed: {type(e).__name__}: {e}", flush=True)
+                    del gpu, feeds, calls
+    finally:
+        torch._dynamo.reset()  # this model's compiled code goes: the next model starts clean
+        benchlib.release_gpu_memory()
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+# -- without a GPU ----------------------------------------------------------------------------------------------
+
+
+def compile_only(cases: Sequence[tuple], targets: tuple[str, ...]) -> int:
+    """Compile every model the timed run would, for ``targets``, filling the kernel cache; 0 when all compiled."""
+    start = time.perf_counter()
+    print(f"compile only, for {','.join(targets)} (triton {triton_version()}): a timed run on a GPU whose "
+          f"targets are these, with this triton, finds every kernel in the cache", flush=True)  # fmt: skip
+    failed = 0
+    for case in cases:
+        try:
+            compile_case(case, targets)
+        except Exception as e:
+            failed += 1
+            print(f"{case[0]}: FAILED: {type(e).__name__}: {e}", flush=True)
+    print(benchlib.TALLY.line())
+    print(f"compile only: {len(cases) - failed} of {len(cases)} models in {time.perf_counter() - start:.1f} s")
+    return 1 if failed else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("models", nargs="*", help=f"any of {', '.join(c[0] for c in CASES)} (default: all)")
     parser.add_argument("--runs", type=int, default=30)
@@ -341,29 +421,48 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--max-autotune", action="store_true", help="also torch.compile(mode='max-autotune-no-cudagraphs') (slow)"
     )
+    parser.add_argument("--jsonl", metavar="PATH", help="append one JSON object per measured row (flushed)")
+    parser.add_argument(
+        "--compile-only", action="store_true", help="no GPU, no torch: compile every model for --targets, then stop"
+    )
+    parser.add_argument(
+        "--targets", help="with --compile-only: the GPU targets to compile for (default sm_80,sm_90: an H100's)"
+    )
     args = parser.parse_args(argv)
-    sys.path.insert(0, str(ROOT))
-    torch, info = require_gpu()
     known = {c[0]: c for c in CASES}
     unknown = [m for m in args.models if m not in known]
     if unknown:
         fail(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(known)}")
-    args.copy_gbps = copy_bandwidth(torch)
-    print(f"GPU: {info}; torch {torch.__version__}; copy bandwidth {args.copy_gbps:.0f} GB/s")
-    arch = "sm_90" if info.capability == (9, 0) else info.arch
-    header = ["model", "shape", "aotc ms", "eager ms", "compile ms"]
-    header += ["autotune ms"] if args.max_autotune else []
-    header += ["vs eager", "vs compile"] + (["vs autotune"] if args.max_autotune else []) + ["max |diff|"]
-    rows = []
-    for case in [known[m] for m in args.models] or CASES:
+    cases = [known[m] for m in args.models] or CASES
+    if args.targets is not None and not args.compile_only:
+        fail("--targets goes with --compile-only: a timed run compiles for its GPU (benchlib.gpu_targets)")
+    if args.compile_only:
         try:
-            rows += bench_case(torch, arch, case, args)
-        except Exception as e:  # one model failing must not hide the others' numbers
-            print(f"{case[0]}: FAILED: {type(e).__name__}: {e}", flush=True)
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    for r in [header, *rows]:
-        print("  ".join(str(c).rjust(w) for c, w in zip(r, widths)))
+            targets = benchlib.targets_from_flag(args.targets or "sm_80,sm_90")
+        except Exception as e:
+            fail(str(e))
+        return compile_only(cases, targets)
+    torch, info = require_gpu()
+    targets = benchlib.gpu_targets(info.capability)
+    rec = benchlib.Recorder("bench_cuda", args.jsonl)
+    rec.context = run_context(torch, info, targets)
+    args.copy_gbps = copy_bandwidth(torch)
+    print(f"GPU: {info}; torch {torch.__version__}; triton {triton_version()}; kernels for {','.join(targets)}; "
+          f"copy bandwidth {args.copy_gbps:.0f} GB/s", flush=True)  # fmt: skip
+    for case in cases:
+        bench_case(torch, targets, case, args, rec)
+    columns = [("model", "case"), ("shape", "shape"), ("aotc ms", "aotc_ms"), ("eager ms", "eager_ms"),
+               ("compile ms", "ref_ms")]  # fmt: skip
+    columns += [("autotune ms", "max_autotune_ms")] if args.max_autotune else []
+    columns += [("vs eager", "ratio_vs_eager"), ("vs compile", "ratio"), ("max |diff|", "max_abs_diff")]
+    print(rec.table(columns))
+    print("vs X: X ms / aotc ms (above 1: aotc is faster)")
+    print(benchlib.TALLY.line())
+    if benchlib.TALLY.compiled:
+        print(f"WARNING: {benchlib.TALLY.compiled} kernel binaries were compiled on this machine: the kernel cache was "
+              "not filled for these targets and this triton (--compile-only)", flush=True)  # fmt: skip
+    return 1 if rec.errors else 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -1,6 +1,7 @@
 """benchmarks/bench_kernels.py --check: every benchmark case compiles without a GPU (no cubins) and its schedule
 holds what the GPU run measures: one attention kernel per attention artifact, a padded odd matmul (and an
-unpadded one when padding is off), and a bf16 GPT-2 whose every layer gets the attention kernel."""
+unpadded one when padding is off), a bf16 GPT-2 whose every layer gets the attention kernel, and the overhead
+case's Linear as one launch."""
 
 from __future__ import annotations
 
@@ -31,12 +32,14 @@ def test_check_mode_compiles_every_case_and_its_schedule_holds() -> None:
     assert "padded: matmul" in padded[0] and "K 4097 -> 4104" in padded[0]
     assert "padded:" not in padded[1].split("gpt2", 1)[0]
     assert "2 attention" in out and out.rstrip().endswith("check: ok")
+    overhead = next(line for line in out.splitlines() if line.startswith("overhead_linear"))
+    assert overhead.endswith(": k0_matmul_add (matmul)"), overhead  # one launch: the bias fused into the matmul
 
 
 def test_unknown_case_is_refused_by_name() -> None:
     done = _run("--check", "convolution")
     assert done.returncode == 2
-    assert "unknown case(s) convolution; choose from attention, matmul, gpt2" in done.stderr
+    assert "unknown case(s) convolution; choose from attention, matmul, gpt2, overhead" in done.stderr
 
 
 def test_without_a_gpu_the_timed_run_says_what_is_missing() -> None:
