@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Every GPU check aotc has, as one device command with a hard budget of 8 minutes of wall time.
+#
+#   bash scripts/gpu_prep.sh                 # here, with no GPU: builds .gpu_carry (kernel cache, artifacts)
+#   bash scripts/gpu_check.sh                # there: device run, carry [".gpu_carry"], this command
+#   STEPS="smoke kernels" bash scripts/gpu_check.sh     # rerun chosen steps
+#   GPU_CHECK_DRY=1 bash scripts/gpu_check.sh           # with no GPU: the fake driver and --check (CI does this)
+#
+# Steps, in order of value; each runs under its own timeout, writes its log under $OUT as it runs, and one line
+# to $OUT/summary.txt (exit code, seconds, kernels compiled on this machine); a step that would not fit in what
+# is left of the budget is skipped, and says so:
+#   env          GPU, driver, versions
+#   smoke        each toolchain's cubins and PTX loaded with no fallback (what the driver accepts), a small
+#                bf16 model cuda == cpu per toolchain
+#   correctness  every example model (built here with the newest Triton) cuda == cpu at two shapes, eager and
+#                replayed; tests/runtime/test_cuda_gpu.py on the GPU (replay == eager bit for bit, 1,000 calls
+#                with no device-memory growth, 8 threads x 50 mixed-shape calls, a bad id then a good call,
+#                torch DLPack in and out with no copy)
+#   kernels      attention vs SDPA, bf16 matmul 8192^3 vs cuBLAS, 4095x4097x1000 padded vs unpadded
+#   e2e          GPT-2-small bf16 at 1x128 and 8x1024 vs torch.compile (graph replay), per-call overhead
+# Results: $OUT/results.jsonl (one JSON row per figure), $OUT/report.md (scripts/gpu_report.py), the logs.
+# Nothing is compiled by aotc there: every kernel comes from the carried cache (summary.txt counts misses).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-gpu_out}
+carry=$(realpath -m "${CARRY:-.gpu_carry}")
+budget=${GPU_CHECK_BUDGET:-480}
+steps=${STEPS:-env smoke correctness kernels e2e}
+dry=${GPU_CHECK_DRY:-0}
+py=${PYTHON:-python3}
+mkdir -p "$out"
+start=$SECONDS
+export PYTHONUNBUFFERED=1
+export AOTC_CACHE_DIR="$carry/cache"
+# aotc from this checkout with no install (nothing can be downloaded there): cli/ is the aotc_cli package.
+shim=$(mktemp -d)
+ln -s "$PWD/cli" "$shim/aotc_cli"
+export PYTHONPATH="$PWD:$shim${PYTHONPATH:+:$PYTHONPATH}"
+jsonl="$out/results.jsonl"
+summary="$out/summary.txt"
+: >"$summary"
+fake=()
+if [ "$dry" = 1 ]; then
+    fake=(--fake)
+fi
+
+cached() { find "$AOTC_CACHE_DIR/kernels" -name '*.json' 2>/dev/null | wc -l; }
+
+# run STEP LIMIT COMMAND...: the command under `timeout`, its output in $out/STEP.log, one summary line.
+run() {
+    local step=$1 limit=$2
+    shift 2
+    case " $steps " in *" $step "*) ;; *) return 0 ;; esac
+    local left=$((budget - (SECONDS - start) - 15)) # keep 15 s for the report
+    if [ "$left" -lt 20 ]; then
+        echo "$step: skipped (${left}s of the budget left)" | tee -a "$summary"
+        return 0
+    fi
+    [ "$limit" -gt "$left" ] && limit=$left
+    local before t0=$SECONDS status
+    before=$(cached)
+    echo "== $step (limit ${limit}s, $((SECONDS - start))s into the check)"
+    timeout --kill-after=5 "$limit" bash -c "$*" >"$out/$step.log" 2>&1 &
+    local pid=$!
+    tail -n +1 -f "$out/$step.log" --pid=$pid 2>/dev/null
+    wait "$pid"
+    status=$?
+    local note=""
+    [ "$status" -eq 124 ] && note=" (timed out)"
+    echo "$step: exit $status$note, $((SECONDS - t0)) s, $(($(cached) - before)) kernels compiled here" | tee -a "$summary"
+}
+
+run env 20 "
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader || echo 'no nvidia-smi'
+    $py - <<'EOF'
+import importlib, platform, sys
+print('python', sys.version.split()[0], platform.machine())
+for name in ('numpy', 'torch', 'triton', 'cuda.bindings', 'flatbuffers', 'xxhash', 'ml_dtypes', 'click', 'pytest'):
+    try:
+        m = importlib.import_module(name)
+        print(name, getattr(m, '__version__', '?'))
+    except Exception as e:
+        print(name, 'missing:', type(e).__name__, e)
+try:
+    from aotc.runtime.backends.cuda import probe
+    print('aotc sees', probe())
+except Exception as e:
+    print('aotc probe failed:', e)
+EOF
+    ls $carry; cat $carry/built-*.json 2>/dev/null; echo cached kernels: \$(find $carry/cache -name '*.json' | wc -l)
+"
+
+run smoke 60 "$py scripts/gpu_smoke.py smoke $carry --jsonl $jsonl ${fake[*]}"
+
+if [ "$dry" = 1 ]; then
+    tests="-k 'fake and (mlp or leak)'"
+else
+    tests="-k 'not fake'"
+fi
+run correctness 150 "
+    $py scripts/gpu_smoke.py models $carry --jsonl $jsonl ${fake[*]}; a=\$?
+    $py -m pytest -q -p no:cacheprovider -o addopts='' -W ignore::DeprecationWarning tests/runtime/test_cuda_gpu.py $tests; b=\$?
+    exit \$((a || b))
+"
+
+if [ "$dry" = 1 ]; then
+    run kernels 120 "$py benchmarks/bench_kernels.py --check"
+    run e2e 60 "$py benchmarks/bench_kernels.py --check"
+else
+    run kernels 140 "$py benchmarks/bench_kernels.py attention matmul --runs 20 --jsonl $jsonl"
+    run e2e 140 "$py benchmarks/bench_kernels.py gpt2 overhead --runs 20 --jsonl $jsonl"
+fi
+
+$py scripts/gpu_report.py "$out" >"$out/report.md" 2>>"$summary" || echo "report: failed" >>"$summary"
+echo "gpu_check: $((SECONDS - start)) s in all"
+cat "$summary"

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Builds, on a machine with no GPU, everything scripts/gpu_check.sh carries to the GPU machine, in one folder:
+#
+#   bash scripts/gpu_prep.sh [CARRY]        # CARRY defaults to .gpu_carry (git-ignored)
+#
+#   CARRY/cache/      the kernel cache of every kernel the GPU check compiles, built with the GPU image's Triton
+#                     (TRITON_FLOOR, 3.6.0) so that only lowering runs there: every compile is a cache hit
+#   CARRY/smoke/      a small bf16 model per toolchain (GPU image's Triton and the newest one; driver floors
+#                     12.4 and 13.0; as Triton builds by itself): the smoke step loads each image with no fallback
+#   CARRY/models/     every example model built with the newest Triton, with inputs and cpu outputs
+#
+# Then send it along: device run with carry [".gpu_carry"] and the command `bash scripts/gpu_check.sh`.
+# Needs python3 and pip (the newest Triton comes from the README's .venv; the GPU image's from .venv-triton36).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+carry=${1:-.gpu_carry}
+floor_triton=${TRITON_FLOOR:-3.6.0}
+start=$SECONDS
+rm -rf "$carry"
+mkdir -p "$carry/cache"
+
+if [ ! -x .venv/bin/python ]; then
+    python3 -m venv .venv && .venv/bin/pip install -q -e '.[dev]'
+fi
+if [ ! -x .venv-triton36/bin/python ]; then
+    python3 -m venv .venv-triton36
+fi
+.venv-triton36/bin/pip install -q -e '.[compiler]' "triton==$floor_triton"
+
+echo "== kernel cache with triton $floor_triton ($((SECONDS - start)) s)"
+AOTC_CACHE_DIR="$PWD/$carry/cache" .venv-triton36/bin/python scripts/gpu_prep.py cache "$carry"
+echo "== artifacts with the newest triton ($((SECONDS - start)) s)"
+AOTC_CACHE_DIR="$PWD/$carry/build-cache" .venv/bin/python scripts/gpu_prep.py artifacts "$carry"
+rm -rf "$carry/build-cache"
+
+size=$(du -sm "$carry" | cut -f1)
+entries=$(find "$carry/cache" -name '*.json' | wc -l)
+echo "gpu_prep: $carry holds $size MiB ($entries cached kernels) in $((SECONDS - start)) s"
+if [ "$size" -gt 60 ]; then
+    echo "gpu_prep: $carry is over 60 MiB; the device tool carries at most 64 MiB with the working tree" >&2
+    exit 1
+fi

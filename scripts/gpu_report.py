@@ -1,0 +1,145 @@
+"""The GPU check's results as one Markdown page (what benchmarks/results/ keeps per run):
+
+    python scripts/gpu_report.py OUT > OUT/report.md
+    python scripts/gpu_report.py --verdict OUT        # exit 1 unless every step passed (CI's dry run)
+
+reads OUT/summary.txt (one line per step), OUT/env.log (device, driver, versions) and OUT/results.jsonl (one JSON
+row per figure, written by scripts/gpu_smoke.py and the benchmarks as they measure), and puts every figure beside
+its aim. Rows it does not know are listed as they are, so nothing measured is dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def rows(path: Path) -> list[dict[str, Any]]:
+    out = []
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                out.append({"bench": "?", "error": f"unreadable row: {line[:200]}"})
+    return out
+
+
+def _fmt(x: Any, digits: int = 3) -> str:
+    if isinstance(x, float):
+        return f"{x:.{digits}g}"
+    if isinstance(x, dict):
+        return " ".join(f"{k}={v}" for k, v in x.items())
+    return "" if x is None else str(x)
+
+
+def table(header: list[str], body: list[list[Any]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(_fmt(c) for c in row) + " |" for row in body]
+    return lines + [""]
+
+
+def report(out: Path) -> str:
+    lines = ["# GPU check", ""]
+    env = out / "env.log"
+    if env.exists():
+        lines += ["## Machine", "", "```", *env.read_text().strip().splitlines()[:40], "```", ""]
+    summary = out / "summary.txt"
+    if summary.exists():
+        lines += ["## Steps", "", "```", *summary.read_text().strip().splitlines(), "```", ""]
+    data = rows(out / "results.jsonl")
+    loads = [r for r in data if r.get("bench") == "smoke" and r.get("case") == "load"]
+    if loads:
+        lines += ["## What the driver loads (no fallback)", ""]
+        lines += table(
+            ["toolchain", "kernel", "image", "ISA", "PTX", "ptxas", "ELF OSABI/ABI", "loaded", "error"],
+            [
+                [
+                    r["toolchain"],
+                    r["kernel"],
+                    r["image"],
+                    r["isa"],
+                    r["ptx"],
+                    r["ptxas"],
+                    r["elf"],
+                    r["loaded"],
+                    (r.get("error") or "")[:120],
+                ]
+                for r in loads
+            ],
+        )
+    runs = [r for r in data if r.get("bench") in ("smoke", "models") and r.get("case") == "run"]
+    if runs:
+        lines += ["## cuda == cpu", ""]
+        lines += table(
+            ["step", "model", "shape", "ok", "max abs diff", "replay == eager", "note"],
+            [
+                [r["bench"], r.get("model") or r.get("toolchain"), r.get("shape"), r.get("ok"), r.get("max_abs_diff"),
+                 r.get("replay_equal"), (r.get("error") or ("skipped" if r.get("skipped") else ""))[:160]]
+                for r in runs
+            ],
+        )  # fmt: skip
+    bench = [r for r in data if r.get("bench") not in ("smoke", "models", "?")]
+    if bench:
+        lines += ["## Speed (ratio = reference ms / aotc ms: above 1, aotc is faster)", ""]
+        lines += table(
+            ["bench", "case", "shape", "dtype", "aotc ms", "reference", "ref ms", "ratio", "aim", "meets", "note"],
+            [
+                [r.get("bench"), r.get("case"), r.get("shape"), r.get("dtype"), r.get("aotc_ms"), r.get("ref_name"),
+                 r.get("ref_ms"), r.get("ratio"), r.get("aim_text") or r.get("aim"), r.get("meets"),
+                 (r.get("error") or r.get("note") or "")[:160]]
+                for r in bench
+            ],
+        )  # fmt: skip
+    unknown = [r for r in data if r.get("bench") == "?"]
+    if unknown:
+        lines += ["## Unreadable rows", "", *[f"- {r['error']}" for r in unknown], ""]
+    if not data:
+        lines += ["No results were recorded.", ""]
+    return "\n".join(lines)
+
+
+STEPS = ("env", "smoke", "correctness", "kernels", "e2e")
+
+
+def verdict(out: Path) -> list[str]:
+    """What is wrong with a finished check (empty: every step ran and exited 0, every model run matched)."""
+    problems = []
+    summary = (out / "summary.txt").read_text() if (out / "summary.txt").exists() else ""
+    for step in STEPS:
+        line = next((x for x in summary.splitlines() if x.startswith(f"{step}:")), None)
+        if line is None or not line.startswith(f"{step}: exit 0,"):
+            problems.append(f"step {step}: {line or 'did not run'}")
+    data = rows(out / "results.jsonl")
+    if not any(r.get("case") == "load" and r.get("loaded") for r in data):
+        problems.append("the smoke step loaded no image")
+    runs = [r for r in data if r.get("case") == "run" and not r.get("skipped")]
+    if not runs:
+        problems.append("no model ran")
+    problems += [
+        f"{r.get('bench')} {r.get('model')} {r.get('shape')}: {r.get('error') or 'not ok'}"
+        for r in runs
+        if not r.get("ok")
+    ]
+    if not (out / "report.md").exists() or "## Steps" not in (out / "report.md").read_text():
+        problems.append("no report.md")
+    return problems
+
+
+def main() -> None:
+    args = sys.argv[1:]
+    if args[:1] == ["--verdict"] and len(args) == 2:
+        problems = verdict(Path(args[1]))
+        for p in problems:
+            print(f"gpu check: {p}", file=sys.stderr)
+        print(f"gpu check: {'ok' if not problems else f'{len(problems)} problem(s)'}")
+        raise SystemExit(1 if problems else 0)
+    if len(args) != 1:
+        raise SystemExit("usage: python scripts/gpu_report.py [--verdict] OUT_DIR")
+    sys.stdout.write(report(Path(args[0])))
+
+
+if __name__ == "__main__":
+    main()
