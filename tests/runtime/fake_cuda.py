@@ -18,7 +18,7 @@ import ctypes
 import re
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -31,11 +31,16 @@ from fake_cuda_types import (
     CUlaunchAttribute,
     CUlaunchAttributeID,
     CUlaunchConfig,
+    CUmemAllocationType,
+    CUmemLocationType,
+    CUmemPool_attribute,
+    CUmemPoolProps,
     CUpointer_attribute,
     CUresult,
     CUstream_flags,
     CUstreamCaptureMode,
     FakeTensor,
+    cuuint64_t,
     fake_binaries,
 )
 
@@ -59,6 +64,14 @@ class _Module:
 
 
 @dataclass
+class _Pool:
+    threshold: int = 0
+    used: set[int] = field(default_factory=set)
+    free: dict[int, list[int]] = field(default_factory=dict)  # by size
+    sizes: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass
 class _Function:
     name: str
     module: _Module
@@ -79,6 +92,11 @@ class FakeDriver(StreamsMixin):
     CUlaunchAttributeID = CUlaunchAttributeID
     CUlaunchAttribute = CUlaunchAttribute
     CUlaunchConfig = CUlaunchConfig
+    CUmemPoolProps = CUmemPoolProps
+    CUmemAllocationType = CUmemAllocationType
+    CUmemLocationType = CUmemLocationType
+    CUmemPool_attribute = CUmemPool_attribute
+    cuuint64_t = cuuint64_t
 
     def __init__(
         self,
@@ -97,6 +115,7 @@ class FakeDriver(StreamsMixin):
         self.modules: list[_Module] = []
         self.launches: list[tuple[str, tuple[int, int, int], int, int, int]] = []  # name, grid, block, shared, cluster
         self.memsets = 0
+        self.pools: dict[int, _Pool] = {}
         self.fault: CUresult | None = None  # set by a kernel fault: every later call fails with it
         self._objects: dict[int, Any] = {}
         self._images: dict[int, Cubin] = {}
@@ -223,6 +242,55 @@ class FakeDriver(StreamsMixin):
         with self._lock:
             self._drain(None)  # freeing synchronizes the device, as cuMemFree does
             return (OK,) if self.allocs.pop(int(ptr), None) is not None else (CUresult.CUDA_ERROR_INVALID_VALUE,)
+
+    # -- stream-ordered pools: freed blocks stay in their pool (counted as used) and are reused by size --------
+    def cuMemPoolCreate(self, props: CUmemPoolProps) -> tuple[CUresult, Any]:
+        if props.location.type != CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE or props.location.id != 0:
+            return CUresult.CUDA_ERROR_INVALID_VALUE, None
+        pool = _Pool()
+        self.pools[id(pool)] = pool
+        return OK, self._handle(pool)
+
+    def cuMemPoolSetAttribute(self, pool: Any, attr: CUmemPool_attribute, value: cuuint64_t) -> tuple[CUresult]:
+        if id(pool) not in self.pools or not isinstance(value, cuuint64_t):
+            return (CUresult.CUDA_ERROR_INVALID_VALUE,)
+        pool.threshold = value.value
+        return (OK,)
+
+    def cuMemAllocFromPoolAsync(self, nbytes: int, pool: Any, stream: Any) -> tuple[CUresult, int]:
+        with self._lock:
+            if id(pool) not in self.pools or self._stream(stream) is None:
+                return CUresult.CUDA_ERROR_INVALID_VALUE, 0
+            free = pool.free.get(nbytes)
+            if free:
+                ptr = free.pop()
+                pool.used.add(ptr)
+                return OK, ptr
+        err, ptr = self.cuMemAlloc(nbytes)
+        if err == OK:
+            pool.used.add(ptr)
+            pool.sizes[ptr] = nbytes
+        return err, ptr
+
+    def cuMemFreeAsync(self, ptr: int, stream: Any) -> tuple[CUresult]:
+        with self._lock:
+            pool = next((p for p in self.pools.values() if ptr in p.used), None)
+            if pool is None or self._stream(stream) is None:
+                return (CUresult.CUDA_ERROR_INVALID_VALUE,)
+            # Reuse only after the work queued so far is done (the legacy stream orders after every stream).
+            self._drain(None)
+            pool.used.discard(ptr)
+            pool.free.setdefault(pool.sizes[ptr], []).append(ptr)
+            return (OK,)
+
+    def cuMemPoolDestroy(self, pool: Any) -> tuple[CUresult]:
+        with self._lock:
+            if self.pools.pop(id(pool), None) is None:
+                return (CUresult.CUDA_ERROR_INVALID_VALUE,)
+            for ptrs in pool.free.values():  # blocks still handed out are released when freed (here: never)
+                for ptr in ptrs:
+                    self.allocs.pop(ptr, None)
+            return (OK,)
 
     def cuMemGetInfo(self) -> tuple[CUresult, int, int]:
         used = sum(a.size for a in self.allocs.values())

@@ -23,6 +23,7 @@ class CUresult(enum.IntEnum):
     CUDA_ERROR_NO_BINARY_FOR_GPU = 209
     CUDA_ERROR_UNSUPPORTED_PTX_VERSION = 222
     CUDA_ERROR_INVALID_HANDLE = 400
+    CUDA_ERROR_NOT_SUPPORTED = 801
     CUDA_ERROR_NOT_FOUND = 500
     CUDA_ERROR_ILLEGAL_ADDRESS = 700
     CUDA_ERROR_LAUNCH_FAILED = 719
@@ -61,6 +62,37 @@ class CUstreamCaptureMode(enum.IntEnum):
 
 class CUlaunchAttributeID(enum.IntEnum):
     CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4
+
+
+class CUmemAllocationType(enum.IntEnum):
+    CU_MEM_ALLOCATION_TYPE_PINNED = 1
+
+
+class CUmemLocationType(enum.IntEnum):
+    CU_MEM_LOCATION_TYPE_DEVICE = 1
+
+
+class CUmemPool_attribute(enum.IntEnum):
+    CU_MEMPOOL_ATTR_RELEASE_THRESHOLD = 4
+
+
+class cuuint64_t:
+    def __init__(self, value: int) -> None:
+        if not 0 <= value < 2**64:
+            raise OverflowError(value)
+        self.value = value
+
+
+class _Location:
+    def __init__(self) -> None:
+        self.type = 0
+        self.id = 0
+
+
+class CUmemPoolProps:
+    def __init__(self) -> None:
+        self.allocType = 0
+        self.location = _Location()
 
 
 class _Dim3:

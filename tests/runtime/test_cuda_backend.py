@@ -223,3 +223,24 @@ def test_repeated_calls_leak_no_device_memory() -> None:
         gc.collect()
         assert fake.live() == settled
         assert fake.cuMemGetInfo()[1] == free
+
+
+def test_a_tensor_with_both_interfaces_is_read_through_dlpack() -> None:
+    """torch exports bfloat16 through __cuda_array_interface__ as '<V2' (raw bytes): DLPack, which names the
+    type, is read first; an array interface alone with a raw-bytes typestr is refused, naming DLPack."""
+    from aotc.runtime.backends.cuda.arrays import DeviceMemory, adopt
+
+    _, backend, _ = _backend()
+    with backend:
+        bf16 = dlpack.np_dtype(4, 16)
+        out = DeviceArray(backend.device, DeviceMemory(backend.device, 8, "a test tensor"), (4,), bf16)
+        assert out.__cuda_array_interface__["typestr"].startswith("<V")  # what torch gives for bfloat16 too
+        got = adopt(out)
+        assert got is not None and got.dtype == bf16 and got.ptr == out.ptr and got.shape == (4,)
+
+        class ArrayInterfaceOnly:
+            __cuda_array_interface__ = out.__cuda_array_interface__
+
+        with pytest.raises(GuardError, match=r"'<V2' \(raw bytes\).*through DLPack"):
+            adopt(ArrayInterfaceOnly())
+        out.free()

@@ -16,10 +16,14 @@ from aotc.runtime.backends.cuda.driver import Device
 
 
 class DeviceMemory:
-    """One cuMemAlloc block, freed once (explicitly or when garbage collected)."""
+    """One block of GPU memory, freed once (explicitly or when garbage collected): from cuMemAlloc, or with
+    ``stream``, from the device's stream-ordered pool (outputs handed to the caller, made on every call)."""
 
-    def __init__(self, device: Device, nbytes: int, what: str) -> None:
-        self.ptr = device.alloc(nbytes, what)
+    def __init__(self, device: Device, nbytes: int, what: str, stream: Any = None) -> None:
+        if stream is None:
+            self.ptr, self._pooled = device.alloc(nbytes, what), False
+        else:
+            self.ptr, self._pooled = device.alloc_async(nbytes, stream, what)
         self.nbytes = nbytes
         self._device = device.hold()
         self._lock = threading.Lock()
@@ -29,7 +33,10 @@ class DeviceMemory:
             device, self._device = self._device, None
         if device is not None:
             try:
-                device.free(self.ptr)
+                if self._pooled:
+                    device.free_async(self.ptr)
+                else:
+                    device.free(self.ptr)
             finally:
                 device.release()
 
@@ -137,18 +144,18 @@ def adopt(value: Any) -> DeviceInput | None:
     Host arrays (numpy, torch CPU tensors) give None: they take the ordinary numpy path."""
     if isinstance(value, (np.ndarray, DeviceInput)):
         return value if isinstance(value, DeviceInput) else None
-    cai = _cuda_array_interface(value)
-    if cai is not None:
-        return _from_cai(value, cai)
+    # DLPack first: it names every dtype (torch exports bfloat16 through __cuda_array_interface__ as '<V2',
+    # raw bytes), and it is what torch, CuPy and JAX all speak.
     dev = getattr(value, "__dlpack_device__", None)
-    if dev is None or not hasattr(value, "__dlpack__"):
-        return None
-    try:
-        kind, device_id = dev()
-    except Exception:  # a producer whose device query fails is not a GPU tensor we can read
-        return None
-    if int(kind) not in (dlpack.KDL_CUDA, dlpack.KDL_CUDA_MANAGED):
-        return None
+    kind = device_id = None
+    if dev is not None and hasattr(value, "__dlpack__"):
+        try:
+            kind, device_id = dev()
+        except Exception:  # a producer whose device query fails: try its array interface instead
+            kind = None
+    if kind is None or int(kind) not in (dlpack.KDL_CUDA, dlpack.KDL_CUDA_MANAGED):
+        cai = _cuda_array_interface(value)
+        return _from_cai(value, cai) if cai is not None else None
     try:
         capsule = value.__dlpack__(stream=1)  # pending work is ordered before the legacy default stream
     except Exception as e:
@@ -180,6 +187,11 @@ def _from_cai(value: Any, cai: dict[str, Any]) -> DeviceInput:
         ptr = int(cai["data"][0] or 0)
     except (KeyError, TypeError, ValueError, IndexError) as e:
         raise GuardError(f"a GPU input ({name}) has a malformed __cuda_array_interface__: {e}") from None
+    if dtype.kind == "V":
+        raise GuardError(
+            f"a GPU input ({name}) gives its dtype as {cai['typestr']!r} (raw bytes) in __cuda_array_interface__, "
+            "which does not say what the elements are; hand it over through DLPack (__dlpack__) instead"
+        )
     strides = cai.get("strides")
     # Version 3 names the stream to wait for (absent: nothing to wait for). Older producers (torch exports
     # version 2) name none but queue on the legacy default stream: wait for that one.

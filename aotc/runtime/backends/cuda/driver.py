@@ -43,8 +43,11 @@ RELEASES = frozenset(
         "cuGraphExecDestroy",
         "cuModuleUnload",
         "cuDevicePrimaryCtxRelease",
+        "cuMemFreeAsync",
+        "cuMemPoolDestroy",
     }
 )
+_UNSET = object()
 
 
 def import_driver(label: str = "cuda") -> Any:
@@ -116,6 +119,7 @@ class Device:
         self.info = self._query(ordinal)
         self.ctx = self.get("cuDevicePrimaryCtxRetain", self.drv.cuDevicePrimaryCtxRetain(self.dev))
         self._holders = 1
+        self._pool: Any = _UNSET
         self.make_current()
 
     def _query(self, ordinal: int) -> DeviceInfo:
@@ -200,6 +204,62 @@ class Device:
             self.make_current()
             self.check("cuMemFree", self.drv.cuMemFree(ptr))
 
+    def pool(self) -> Any | None:
+        """aotc's stream-ordered memory pool on this GPU, made on first use; None where the driver cannot make one.
+
+        Outputs handed to the caller come from it: an allocation there costs microseconds, where cuMemAlloc and
+        cuMemFree (which synchronizes the device) cost a call's whole budget. Its release threshold is unlimited,
+        so memory a freed output held stays in the pool for the next call instead of going back to the driver.
+        A pool of aotc's own, so that other libraries' use of the device's default pool is unchanged."""
+        with self._lock:
+            if self._pool is _UNSET:
+                self._pool = self._create_pool()
+            return self._pool
+
+    def _create_pool(self) -> Any | None:
+        d = self.drv
+        try:
+            props = d.CUmemPoolProps()
+            props.allocType = d.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+            props.location.type = d.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+            props.location.id = self.info.ordinal
+            err, pool = d.cuMemPoolCreate(props)
+        except Exception:  # bindings without pools: outputs fall back to cuMemAlloc, which is only slower
+            return None
+        if err != self._success:
+            return None
+        attr = d.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD
+        try:
+            d.cuMemPoolSetAttribute(pool, attr, d.cuuint64_t(2**64 - 1))
+        except Exception:  # the pool works without it; it only hands memory back to the driver at each sync
+            pass
+        return pool
+
+    def alloc_async(self, nbytes: int, stream: Any, what: str) -> tuple[int, bool]:
+        """``nbytes`` from the pool, ordered on ``stream``: (address, pooled). Falls back to ``alloc`` (pooled
+        False) where there is no pool."""
+        if nbytes <= 0:
+            return 0, False
+        pool = self.pool()
+        if pool is None:
+            return self.alloc(nbytes, what), False
+        self.make_current()
+        err, ptr = self.drv.cuMemAllocFromPoolAsync(nbytes, pool, stream)
+        if err != self._success:
+            name = self.error_name(err)
+            self._note(name)
+            raise CudaError(
+                f"cannot allocate {nbytes} bytes of GPU memory for {what} on {self.info_text()}: {name}", name
+            )
+        return int(ptr), True
+
+    def free_async(self, ptr: int) -> None:
+        """Give pooled memory back, ordered after the work queued on the legacy default stream (where a caller's
+        framework queues by default); the pool reuses it only once that is done."""
+        if ptr:
+            self.make_current()
+            self.check("cuMemFreeAsync", self.drv.cuMemFreeAsync(ptr, 0))
+
     def memory_info(self) -> tuple[int, int]:
         """(free, total) bytes of device memory, as the driver reports them."""
         self.make_current()
@@ -279,7 +339,12 @@ class Device:
             self._holders -= 1
             last = self._holders == 0
         if last:
-            self.check("cuDevicePrimaryCtxRelease", self.drv.cuDevicePrimaryCtxRelease(self.dev))
+            pool, self._pool = self._pool, None
+            try:
+                if pool is not None and pool is not _UNSET:
+                    self.check("cuMemPoolDestroy", self.drv.cuMemPoolDestroy(pool))
+            finally:
+                self.check("cuDevicePrimaryCtxRelease", self.drv.cuDevicePrimaryCtxRelease(self.dev))
 
 
 def needs_shared_optin(shared: int) -> bool:

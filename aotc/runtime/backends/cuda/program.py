@@ -213,7 +213,7 @@ class CudaProgram:
         if outputs == "device":
             for root, index in self.storage.outputs.items():
                 owned[root] = DeviceMemory(
-                    self.device, shape.out_nbytes[index], f"output {index} of {self.graph.name!r}"
+                    self.device, shape.out_nbytes[index], f"output {index} of {self.graph.name!r}", slot.stream
                 )
         addr = self._addresses(slot.base, shape, ins, {r: m.ptr for r, m in owned.items()})
         self._enqueue(slot, shape, addr)
@@ -250,7 +250,7 @@ class CudaProgram:
             else:
                 mem = owned.pop(root, None)
                 if mem is None:  # aliased or baked into a graph's slot: the caller gets its own copy
-                    mem = DeviceMemory(dev, n, f"output {i} of {g.name!r}")
+                    mem = DeviceMemory(dev, n, f"output {i} of {g.name!r}", slot.stream)
                     dev.copy(mem.ptr, addr[root], n, slot.stream)
                 out = DeviceArray(dev, mem, shape.out_shapes[i], dtype)
             result.append(out)
