@@ -30,6 +30,12 @@ if TYPE_CHECKING:
 OUTPUTS = ("numpy", "device")
 
 
+# What the replay-or-eager choice weighs: a launch from Python through cuda-bindings costs a few microseconds of
+# host time (KERNELS.md); a device-to-device copy moves ~3 TB/s on an H100, counting bytes read and written.
+LAUNCH_SECONDS = 4e-6
+COPY_SECONDS_PER_BYTE = 1 / 3e12
+
+
 class CudaProgram:
     """Raises VerifyError when the schedule or binaries do not fit the graph. Many threads may call ``run``."""
 
@@ -101,7 +107,8 @@ class CudaProgram:
         key = tuple(env.get(s, 0) for s in self._symbols)
         shape = self._shape(key, env)
         feeds = [self._feed(i, x) for i, x in enumerate(feeds)]
-        entry = self._graph_entry(key, shape, env) if self._graph_cache else None
+        replay = self._graph_cache and self._replay_pays(shape, feeds, outputs)
+        entry = self._graph_entry(key, shape, env) if replay else None
         if entry is not None:
             try:
                 return self._replay(entry, shape, feeds, env, outputs)
@@ -115,6 +122,17 @@ class CudaProgram:
             return result
         finally:
             self._give(slot, ok)
+
+    def _replay_pays(self, shape: ShapePlan, feeds: Sequence[Any], outputs: str) -> bool:
+        """Whether replaying a CUDA graph beats launching eagerly for this call. A graph's buffers are fixed, so
+        replay copies GPU inputs into them and device outputs out of them, where an eager call reads the inputs
+        in place and writes the outputs straight into the caller's memory; a graph saves the host cost of each
+        launch. Big tensors and few launches (one attention, one large matmul, GPT-2's logits at 8x1024) go
+        eager; small calls with many launches replay."""
+        copied = sum(x.nbytes for x in feeds if isinstance(x, DeviceInput))
+        if outputs == "device":
+            copied += sum(shape.out_nbytes)
+        return 2 * copied * COPY_SECONDS_PER_BYTE <= len(self.launches) * LAUNCH_SECONDS
 
     def _give(self, slot: Slot, ok: bool) -> None:
         if not ok:
