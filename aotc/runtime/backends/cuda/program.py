@@ -33,6 +33,7 @@ OUTPUTS = ("numpy", "device")
 # What the replay-or-eager choice weighs: a launch from Python through cuda-bindings costs a few microseconds of
 # host time (KERNELS.md); a device-to-device copy moves ~3 TB/s on an H100, counting bytes read and written.
 LAUNCH_SECONDS = 4e-6
+INPUT_EVENT = -2  # the slot's event for waiting on the streams a call's GPU inputs were produced on
 COPY_SECONDS_PER_BYTE = 1 / 3e12
 
 
@@ -203,14 +204,20 @@ class CudaProgram:
 
     def _stage(self, slot: Slot, shape: ShapePlan, feeds: Sequence[Any], in_place: bool) -> list[int]:
         """Each input's device address: a GPU input in place (when allowed), else copied to the slot's staging."""
-        dev, ptrs = self.device, []
+        dev, ptrs, waited = self.device, [], set()
         for i, (x, (off, n)) in enumerate(zip(feeds, shape.inputs)):
             have = x.nbytes
             if have != n:  # the guards checked this for Executable callers; never read past a buffer
                 raise GuardError(f"input {self.graph.input_names[i]!r} holds {have} bytes, the bound shapes need {n}")
             if isinstance(x, DeviceInput):
-                if x.stream is not None:
-                    dev.wait_for(slot.stream, x.stream)
+                if x.stream is not None and x.stream not in waited:
+                    # One reused event per slot, and one wait per producer stream (usually all inputs share one).
+                    event = slot.events.get(INPUT_EVENT)
+                    if event is None:
+                        event = slot.events[INPUT_EVENT] = dev.event()
+                    dev.record(event, x.stream)
+                    dev.wait_event(slot.stream, event)
+                    waited.add(x.stream)
                 if in_place and x.ptr % ALIGN == 0:
                     ptrs.append(x.ptr)
                     continue
