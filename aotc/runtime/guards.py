@@ -60,6 +60,8 @@ def gather_inputs(specs: Sequence[InputSpec], args: Sequence[Any], kwargs: Mappi
 
 
 def _as_array(spec: InputSpec, value: Any) -> np.ndarray:
+    if type(value) is np.ndarray and value.dtype == spec.dtype.np and value.ndim == len(spec.shape):
+        return value  # the common case, checked without building the messages below (every call pays for it)
     want = f"expected a numpy array of {spec.dtype.value} with shape {fmt_shape(spec.shape)}"
     if value is None or isinstance(value, (str, bytes)):
         raise GuardError(f"input {spec.name!r} is {_describe(value)}, {want}")
@@ -210,18 +212,25 @@ class Binder:
         return env
 
     def _bind(self, step: _Bind, value: int, env: dict[str, int], seen: dict[str, tuple[int, int]]) -> None:
-        where = self._where(step.input, step.dim, to_infix(step.expr))
         name = step.symbol
         if name in env:
             want = evaluate(step.expr, env)
             if value != want:
                 first = self._where(*seen[name], name)
+                where = self._where(step.input, step.dim, to_infix(step.expr))
                 raise GuardError(f"{where} = {value}, but {first} = {env[name]}")
             return
-        if (value - step.offset) % step.scale:
-            raise GuardError(f"{where} = {value}, which is {to_infix(step.expr)} for no integer {name}")
         x = (value - step.offset) // step.scale
         s = self._symbols.get(name)
+        if not (value - step.offset) % step.scale and (
+            s is None or (s.min <= x <= s.max and not x % s.multiple_of)
+        ):  # the common case: no message to build
+            env[name] = x
+            seen[name] = (step.input, step.dim)
+            return
+        where = self._where(step.input, step.dim, to_infix(step.expr))
+        if (value - step.offset) % step.scale:
+            raise GuardError(f"{where} = {value}, which is {to_infix(step.expr)} for no integer {name}")
         got = f"{where} = {value}" + (f" gives {name} = {x}, which" if step.scale != 1 or step.offset else "")
         if s is not None and not s.min <= x <= s.max:
             raise GuardError(f"{got} is outside [{s.min}, {s.max}]")
