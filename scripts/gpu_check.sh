@@ -73,7 +73,8 @@ run() {
 run env 20 "
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader || echo 'no nvidia-smi'
     $py - <<'EOF'
-import importlib, platform, sys
+import importlib, platform, sys, warnings
+warnings.simplefilter('ignore')
 print('python', sys.version.split()[0], platform.machine())
 for name in ('numpy', 'torch', 'triton', 'cuda.bindings', 'flatbuffers', 'xxhash', 'ml_dtypes', 'click', 'pytest'):
     try:
@@ -86,6 +87,13 @@ try:
     print('aotc sees', probe())
 except Exception as e:
     print('aotc probe failed:', e)
+try:
+    from aotc.runtime.backends.cuda import CudaBackend
+    with CudaBackend() as backend:
+        pooled = backend.device.pool() is not None
+        print('aotc output pool:', 'yes' if pooled else 'no (outputs use cuMemAlloc)')
+except Exception as e:
+    print('aotc cuda backend failed:', type(e).__name__, e)
 EOF
     ls $carry; cat $carry/built-*.json 2>/dev/null; echo cached kernels: \$(find $carry/cache -name '*.json' | wc -l)
 "
