@@ -323,13 +323,25 @@ def compile_case(case: tuple, targets: tuple[str, ...]) -> Any:
     return compiled
 
 
+def random_feeds(graph: Any, shapes: list[dict[str, int]], twin: Any) -> tuple[list[str], list[dict], list[dict]]:
+    """Random host inputs for each shape (the CLI's ``--random``), their symbol bindings, and ``twin`` prepared
+    for each binding."""
+    from aotc.runtime.guards import Binder
+    from aotc_cli.feeds import build_feeds
+
+    names = list(graph.input_names)
+    hosts = [build_feeds(graph, {}, dims, random=True, seed=0)[0] for dims in shapes]
+    envs = [Binder(graph).bind([host[n] for n in names]) for host in hosts]
+    for env in envs:
+        twin.prepare(env)
+    return names, hosts, envs
+
+
 def bench_case(torch: Any, targets: tuple[str, ...], case: tuple, args: argparse.Namespace, rec: Any) -> None:
     """One model at each of its shapes: a row each (an error row for each shape the model could not reach)."""
     from aotc.artifact.reader import read_artifact
     from aotc.runtime import Executable
     from aotc.runtime.backends.cuda import CudaBackend
-    from aotc.runtime.guards import Binder
-    from aotc_cli.feeds import build_feeds
 
     name, _, _, shapes = case
     fields: dict[str, Any] = {"ref_name": "torch.compile"}
@@ -340,11 +352,7 @@ def bench_case(torch: Any, targets: tuple[str, ...], case: tuple, args: argparse
             raise RuntimeError(f"the artifact has no kernels: {artifact.meta.get('kernels', 'no reason recorded')}")
         fields["dtype"] = compiled.graph.outputs[0].type.dtype.value
         twin = TorchTwin(compiled.graph, torch, DEVICE)
-        names = list(compiled.graph.input_names)
-        hosts = [build_feeds(compiled.graph, {}, dims, random=True, seed=0)[0] for dims in shapes]
-        envs = [Binder(compiled.graph).bind([host[n] for n in names]) for host in hosts]
-        for env in envs:
-            twin.prepare(env)
+        names, hosts, envs = random_feeds(compiled.graph, shapes, twin)
     except Exception as e:
         for dims in shapes:
             rec.error(name, dims, e, **fields)

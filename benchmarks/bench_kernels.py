@@ -516,9 +516,6 @@ def kernel_times(
 
 
 def bench_gpt2(b: Bench) -> None:
-    from aotc.runtime.guards import Binder
-    from aotc_cli.feeds import build_feeds
-
     torch = b.torch
     aim, _, text = AIMS["gpt2"]
     (build,) = builds("gpt2", b.args)
@@ -530,11 +527,7 @@ def bench_gpt2(b: Bench) -> None:
               "one torch.compile for every shape", flush=True)  # fmt: skip
         twin = bench_cuda.TorchTwin(compiled.graph, torch, bench_cuda.DEVICE)
         twin.consts = {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in twin.consts.items()}
-        names = list(compiled.graph.input_names)
-        hosts = [build_feeds(compiled.graph, {}, dims, random=True, seed=0)[0] for dims in shapes]
-        envs = [Binder(compiled.graph).bind([host[n] for n in names]) for host in hosts]
-        for env in envs:
-            twin.prepare(env)
+        names, hosts, envs = bench_cuda.random_feeds(compiled.graph, shapes, twin)
     except Exception as e:
         for shape in shapes:
             b.rec.error(build.name, shape, e, **fields)

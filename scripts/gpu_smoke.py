@@ -66,13 +66,17 @@ def elf_abi(data: bytes) -> str:
     return f"0x{data[7]:02x}/{data[8]}" if data[:4] == b"\x7fELF" else "not ELF"
 
 
-def smoke(carry: Path, report: Report, fake: bool) -> None:
-    paths = sorted((carry / "smoke").glob("*.aotc"))
+def carried(carry: Path, step: str, report: Report) -> list[Path]:
+    """The artifacts gpu_prep.sh carried for ``step`` (its folder); none is a failure of the step."""
+    paths = sorted((carry / step).glob("*.aotc"))
     if not paths:
         report.failed = True
-        report.row("smoke", f"no artifacts under {carry / 'smoke'}: run scripts/gpu_prep.sh first", error="no carry")
-        return
-    for path in paths:
+        report.row(step, f"no artifacts under {carry / step}: run scripts/gpu_prep.sh first", error="no carry")
+    return paths
+
+
+def smoke(carry: Path, report: Report, fake: bool) -> None:
+    for path in carried(carry, "smoke", report):
         art, toolchain = read_artifact(path), path.stem
         # The fake driver knows kernels by name, and names repeat across files: one fake per file.
         with CudaBackend(driver=driver(fake, [art])) as backend:
@@ -196,12 +200,7 @@ def run_model(
 
 
 def models(carry: Path, report: Report, fake: bool) -> None:
-    paths = sorted((carry / "models").glob("*.aotc"))
-    if not paths:
-        report.failed = True
-        report.row("models", f"no artifacts under {carry / 'models'}: run scripts/gpu_prep.sh first", error="no carry")
-        return
-    for path in paths:
+    for path in carried(carry, "models", report):
         art = read_artifact(path)
         stored = np.load(path.with_suffix(".npz"))
         n = 1 + max(int(k.split("_")[0][4:]) for k in stored.files)
