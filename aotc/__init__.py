@@ -41,6 +41,7 @@ _LAZY = {
     "CompileOptions": "aotc.lowering.options",
     "Tensor": "aotc.frontend.tensor",
     "export_onnx": "aotc.onnx",
+    "SignatureError": "aotc.artifact.sigblock",
 }
 _LAZY_MODULES = {"nn": "aotc.nn", "functional": "aotc.functional"}
 # torch-style module functions (aotc.cat, aotc.where, ...) live in the frontend's ops module

@@ -6,6 +6,10 @@ it prints the times and their ratio, measured in this one run with the page cach
 
 Also times ``aotc inspect`` of the file (a fresh process, so imports included), which verifies the
 header and graphs but not the weights, and prints the file's size against its weights' size.
+
+With the ``sign`` extra installed it also signs a copy with a key made for the run and times the signed
+file's verified load against trusted keys (signature, BLAKE3 digests of every byte) beside the unsigned
+verified load (target: signed / unsigned <= 1.3), and both loads in a fresh process (imports included).
 """
 
 from __future__ import annotations
@@ -28,6 +32,9 @@ from aotc.artifact import read_artifact
 
 MODELS = Path(__file__).resolve().parents[1] / "models"
 INSPECT = "import sys; from aotc_cli.main import main; sys.argv = ['aotc', 'inspect', sys.argv[1]]; main()"
+FRESH_LOAD = (
+    "import sys; from aotc.artifact import read_artifact; read_artifact(sys.argv[1], trusted_keys=sys.argv[2:] or None)"
+)
 
 
 def build_gpt2_small(path: Path) -> int:
@@ -69,14 +76,25 @@ def main() -> int:
             art = read_artifact(path)
             assert art.weights_verified
 
+        signed = _sign_copy(path, Path(tmp))
+
+        def load_signed() -> None:
+            assert signed is not None
+            art = read_artifact(signed[0], trusted_keys=[signed[1]])
+            assert art.weights_verified and art.signature_verified
+
         # warm the page cache (and the reader's first-call costs) before either is timed
         fromfile()
         load()
-        # alternate the two, so drift on a shared machine hits both alike
-        raw, verified = [], []
+        if signed:
+            load_signed()
+        # alternate them, so drift on a shared machine hits all alike
+        raw, verified, verified_signed = [], [], []
         for _ in range(args.runs):
             raw += times(fromfile, 1)
             verified += times(load, 1)
+            if signed:
+                verified_signed += times(load_signed, 1)
         t_raw, t_load = statistics.median(raw), statistics.median(verified)
         # the best run of each too: on a shared machine other processes inflate the medians
         b_raw, b_load = min(raw), min(verified)
@@ -94,9 +112,42 @@ def main() -> int:
         print(
             f"  ratio load / fromfile     {t_load / t_raw:9.2f}   of medians (best / best {b_load / b_raw:.2f}; target <= 1.3)"
         )
+        if signed:
+            t_sig, b_sig = statistics.median(verified_signed), min(verified_signed)
+            print(
+                f"read_artifact (signed, verified against its key) {t_sig * 1e3:9.1f} ms  median of {args.runs}"
+                f"  (best {b_sig * 1e3:.1f} ms)"
+            )
+            print(
+                f"  ratio signed / unsigned   {t_sig / t_load:9.2f}   of medians (best / best {b_sig / b_load:.2f}; "
+                "target <= 1.3)"
+            )
+            print(f"  ratio signed / fromfile   {t_sig / t_raw:9.2f}   of medians (best / best {b_sig / b_raw:.2f})")
+            fresh = [
+                min(times(lambda a=a: subprocess.run([sys.executable, "-c", FRESH_LOAD, *a], check=True), 3))
+                for a in ([str(path)], [str(signed[0]), str(signed[1])])
+            ]
+            print(
+                f"new process, load + imports   unsigned {fresh[0] * 1e3:.1f} ms, signed {fresh[1] * 1e3:.1f} ms"
+                " (best of 3; the signed one imports cryptography and blake3)"
+            )
         print(f"read_artifact (no weights)  {header * 1e3:9.1f} ms")
         print(f"aotc inspect (new process)  {inspect * 1e3:9.1f} ms  (best of 3, target < 500)")
     return 0
+
+
+def _sign_copy(path: Path, tmp: Path) -> tuple[Path, Path] | None:
+    """A signed copy of ``path`` and the public key to verify it, or None without the ``sign`` extra."""
+    try:
+        from aotc.artifact.signing import generate_key, sign_file
+
+        _, public, _ = generate_key(tmp / "bench_key")
+        signed = tmp / "signed.aotc"
+        sign_file(path, tmp / "bench_key", signed)
+    except aotc.UnsupportedError as e:
+        print(f"(no signed load: {e})")
+        return None
+    return signed, public
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -114,6 +114,12 @@ def _import_onnx(path: Path, dims: dict[str, tuple[int, int]], timer: StageTimer
     "fastest for its architecture (needs an NVIDIA GPU and aotc[cuda]).",
 )
 @click.option(
+    "--sign",
+    "sign_key",
+    metavar="KEY",
+    help="Sign the artifact with this Ed25519 private key (PEM or OpenSSH file; see aotc keygen).",
+)
+@click.option(
     "--tune-dim",
     "tune_dims",
     multiple=True,
@@ -136,6 +142,7 @@ def compile_command(
     explain: bool,
     autotune: bool,
     tune_dims: tuple[str, ...],
+    sign_key: str | None,
 ) -> None:
     env = CompileOptions.from_env()
     options = dataclasses.replace(
@@ -157,6 +164,7 @@ def compile_command(
     ranges = parse_dim_ranges(dims)
     path = require_file(file)
     out = check_output_path(output if output else path.stem + ".aotc")
+    private_key = _load_signing_key(sign_key) if sign_key else None  # before the compile, so a bad key costs nothing
     timer = StageTimer(threshold_s=0.0 if verbose else 1.0)
     start = time.perf_counter()
     if path.suffix == ".onnx":
@@ -171,11 +179,26 @@ def compile_command(
         raise UserError(f"{file}: expected a Python model file (.py) or an ONNX file (.onnx)")
     compiled = compile_model(graph, dump_ir, timer, options)
     data = compiled.artifact_bytes
+    if private_key is not None:
+        from aotc.artifact.signing import sign_bytes
+
+        with timer.stage("sign"):
+            data = sign_bytes(data, private_key)
     out.write_bytes(data)
     timer.finish()
     if explain:
         click.echo(compiled.explain(), nl=False)
     click.echo(f"wrote {out} ({format_size(len(data))}) in {time.perf_counter() - start:.1f}s")
+    if private_key is not None:
+        from aotc.artifact.sigblock import fingerprint
+
+        click.echo(f"signed with key {fingerprint(private_key.public_key().public_bytes_raw())}")
+
+
+def _load_signing_key(key: str) -> Any:
+    from aotc.artifact.signing import load_private_key
+
+    return load_private_key(require_file(key, "--sign"))
 
 
 def _parse_targets(targets: tuple[str, ...]) -> tuple[str, ...]:

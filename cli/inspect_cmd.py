@@ -86,6 +86,8 @@ def render_text(info: dict[str, Any]) -> str:
         src = info["source"]
         lines.append(f"source     high-level graph, {src['nodes']} ops ({_counts(src['op_counts'])})")
     lines += _kernel_lines(info)
+    if "signature" in info:
+        lines.append(f"signature  {signature_line(info['signature'])}")
     meta = dict(info.get("meta") or {})
     padded = meta.get(PADDED_KEY)
     if isinstance(padded, list) and all(isinstance(p, str) for p in padded):  # else it shows as JSON below
@@ -100,10 +102,20 @@ def render_text(info: dict[str, Any]) -> str:
         "segments_verified",
         "constants", "weight_bytes", "inputs", "outputs", "output_tree", "symbols", "guards", "variants",
         "source", "meta", "features", "kernel_features", "unusable_kernel_features", "kernels", "toolchain", "arena_bytes",
+        "signature",
     }  # fmt: skip
     # anything describe() grows later still shows, as JSON
     lines += [f"{k}: {json.dumps(v)}" for k, v in info.items() if k not in shown]
     return "\n".join(lines)
+
+
+def signature_line(sig: dict[str, Any]) -> str:
+    if not sig["signed"]:
+        return "none (unsigned)" + (f": {sig['error']}" if sig["error"] else "")
+    line = f"{sig['algorithm']}, key {sig['key']}"
+    if sig["verified"] is None:
+        return line + " (not verified: give --trusted-key)"
+    return line + (", verified against a trusted key" if sig["verified"] else f", NOT VERIFIED: {sig['error']}")
 
 
 @click.command("inspect")
@@ -114,19 +126,55 @@ def render_text(info: dict[str, Any]) -> str:
     is_flag=True,
     help="Also check every data segment's checksum (reads all the weights; without it only the header is checked).",
 )
+@click.option(
+    "--trusted-key",
+    "trusted_keys",
+    multiple=True,
+    metavar="KEY.pub",
+    help="Verify the signature against this Ed25519 public key (repeatable; reads every byte). Exit 1 unless it verifies.",
+)
 @debug_option
-def inspect_command(artifact: str, as_json: bool, verify: bool) -> None:
+def inspect_command(artifact: str, as_json: bool, verify: bool, trusted_keys: tuple[str, ...]) -> None:
     """Show what ARTIFACT holds: versions, inputs and outputs with symbolic shapes, dims and their
     ranges, guards, op counts, kernels (targets, fused ops, warps, shared memory), the arena size,
-    the matmuls the compiler padded for alignment, weight bytes and checksum status.
+    the matmuls the compiler padded for alignment, weight bytes, checksum status and its signature
+    (the signing key's fingerprint).
 
     The header (preamble, FlatBuffer, graphs) is verified in full; the weights are not read unless
-    --verify is given, so inspecting a large file is instant."""
+    --verify or --trusted-key is given, so inspecting a large file is instant. With --trusted-key the
+    signature is verified over every byte, and a file it does not verify for is described, then refused
+    (exit 1)."""
     from aotc.artifact.describe import describe
     from aotc.artifact.reader import read_artifact
 
-    info = describe(read_artifact(require_file(artifact), verify_weights=verify))
+    path = require_file(artifact)
+    keys = [require_file(k, "--trusted-key") for k in trusted_keys]
+    art, refused = None, None
+    if keys:
+        from aotc.artifact.sigblock import SignatureError
+
+        try:
+            art = read_artifact(path, trusted_keys=keys)
+        except SignatureError as e:
+            refused = e
+    if art is None:
+        try:
+            art = read_artifact(path, verify_weights=verify)
+        except Exception:
+            if refused is not None:
+                raise refused from None  # the signature says why better than the check that caught it
+            raise
+    info = describe(art)
+    info["signature"] = {
+        "signed": art.signed_by is not None,
+        "algorithm": "ed25519" if art.signed_by is not None else None,
+        "key": art.signed_by,
+        "verified": art.signature_verified if keys else None,
+        "error": str(refused).removeprefix(f"invalid artifact {str(path)!r}: ") if refused is not None else None,
+    }
     if as_json:
         click.echo(json.dumps(info, indent=2))
     else:
         click.echo(render_text(info))
+    if refused is not None:
+        raise refused

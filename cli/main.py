@@ -13,13 +13,14 @@ from aotc_cli.errors import AotcGroup, debug_option
 from aotc_cli.export_cmd import export_command
 from aotc_cli.inspect_cmd import inspect_command
 from aotc_cli.run_cmd import run_command
+from aotc_cli.sign_cmd import keygen_command, sign_command
 
 
 @click.group(cls=AotcGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(aotc.__version__, prog_name="aotc")
 @debug_option
 def cli() -> None:
-    """aotc: compile a model ahead of time into one verified artifact, then run, inspect or export it.
+    """aotc: compile a model ahead of time into one verified artifact, then run, inspect, export or sign it.
 
     Exit codes: 0 ok, 1 error in your input (message on stderr), 2 bad command line,
     3 internal error (a bug in aotc; --debug shows the traceback)."""
@@ -29,6 +30,8 @@ cli.add_command(compile_command)
 cli.add_command(run_command)
 cli.add_command(inspect_command)
 cli.add_command(export_command)
+cli.add_command(sign_command)
+cli.add_command(keygen_command)
 
 
 def main() -> None:

@@ -22,6 +22,8 @@ A dynamic dim takes its `--dim NAME=VALUE`, else the size of a file given with
 --input, else the value in range nearest to 8 that meets the artifact's guards.
 Dims and shapes are checked against the artifact's ranges and guards, and the
 -o path against the file system, before any input is built or the model runs.
+With --trusted-key, ARTIFACT must be signed by one of the keys (aotc sign), else
+it is refused before anything runs.
 """
 
 
@@ -40,6 +42,13 @@ def _stats(a: np.ndarray) -> tuple[str, str, str]:
 @click.option("--seed", default=0, show_default=True, help="Seed for --random.")
 @click.option("--device", metavar="DEVICE", help="cpu, cuda, cuda:N or interpret  [default: the best available]")
 @click.option("-o", "--output", metavar="OUT.npz", help="Also write the outputs to an .npz file.")
+@click.option(
+    "--trusted-key",
+    "trusted_keys",
+    multiple=True,
+    metavar="KEY.pub",
+    help="Run ARTIFACT only if it is signed by this Ed25519 public key (PEM or OpenSSH; repeatable: any of them).",
+)
 @debug_option
 def run_command(
     artifact: str,
@@ -49,6 +58,7 @@ def run_command(
     seed: int,
     device: str | None,
     output: str | None,
+    trusted_keys: tuple[str, ...],
 ) -> None:
     import aotc
 
@@ -56,7 +66,8 @@ def run_command(
     require_file(artifact)
     if output:
         check_output_path(output)
-    exe = aotc.load(artifact, device=device)
+    keys = [require_file(k, "--trusted-key") for k in trusted_keys]
+    exe = aotc.load(artifact, device=device, trusted_keys=keys or None)
     graph = exe.artifact.variants[0]
     feeds, env = build_feeds(graph, files, dim_values, random_inputs, seed, check=exe.check)
     start = time.perf_counter()

@@ -10,6 +10,8 @@
                 zero padding to the next multiple of 4096: the data start
                 segment 0, zero padding, segment 1, ... (each at the next multiple of 4096 after the previous)
                 the file ends where the last segment (or, with none, the FlatBuffer) ends
+    file_length  a signed file (format version 2) carries its signature block here (sigblock.py); the block
+                 is not counted in file_length, so the signed bytes are exactly [0, file_length)
 
 Segment offsets in the FlatBuffer count from the data start, so they do not depend on the FlatBuffer's
 own size and the writer builds it once.
@@ -33,6 +35,9 @@ from aotc.ir.dtypes import DType
 MAGIC = b"AOTC"
 # The layout around the FlatBuffer; bump only when this module's byte layout changes.
 FORMAT_VERSION = 1
+# Format 1 followed by a signature block (sigblock.py). Only signed files carry it: unsigned files stay
+# format 1, so every aotc reads them, and an aotc that predates signing refuses a signed file by its version.
+SIGNED_FORMAT_VERSION = 2
 # Mirrors the header of schema.fbs; every version up to this one loads.
 SCHEMA_VERSION = 5
 SEGMENT_ALIGN = 4096
@@ -117,9 +122,10 @@ def unpack_preamble(data: bytes | memoryview) -> Preamble:
     stored = bytes(data[_HEAD.size : PREAMBLE_SIZE])
     if hashlib.blake2b(head, digest_size=PREAMBLE_CHECKSUM_SIZE).digest() != stored:
         raise ArtifactError("artifact preamble is corrupted (checksum mismatch)")
-    if fmt != FORMAT_VERSION:
+    if fmt not in (FORMAT_VERSION, SIGNED_FORMAT_VERSION):
         raise ArtifactError(
-            f"artifact format version {fmt} is not supported (this aotc reads version {FORMAT_VERSION})"
+            f"artifact format version {fmt} is not supported "
+            f"(this aotc reads versions {FORMAT_VERSION} and {SIGNED_FORMAT_VERSION})"
         )
     if schema > SCHEMA_VERSION:
         raise ArtifactError(

@@ -6,6 +6,10 @@ graph is run through the IR verifier, and the file must be exactly what the writ
 it holds (canonical.py, checks.py): an internally inconsistent file is refused, never read as a
 slightly different model. Segment checksums are computed on worker threads while the graphs decode.
 A bad file raises ArtifactError and only ArtifactError. Imports numpy, flatbuffers, xxhash, stdlib and aotc.ir.
+
+Signed files (sigblock.py, signing.py): without ``trusted_keys`` the signature block is only checked for
+damage (cryptography and blake3 are not imported); with them the signature is checked first, and the
+signed BLAKE3 digests are hashed on threads in place of the XXH3 segment checksums.
 """
 
 from __future__ import annotations
@@ -17,22 +21,26 @@ import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from aotc.artifact.checks import graph_problem, interface_mismatch
 from aotc.artifact.decode import ConstantInfo, Decoder, SegmentInfo
 from aotc.artifact.fbverify import verify_flatbuffer
-from aotc.artifact.layout import PREAMBLE_SIZE, checksum, unpack_preamble
+from aotc.artifact.layout import PREAMBLE_SIZE, SIGNED_FORMAT_VERSION, checksum, unpack_preamble
 from aotc.artifact.plan_decode import PlanDecoder
 from aotc.artifact.segments import SegmentHasher, place_segments
+from aotc.artifact.sigblock import block_after
 from aotc.errors import AotcError, ArtifactError
 from aotc.ir.dtypes import DType
 from aotc.ir.graph import Graph
 from aotc.ir.launch import KernelBinary
 from aotc.ir.schedule import Schedule
 from aotc.ir.verify import verify
+
+if TYPE_CHECKING:
+    from aotc.artifact.signing import KeySource, SignaturePolicy
 
 Buffer = bytes | mmap.mmap
 
@@ -65,6 +73,10 @@ class Artifact:
     unusable_kernel_features: tuple[str, ...] = ()
     # The oldest CUDA driver release every kernel binary loads on ("12.4"; schema >= 5, "" before or with none).
     cuda_driver_floor: str = ""
+    # The fingerprint (SHA256:...) of the key that signed the file, None when unsigned; and whether that
+    # signature was verified against trusted keys when the file was read (read_artifact(trusted_keys=...)).
+    signed_by: str | None = None
+    signature_verified: bool = False
 
     @property
     def weight_bytes(self) -> int:
@@ -76,20 +88,31 @@ class Artifact:
 
 
 def read_artifact(
-    source: str | os.PathLike[str] | bytes | bytearray | memoryview, *, verify_weights: bool = True
+    source: str | os.PathLike[str] | bytes | bytearray | memoryview,
+    *,
+    verify_weights: bool = True,
+    trusted_keys: KeySource | Sequence[KeySource] | None = None,
+    require_signature: bool | None = None,
 ) -> Artifact:
     """Read and verify an artifact from a path (memory-mapped) or from bytes; raises ArtifactError.
 
     ``verify_weights=False`` skips only the data segments' checksums (everything else is still checked),
     so describing a large file does not read its weights; such an artifact says so in
     ``weights_verified`` and must not be run.
+
+    ``trusted_keys`` (Ed25519 public keys: paths to PEM or OpenSSH ``.pub`` files, their bytes, or key
+    objects) makes the file's signature required and checked: a file that is unsigned, signed by another
+    key, or changed after signing raises SignatureError (an ArtifactError). ``require_signature=False``
+    with keys accepts unsigned files but still checks signed ones. No keys: signed files load like
+    unsigned ones. Verifying a signature reads every byte, so it needs ``verify_weights``.
     """
+    policy = _signature_policy(trusted_keys, require_signature, verify_weights)
     buf, path = _open(source)
     label = f"invalid artifact {path!r}" if path else "invalid artifact"
     try:
-        return _read(buf, path, verify_weights)
+        return _read(buf, path, verify_weights, policy)
     except ArtifactError as e:
-        raise ArtifactError(f"{label}: {e}") from None
+        raise type(e)(f"{label}: {e}") from None
     except Exception as e:
         # The structure is verified before any accessor runs, so this is a check missing somewhere; still
         # only ever ArtifactError for the caller (the mutation tests treat this message as a failure).
@@ -116,10 +139,57 @@ def _open(source: Any) -> tuple[Buffer, str | None]:
         raise ArtifactError(f"cannot read artifact {path!r}: {e}") from e
 
 
-def _read(buf: Buffer, path: str | None, verify_weights: bool) -> Artifact:
+def check_signature(
+    artifact: Artifact,
+    trusted_keys: KeySource | Sequence[KeySource] | None = None,
+    require_signature: bool | None = None,
+) -> None:
+    """For an Artifact already read: raise SignatureError unless it was read under keys that meet this
+    ``trusted_keys``/``require_signature`` (see read_artifact)."""
+    policy = _signature_policy(trusted_keys, require_signature, True)
+    if policy is not None:
+        policy.check_artifact(artifact.signed_by, artifact.signature_verified)
+
+
+def _signature_policy(
+    trusted_keys: Any, require_signature: bool | None, verify_weights: bool
+) -> SignaturePolicy | None:
+    if trusted_keys is None and not require_signature:
+        return None
+    from aotc.artifact.signing import SignaturePolicy
+
+    if not verify_weights:
+        raise AotcError("verifying a signature reads every byte: trusted_keys needs verify_weights=True")
+    return SignaturePolicy.of(trusted_keys, require_signature)
+
+
+def _read(buf: Buffer, path: str | None, verify_weights: bool, policy: SignaturePolicy | None) -> Artifact:
+    """The signature (when a policy asks) is checked first, then its digests hash on threads while the file
+    is read; when the read fails, bytes changed after signing are the better explanation, so they win."""
     view = memoryview(buf)
-    size = len(view)
+    check = policy.start(view) if policy is not None else None
+    try:
+        art = _read_verified(view, buf, path, verify_weights and check is None)
+    except Exception:
+        if check is not None:
+            check.join()
+        raise
+    if check is None:
+        return art
+    check.join()
+    return replace(art, weights_verified=True, signature_verified=True)
+
+
+def _read_verified(view: memoryview, buf: Buffer, path: str | None, verify_weights: bool) -> Artifact:
+    file_size = len(view)
     pre = unpack_preamble(view)
+    if pre.format_version == SIGNED_FORMAT_VERSION:
+        # the block is checked for damage here; its signature only when trusted keys are given (_read)
+        signed_by = block_after(view, pre.file_length).fingerprint
+        view = view[: pre.file_length]
+    else:
+        signed_by = None
+    size = len(view)
     if pre.file_length != size:
         if size < pre.file_length:
             raise ArtifactError(f"file is truncated: {size} bytes, the preamble says {pre.file_length}")
@@ -144,14 +214,14 @@ def _read(buf: Buffer, path: str | None, verify_weights: bool) -> Artifact:
     starts = place_segments(view, fb_end, segments)
     hasher = SegmentHasher(view, starts, segments, pre.schema_version) if verify_weights else None
     try:
-        art = _decode(dec, buf, pre, starts, segments, size, path)
+        art = _decode(dec, buf, pre, starts, segments, file_size, path)
     except BaseException:
         if hasher is not None:
             hasher.cancel()
         raise
     if hasher is not None:
         hasher.join()
-    return replace(art, weights_verified=verify_weights)
+    return replace(art, weights_verified=verify_weights, signed_by=signed_by)
 
 
 def _decode(

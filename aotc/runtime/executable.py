@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from aotc.artifact.reader import Artifact, read_artifact
+from aotc.artifact.reader import Artifact, check_signature, read_artifact
 from aotc.errors import AotcError, ArtifactError, GuardError
 from aotc.ir.graph import unflatten_tree
 from aotc.runtime.backends import Backend, Program, default_backend, get_backend
 from aotc.runtime.guards import Binder, InputSpec, gather_inputs, input_specs
+
+if TYPE_CHECKING:
+    from aotc.artifact.signing import KeySource
 
 
 def load(
@@ -22,6 +25,8 @@ def load(
     *,
     outputs: str = "numpy",
     allow_unverified_weights: bool = False,
+    trusted_keys: KeySource | Sequence[KeySource] | None = None,
+    require_signature: bool | None = None,
 ) -> Executable:
     """Map and verify an artifact (a path, its bytes, or an already read Artifact) and bind it to ``device``.
 
@@ -30,8 +35,17 @@ def load(
     ``__cuda_array_interface__``). Raises ArtifactError for a bad file and AotcError for a device this
     build or artifact can't run on. An Artifact read with ``verify_weights=False`` is refused unless
     ``allow_unverified_weights``.
+
+    ``trusted_keys`` (Ed25519 public keys: paths, bytes or key objects) requires a signature by one of
+    them over every byte of the file, else SignatureError; ``require_signature=False`` with keys also
+    loads unsigned files. These are plain arguments, read from no environment: a serving layer passes its
+    policy here. Without keys, signed and unsigned files load alike. See read_artifact.
     """
-    artifact = source if isinstance(source, Artifact) else read_artifact(source)
+    if isinstance(source, Artifact):
+        artifact = source
+        check_signature(artifact, trusted_keys, require_signature)
+    else:
+        artifact = read_artifact(source, trusted_keys=trusted_keys, require_signature=require_signature)
     if device is None:
         backend = default_backend(artifact.kernels.values() if artifact.kernels else None)
     else:
