@@ -11,8 +11,10 @@ import aotc
 from aotc_cli.compile_cmd import compile_command
 from aotc_cli.errors import AotcGroup, debug_option
 from aotc_cli.export_cmd import export_command
+from aotc_cli.export_triton_cmd import export_triton_command
 from aotc_cli.inspect_cmd import inspect_command
 from aotc_cli.run_cmd import run_command
+from aotc_cli.serve_cmd import serve_command
 from aotc_cli.sign_cmd import keygen_command, sign_command
 
 
@@ -30,6 +32,8 @@ cli.add_command(compile_command)
 cli.add_command(run_command)
 cli.add_command(inspect_command)
 cli.add_command(export_command)
+cli.add_command(serve_command)
+cli.add_command(export_triton_command)
 cli.add_command(sign_command)
 cli.add_command(keygen_command)
 
