@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import click
 
-from aotc.errors import AotcError, VerifyError
+from aotc.errors import AotcError, ArtifactError, VerifyError
 from aotc_cli.user_error import UserError
 
 EXIT_OK = 0
@@ -48,8 +48,8 @@ def classify(exc: BaseException) -> tuple[int, str]:
     """(exit code, one-line message) for an exception that escaped a command."""
     if isinstance(exc, UserError):
         return EXIT_USER, f"error: {exc}"
-    if isinstance(exc, VerifyError):
-        # the compiler produced a broken graph: that is aotc's bug, not the user's
+    if isinstance(exc, VerifyError) and not isinstance(exc, ArtifactError):
+        # the compiler produced a broken graph: that is aotc's bug, not the user's (a file's broken plan is the file's)
         return EXIT_INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
     if isinstance(exc, AotcError):
         return EXIT_USER, f"error: {type(exc).__name__}: {exc}"

@@ -2,11 +2,14 @@
 
 Structure is checked here (indices, enum codes, column lengths, canonical s-expressions, the kernel
 table's first-use order, the features lists); what the plan means is checked by plan_checks.py, the
-same checks the writer runs, so the reader accepts exactly the plans the writer writes.
+same checks the writer runs, so the reader accepts exactly the plans the writer writes. Every vector length
+goes through ``count`` (bounded by the FlatBuffer's size) before anything is built from it; string vectors
+are read in bulk from the verified buffer, and each distinct expression text is parsed once.
 """
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +35,13 @@ from aotc.ir.schedule import ArchVariant, Arg, ArgKind, Buffer, IndexCheck, Kern
 from aotc.ir.symbolic import to_sexpr
 
 _KINDS = {c: k for k, c in KIND_CODES.items()}
+_U32 = struct.Struct("<I").unpack_from
+# vtable slots of the string vectors read with PlanDecoder._column (schema.fbs field order)
+_LAUNCH_ARG_SIZES, _LAUNCH_GRID, _LAUNCH_FUSED = 16, 18, 22
+_ARCH_GRID = 8
+_CODE_CONSTEXPR_NAMES, _CODE_ARG_NAMES, _CODE_ARG_TYPES = 10, 20, 22
+_META_PARAMS = 22
+_SCHEDULE_DECLINED = 16
 _ARG_KINDS = {c: k for k, c in ARG_KIND_CODES.items()}
 
 
@@ -50,6 +60,7 @@ class PlanDecoder:
     _next: int = 0
     _schedules: int = 0
     _decoded: list[Schedule] = field(default_factory=list)
+    _exprs: dict[str, Size] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         r = self.root
@@ -104,7 +115,8 @@ class PlanDecoder:
         self._schedules += 1
         n = self.count(s.LaunchesLength(), f"{what} launches")
         launches = tuple(self._launch(s.Launches(i), f"{what} launch {i}") for i in range(n))
-        buffers = tuple(self._buffer(s.Buffers(i), f"{what} buffer {i}") for i in range(s.BuffersLength()))
+        n_buffers = self.count(s.BuffersLength(), f"{what} buffers")
+        buffers = tuple(self._buffer(s.Buffers(i), f"{what} buffer {i}") for i in range(n_buffers))
         values = column(s.ViewValuesAsNumpy(), np.int64).tolist()
         bases = column(s.ViewBasesAsNumpy(), np.int64).tolist()
         if len(values) != len(bases):
@@ -112,10 +124,10 @@ class PlanDecoder:
         schedule = Schedule(
             kernels=launches,
             buffers=buffers,
-            arena_bytes=_expr(text(s.ArenaBytes(), f"{what} arena"), f"{what} arena"),
+            arena_bytes=self._expr(text(s.ArenaBytes(), f"{what} arena"), f"{what} arena"),
             views=tuple(View(v, b) for v, b in zip(values, bases)),
             flags=int(s.Flags()),
-            declined=self._strings(s.DeclinedLength(), s.Declined, f"{what} declined"),
+            declined=self._column(s, _SCHEDULE_DECLINED, f"{what} declined"),
         )
         check_schedule(graph, schedule, what)
         self._decoded.append(schedule)
@@ -141,10 +153,10 @@ class PlanDecoder:
         kind = _KINDS.get(int(c.Kind()))
         if kind is None:
             raise ArtifactError(f"{what} has unknown kernel kind {c.Kind()}")
-        cnames = self._strings(c.ConstexprNamesLength(), c.ConstexprNames, f"{what} constexpr names")
+        cnames = self._column(c, _CODE_CONSTEXPR_NAMES, f"{what} constexpr names")
         cvalues = column(c.ConstexprValuesAsNumpy(), np.int64).tolist()
-        names = self._strings(c.ArgNamesLength(), c.ArgNames, f"{what} arg names")
-        types = self._strings(c.ArgTypesLength(), c.ArgTypes, f"{what} arg types")
+        names = self._column(c, _CODE_ARG_NAMES, f"{what} arg names")
+        types = self._column(c, _CODE_ARG_TYPES, f"{what} arg types")
         if len(cnames) != len(cvalues) or len(names) != len(types):
             raise ArtifactError(f"{what}: its name and value/type columns have different lengths")
         kernel = Kernel(
@@ -192,7 +204,7 @@ class PlanDecoder:
             global_scratch_align=int(m.GlobalScratchAlign()),
             profile_scratch_size=int(m.ProfileScratchSize()),
             profile_scratch_align=int(m.ProfileScratchAlign()),
-            params=self._strings(m.ParamsLength(), m.Params, f"{what} params"),
+            params=self._column(m, _META_PARAMS, f"{what} params"),
             triton_version=text(m.TritonVersion(), f"{what} triton version"),
             ptx_version=text(m.PtxVersion(), f"{what} PTX version"),
             enable_fp_fusion=fp == 1,
@@ -213,7 +225,7 @@ class PlanDecoder:
         what = f"{what} ({code.name})"
         kinds = column(fl.ArgKindsAsNumpy(), np.uint8).tolist()
         values = column(fl.ArgValuesAsNumpy(), np.int64).tolist()
-        sizes = self._strings(fl.ArgSizesLength(), fl.ArgSizes, f"{what} arg sizes")
+        sizes = self._column(fl, _LAUNCH_ARG_SIZES, f"{what} arg sizes")
         if not len(kinds) == len(values) == len(sizes) == len(code.args):
             raise ArtifactError(f"{what}: its arg columns do not all have the kernel's {len(code.args)} args")
         args = []
@@ -221,8 +233,8 @@ class PlanDecoder:
             kind = _ARG_KINDS.get(k)
             if kind is None:
                 raise ArtifactError(f"{what} arg {a.name} has unknown kind {k}")
-            args.append(Arg(a.name, a.type, kind, v, _expr(s, f"{what} arg {a.name} size")))
-        grid = self._strings(fl.GridLength(), fl.Grid, f"{what} grid")
+            args.append(Arg(a.name, a.type, kind, v, self._expr(s, f"{what} arg {a.name} size")))
+        grid = self._column(fl, _LAUNCH_GRID, f"{what} grid")
         if len(grid) != 3:
             raise ArtifactError(f"{what} grid has {len(grid)} dims, expected 3")
         n_checks = self.count(fl.ChecksLength(), f"{what} checks")
@@ -231,9 +243,9 @@ class PlanDecoder:
             inputs=tuple(column(fl.InputsAsNumpy(), np.int64).tolist()),
             outputs=tuple(column(fl.OutputsAsNumpy(), np.int64).tolist()),
             args=tuple(args),
-            grid=tuple(_expr(g, f"{what} grid") for g in grid),
+            grid=tuple(self._expr(g, f"{what} grid") for g in grid),
             checks=tuple(self._check(fl.Checks(i), f"{what} check {i}") for i in range(n_checks)),
-            fused=self._strings(fl.FusedLength(), fl.Fused, f"{what} fused"),
+            fused=self._column(fl, _LAUNCH_FUSED, f"{what} fused"),
         )
         if fl.VariantsIsNone():
             return launch
@@ -250,7 +262,7 @@ class PlanDecoder:
         code = self._code_at(int(v.Code()), what)
         if [(a.name, a.type) for a in code.args] != [(a.name, a.type) for a in launch.args]:
             raise ArtifactError(f"{what}: kernel {code.name} does not take the launch's args")
-        grid = self._strings(v.GridLength(), v.Grid, f"{what} grid")
+        grid = self._column(v, _ARCH_GRID, f"{what} grid")
         if len(grid) != 3:
             raise ArtifactError(f"{what} grid has {len(grid)} dims, expected 3")
         kernel = launch.replace(
@@ -261,7 +273,7 @@ class PlanDecoder:
             num_stages=code.num_stages,
             divisible=code.divisible,
             kind=code.kind,
-            grid=tuple(_expr(g, f"{what} grid") for g in grid),
+            grid=tuple(self._expr(g, f"{what} grid") for g in grid),
         )
         return ArchVariant(text(v.Arch(), f"{what} arch"), kernel)
 
@@ -270,18 +282,45 @@ class PlanDecoder:
             slot=int(c.Slot()),
             input=text(c.Input(), f"{what} input"),
             op=text(c.Op(), f"{what} op"),
-            low=_expr(text(c.Low(), what), f"{what} low"),
-            high=_expr(text(c.High(), what), f"{what} high"),
+            low=self._expr(text(c.Low(), what), f"{what} low"),
+            high=self._expr(text(c.High(), what), f"{what} high"),
         )
 
     def _buffer(self, b: Any, what: str) -> Buffer:
         return Buffer(
             value=int(b.Value()),
-            nbytes=_expr(text(b.Nbytes(), what), f"{what} nbytes"),
-            offset=_expr(text(b.Offset(), what), f"{what} offset"),
+            nbytes=self._expr(text(b.Nbytes(), what), f"{what} nbytes"),
+            offset=self._expr(text(b.Offset(), what), f"{what} offset"),
             first=int(b.First()),
             last=int(b.Last()),
         )
+
+    def _column(self, table: Any, slot: int, what: str) -> tuple[str, ...]:
+        """The string vector in vtable ``slot`` of ``table``, read straight from the buffer: one vtable lookup
+        for the vector rather than one per element (the generated accessors'). verify_flatbuffer has already
+        checked every vector and string in the buffer; the slots are schema.fbs's (test_plan_decode_columns.py
+        compares them with the generated accessors)."""
+        tab = table._tab
+        o = tab.Offset(slot)
+        if not o:
+            return ()
+        buf, vec = tab.Bytes, tab.Vector(o)
+        n = self.count(_U32(buf, vec - 4)[0], what)
+        out = []
+        for i, at in enumerate(range(vec, vec + 4 * n, 4)):
+            s = at + _U32(buf, at)[0]
+            try:
+                out.append(str(buf[s + 4 : s + 4 + _U32(buf, s)[0]], "utf-8"))
+            except UnicodeDecodeError:
+                raise ArtifactError(f"{what} {i} is not valid UTF-8") from None
+        return tuple(out)
+
+    def _expr(self, s: str, what: str) -> Size:
+        """``_expr``, once per distinct text: launches repeat the same sizes and grids."""
+        e = self._exprs.get(s)
+        if e is None:
+            e = self._exprs[s] = _expr(s, what)
+        return e
 
     def _strings(self, n: int, get: Any, what: str) -> tuple[str, ...]:
         return tuple(text(get(i), f"{what} {i}") for i in range(self.count(n, what)))

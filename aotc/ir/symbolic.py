@@ -540,6 +540,131 @@ def _atom_bounds(a: Atom, ranges: Mapping[str, Range], multiples: Mapping[str, i
     return max(xlo, ylo), max(xhi, yhi)
 
 
+# At most this many lower forms (one argument picked per min/max term) are tried per proof.
+MAX_LOWER_FORMS = 64
+
+
+def prove_nonneg(
+    e: int | SymExpr,
+    ranges: Mapping[str, Range],
+    multiples: Mapping[str, int] | None = None,
+) -> bool:
+    """Whether ``e >= 0`` for every binding of its symbols within ranges; False when not proved (nor disproved).
+
+    Interval bounds lose the link between a term and the same term inside a max: ``max(a, b) - a`` looks as
+    if it could be negative. A sum is at least the same sum with a positive ``max(a, b)`` term written as
+    ``a`` (or ``b``), and with a negative ``min(a, b)`` term written likewise, so the proof also bounds those
+    lower forms, of ``e`` and of ``e`` with its floor-divisions written as remainders (an aligned size
+    ``256*((x + 255)//256) - x`` is ``255 - (x + 255)%256``)."""
+    if isinstance(e, int):
+        return e >= 0
+    m = multiples or {}
+    if bounds(e, ranges, m)[0] >= 0:
+        return True
+    alt = _floordivs_as_mods(e)
+    forms = [e] if alt is None else [e, alt]
+    for form in forms:
+        for low in _lower_forms(form):
+            if (low if isinstance(low, int) else bounds(low, ranges, m)[0]) >= 0:
+                return True
+    scaled = _without_floordivs(e)
+    return _monotone_nonneg(e if scaled is None else scaled, ranges, m, len(ranges))
+
+
+def _lower_forms(e: int | SymExpr) -> list[int | SymExpr]:
+    """Expressions at most ``e`` for every binding: each positive max term (and negative min term) replaced
+    by one of the atom's arguments."""
+    if isinstance(e, int):
+        return []
+    picks: list[tuple[int, list[int | SymExpr]]] = []
+    rest: dict[Monomial, int] = {}
+    for mono, c in e.terms:
+        if len(mono) == 1 and (mono[0].kind, c > 0) in (("max", True), ("min", False)):
+            picks.append((c, _flat_args(mono[0])))
+        else:
+            rest[mono] = c
+    if not picks:
+        return []
+    base = _make(rest, e.const)
+    out: list[int | SymExpr] = []
+    for choice in _product([args for _, args in picks]):
+        low = base
+        for (c, _), arg in zip(picks, choice):
+            low = add(low, mul(arg, c))
+        out.append(low)
+    return out
+
+
+def _without_floordivs(e: SymExpr) -> int | SymExpr | None:
+    """A polynomial at most ``L*e`` (L > 0) with no floor-division by an int: ``d*(r//d)`` lies in
+    ``[r - d + 1, r]``, so each term ``c*(r//d)`` is replaced by ``c*(L/d)*(r - d + 1)`` for ``c > 0`` and by
+    ``c*(L/d)*r`` for ``c < 0``. None when ``e`` has no such term."""
+    divs = [m[0].args[1] for m, _ in e.terms if len(m) == 1 and m[0].kind == "fdiv" and isinstance(m[0].args[1], int)]
+    if not divs:
+        return None
+    scale = math.lcm(*divs)
+    out: int | SymExpr = e.const * scale
+    for mono, c in e.terms:
+        if len(mono) == 1 and mono[0].kind == "fdiv" and isinstance(mono[0].args[1], int):
+            r, d = mono[0].args
+            out = add(out, mul(add(r, 1 - d) if c > 0 else r, c * (scale // d)))
+        else:
+            out = add(out, SymExpr(((mono, c * scale),)))
+    return out
+
+
+def _monotone_nonneg(e: int | SymExpr, ranges: Mapping[str, Range], multiples: Mapping[str, int], depth: int) -> bool:
+    """``e >= 0`` by monotonicity: where a symbol ``x`` occurs only as a plain factor of degree one,
+    ``e = x*a + b``; if ``a >= 0`` is proved, ``e`` is least at ``x``'s minimum (at its maximum if ``a <= 0``),
+    so ``e`` with ``x`` fixed there is proved instead (``3*b*s - 3*b`` over ``s >= 2``)."""
+    if bounds(e, ranges, multiples)[0] >= 0:
+        return True
+    if isinstance(e, int) or depth <= 0:
+        return False
+    for x in sorted(e.free_symbols()):
+        slope: dict[Monomial, int] = {}
+        rest: dict[Monomial, int] = {}
+        linear = True
+        for mono, c in e.terms:
+            plain = [a for a in mono if a.kind == "sym" and a.name == x]
+            if any(a.kind != "sym" and x in _atom_symbols(a) for a in mono) or len(plain) > 1:
+                linear = False
+                break
+            if plain:
+                rest_mono = tuple(a for a in mono if a is not plain[0])
+                slope[rest_mono] = slope.get(rest_mono, 0) + c
+            else:
+                rest[mono] = c
+        if not linear or x not in ranges:
+            continue
+        a, b = _make({k: v for k, v in slope.items() if k}, slope.get((), 0)), _make(rest, e.const)
+        lo, hi = ranges[x]
+        if bounds(a, ranges, multiples)[0] >= 0:
+            at = lo
+        elif bounds(a, ranges, multiples)[1] <= 0:
+            at = hi
+        else:
+            continue
+        return _monotone_nonneg(add(b, mul(a, at)), ranges, multiples, depth - 1)
+    return False
+
+
+def _product(options: list[list[int | SymExpr]]) -> list[tuple[int | SymExpr, ...]]:
+    combos: list[tuple[int | SymExpr, ...]] = [()]
+    for opts in options:
+        combos = [(*c, o) for c in combos for o in opts][:MAX_LOWER_FORMS]
+    return combos
+
+
+def _flat_args(a: Atom) -> list[int | SymExpr]:
+    """``max(max(x, y), z)`` -> ``[x, y, z]``: each is at most the max (at least the min, for a min)."""
+    out: list[int | SymExpr] = []
+    for x in a.args:
+        inner = _single_atom(x, a.kind)
+        out.extend(_flat_args(inner) if inner is not None else [x])
+    return out
+
+
 def divisor(e: int | SymExpr, multiples: Mapping[str, int]) -> int:
     """A positive int known to divide e for every binding (0 divides nothing: e == 0 gives 0)."""
     if isinstance(e, int):

@@ -10,6 +10,7 @@ from unittest import mock
 
 import numpy as np
 import pytest
+from graph_kit import const, make_graph
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kernel_kit import GOLDEN, fake_binaries, fake_binary, golden_model, meta, unchecked, with_kernel, write
@@ -19,9 +20,11 @@ import aotc
 from aotc.artifact import SCHEMA_VERSION, encode, plan_decode, plan_encode, read_artifact, write_artifact
 from aotc.artifact.plan_checks import source_params
 from aotc.errors import ArtifactError, UnsupportedError
+from aotc.ir.dtypes import DType
 from aotc.ir.launch import SCRATCH_PARAMS
 from aotc.ir.schedule import ArchVariant, Arg, ArgKind, Buffer, IndexCheck, Schedule, View
 from aotc.ir.symbolic import floordiv, sym
+from aotc.ir.types import TensorType
 
 # The newest golden file: a mutation re-written by today's writer is a file of today's schema version.
 NEWEST = (GOLDEN.parent / f"v{SCHEMA_VERSION}_mlp.aotc").read_bytes()
@@ -195,11 +198,18 @@ def test_binaries_cover_every_kernel_or_none() -> None:
 
 
 def test_a_schedule_with_no_launches() -> None:
-    """A variant whose outputs need no kernel (all inputs or constants) still has a (empty) launch plan."""
+    """A variant whose outputs need no kernel (all inputs or constants) still has a (empty) launch plan; a
+    variant whose outputs are computed cannot have one (nothing would write them)."""
     _, variant, schedule = golden_model()
     empty = dataclasses.replace(schedule, kernels=(), buffers=(), arena_bytes=0, flags=0)
-    art = read_artifact(write(variant, empty))
+    w = np.ones(3, np.float32)
+    passthrough = make_graph(
+        {"x": TensorType(DType.float32, (2,))}, lambda b, x: [x, const(b, "w", w)], constants={"w": w}
+    )
+    art = read_artifact(write(passthrough, empty))
     assert art.schedules == (empty,) and art.kernel_features == ("kernels",) and dict(art.kernels) == {}
+    with pytest.raises(ArtifactError, match=r"dataflow order check failed: graph output %\d+ is written by no launch"):
+        write(variant, empty)
 
 
 def test_an_unknown_feature_means_a_newer_aotc_is_needed() -> None:

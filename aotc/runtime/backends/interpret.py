@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from aotc.errors import ExecError, UnsupportedError, VerifyError
+from aotc.errors import ArtifactError, ExecError, UnsupportedError, VerifyError
 from aotc.ir.graph import Graph
 from aotc.ir.index_check import index_error_message
 from aotc.ir.ops import Op
@@ -37,6 +37,13 @@ class InterpretBackend:
         return InterpretProgram(graph, schedule)
 
 
+class PlanError(ArtifactError, VerifyError):
+    """A launch plan that does not fit its graph. Plans reach a backend from files, where a plan that does not
+    fit is the file's fault (an ArtifactError: the CLI exits 1), and in the compiler's tests and autotuning
+    straight from the scheduler, whose callers check for the VerifyError the IR's checks raise. The CLI takes
+    the ArtifactError side."""
+
+
 @dataclass(frozen=True, slots=True)
 class _Home:
     """Where a storage group lives: ``kind`` is "input" (index), "constant" (name), "buffer"
@@ -47,9 +54,9 @@ class _Home:
 
 
 class InterpretProgram:
-    """Raises VerifyError when the schedule does not fit the graph. Holds only what it derived from
-    the schedule; each call allocates its own arena, outputs and flags, so many threads may call
-    ``run`` at once (the launches themselves serialize)."""
+    """Raises PlanError (an ArtifactError and a VerifyError) when the schedule does not fit the graph. Holds
+    only what it derived from the schedule; each call allocates its own arena, outputs and flags, so many
+    threads may call ``run`` at once (the launches themselves serialize)."""
 
     def __init__(self, graph: Graph, schedule: Schedule) -> None:
         self.graph = graph
@@ -65,15 +72,18 @@ class InterpretProgram:
         written = {self._root(v) for k in schedule.kernels for v in k.outputs}
         for root, home in self._homes.items():
             if home.kind in ("buffer", "output") and root not in written:
-                raise VerifyError(f"no kernel writes value %{root}, which lives in an {home.kind} of the schedule")
+                raise self._plan_error(f"no kernel writes value %{root}, which lives in an {home.kind} of the schedule")
 
     # -- planning ------------------------------------------------------------------------------
+    def _plan_error(self, msg: str) -> PlanError:
+        return PlanError(f"variant {self.graph.name!r}: its launch plan does not fit its graph: {msg}")
+
     def _root(self, vid: int) -> int:
         seen = {vid}
         while vid in self._base:
             vid = self._base[vid]
             if vid in seen:
-                raise VerifyError(f"schedule views form a cycle through value %{vid}")
+                raise self._plan_error(f"schedule views form a cycle through value %{vid}")
             seen.add(vid)
         return vid
 
@@ -88,7 +98,7 @@ class InterpretProgram:
             root = self._root(vid)
             have = homes.get(root)
             if have is not None and have.kind == home.kind == "buffer":
-                raise VerifyError(f"value %{vid} shares storage with another arena buffer through schedule views")
+                raise self._plan_error(f"value %{vid} shares storage with another arena buffer through schedule views")
             if have is None or rank < _RANK[have.kind]:
                 homes[root] = home
 
@@ -98,7 +108,7 @@ class InterpretProgram:
             if node.op is Op.CONSTANT:
                 name = node.attrs["name"]
                 if name not in g.constants:
-                    raise VerifyError(
+                    raise self._plan_error(
                         f"constant node %{node.outputs[0].id} names weight {name!r}, which the graph lacks"
                     )
                 claim(node.outputs[0].id, _Home("constant", name), 0)
@@ -112,7 +122,7 @@ class InterpretProgram:
     def _value(self, vid: int, what: str) -> Value:
         v = self._values.get(vid)
         if v is None:
-            raise VerifyError(f"{what} names value %{vid}, which graph {self.graph.name!r} does not define")
+            raise self._plan_error(f"{what} names value %{vid}, which graph {self.graph.name!r} does not define")
         return v
 
     def _check_kernel(self, k: Kernel) -> None:
@@ -122,26 +132,32 @@ class InterpretProgram:
                 self._value(a.value, f"kernel {k.name} argument {a.name}")
                 home = self._homes.get(self._root(a.value))
                 if home is None:
-                    raise VerifyError(
+                    raise self._plan_error(
                         f"kernel {k.name} argument {a.name}: value %{a.value} has no storage "
                         "(not an input, weight, arena buffer or output)"
                     )
                 if a.value in written and home.kind in ("input", "constant"):
-                    raise VerifyError(f"kernel {k.name} writes value %{a.value}, which lives in a graph {home.kind}")
+                    raise self._plan_error(
+                        f"kernel {k.name} writes value %{a.value}, which lives in a graph {home.kind}"
+                    )
             elif a.kind is ArgKind.FLAG and not k.checks:
-                raise VerifyError(f"kernel {k.name} takes the error flags but declares no index check")
+                raise self._plan_error(f"kernel {k.name} takes the error flags but declares no index check")
         for c in k.checks:
             if not 0 <= c.slot < self.schedule.flags:
-                raise VerifyError(f"kernel {k.name}: check slot {c.slot} is outside the {self.schedule.flags} flags")
+                raise self._plan_error(
+                    f"kernel {k.name}: check slot {c.slot} is outside the {self.schedule.flags} flags"
+                )
 
     # -- running -------------------------------------------------------------------------------
     def run(self, feeds: Sequence[np.ndarray], env: Mapping[str, int]) -> list[np.ndarray]:
         from aotc.runtime.backends.triton_interp import launch
+        from aotc.runtime.plan_bounds import check_shape
 
         g = self.graph
         if len(feeds) != len(g.inputs):
             raise ExecError(f"graph {g.name} takes {len(g.inputs)} inputs, got {len(feeds)}")
         feeds = [np.ascontiguousarray(x) for x in feeds]
+        check_shape(g, self.schedule, env)  # what verification left to check per shape (runtime/plan_bounds.py)
         arena = self._arena(env)
         storage: dict[int, np.ndarray] = {}  # root value id -> its group's bytes
         for root, home in self._homes.items():

@@ -5,7 +5,8 @@ uses, over a numpy array. Kernels read and write the arrays' memory in place. Tr
 on the first launch, never when this module loads, so ``import aotc.runtime`` stays slim.
 
 The interpreter keeps the current program id in module-global state, so launches are serialized
-with one lock; a compiled kernel source is loaded once and its function cached.
+with one lock. A kernel's source is checked (``aotc.ir.kernel_source``: only what aotc's codegen writes)
+before it is compiled, and its functions are cached, the ``MAX_FUNCTIONS`` most recently used only.
 
 Triton decides at import time whether its own library functions (``tl.sum``, ``tl.cdiv``, ...) are
 interpreted, from ``TRITON_INTERPRET``. The compiler in the same process needs them compiled, so
@@ -16,19 +17,24 @@ and lets a compiled-mode ``@triton.jit`` function called from interpreted code r
 
 from __future__ import annotations
 
+import ast
+import builtins
 import contextlib
 import functools
 import hashlib
 import importlib
 import linecache
+import math
 import threading
 import types
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from aotc.errors import AotcError, ExecError
+from aotc.ir.kernel_source import BUILTINS, check_kernel_source, imported_modules
 from aotc.ir.schedule import Kernel
 
 # Triton pointer types by numpy dtype name (bfloat16 is ml_dtypes' name; bool is one byte).
@@ -44,7 +50,10 @@ POINTER_TYPE_OF = {
 }
 _SCALAR_NP = {"i32": np.int32, "i64": np.int64, "fp32": np.float32}
 _LOCK = threading.RLock()
-_FUNCTIONS: dict[tuple[str, str], Any] = {}
+# Loaded kernel modules by (name, source), least recently used first. A server that loads and drops many
+# artifacts keeps the newest MAX_FUNCTIONS; one model's distinct kernels number far fewer.
+MAX_FUNCTIONS = 256
+_FUNCTIONS: OrderedDict[tuple[str, str], _Loaded] = OrderedDict()
 
 
 class HostTensor:
@@ -91,19 +100,54 @@ class HostTensor:
         return "cpu"
 
 
+class _Loaded:
+    """A kernel's source loaded as a module: the function asked for, and what to forget when it is dropped."""
+
+    def __init__(self, fn: Any, filename: str, namespace: dict[str, Any]) -> None:
+        self.fn, self.filename, self.namespace = fn, filename, namespace
+
+    def forget(self) -> None:
+        """Drop what linecache and Triton hold for this module's functions: Triton's interpreter keeps each
+        rewritten function in a class-level dict, and each JITFunction it builds to find a function's first
+        line registers itself by module and name in a module-level dict; neither ever shrinks."""
+        linecache.cache.pop(self.filename, None)
+        t = _triton()
+        rewritten = getattr(t.interpreter.InterpretedFunction, "rewritten_fn", None)
+        registry = getattr(t.jit, "_triton_jit_function_registry", None)
+        for value in list(self.namespace.values()):
+            raw = getattr(value, "fn", None)
+            if raw is None or getattr(raw, "__globals__", None) is not self.namespace:
+                continue
+            if isinstance(rewritten, dict):
+                rewritten.pop(raw, None)
+            if isinstance(registry, dict):
+                registry.pop(f"{self.namespace['__name__']}:{raw.__qualname__}", None)
+
+
 def load_function(name: str, source: str) -> Any:
     """The interpreted ``@triton.jit`` function ``name`` defined in module text ``source`` (cached).
 
-    The text is registered with ``linecache`` under a name derived from its hash, because Triton
-    reads a kernel's source back through ``inspect``; helper ``@triton.jit`` functions in the same
-    text are interpreted too.
+    Raises ArtifactError, before anything in it runs, for a source that holds more than aotc's codegen
+    writes (``aotc.ir.kernel_source``). The text is registered with ``linecache`` under a name derived from
+    its hash, because Triton reads a kernel's source back through ``inspect``; helper ``@triton.jit``
+    functions in the same text are interpreted too.
     """
     key = (name, source)
     with _LOCK:
-        fn = _FUNCTIONS.get(key)
-        if fn is None:
-            fn = _FUNCTIONS[key] = _exec_kernel_module(name, source, interpret=True)
-        return fn
+        loaded = _FUNCTIONS.get(key)
+        if loaded is not None:
+            _FUNCTIONS.move_to_end(key)
+            return loaded.fn
+        loaded = _FUNCTIONS[key] = _exec_kernel_module(name, source)
+        while len(_FUNCTIONS) > MAX_FUNCTIONS:
+            _FUNCTIONS.popitem(last=False)[1].forget()
+        return loaded.fn
+
+
+def cached_functions() -> int:
+    """How many kernel modules the cache holds."""
+    with _LOCK:
+        return len(_FUNCTIONS)
 
 
 @functools.cache
@@ -115,29 +159,40 @@ def _triton() -> types.SimpleNamespace:
         triton=load("triton"),
         tl=load("triton.language"),
         interpreter=load("triton.runtime.interpreter"),
+        jit=load("triton.runtime.jit"),
         JITFunction=load("triton.runtime.jit").JITFunction,
     )
 
 
-def _exec_kernel_module(name: str, source: str, *, interpret: bool) -> Any:
-    triton = _triton().triton
-
+def _exec_kernel_module(name: str, source: str) -> _Loaded:
+    """Check ``source``, then run only its ``@triton.jit`` definitions: the imports it names are bound by
+    this function (never executed), and the functions see only the builtins Triton accepts."""
+    tree = check_kernel_source(source, name)
+    t = _triton()
+    modules = {"triton": t.triton, "triton.language": t.tl, "math": math}
     digest = hashlib.sha256(source.encode()).hexdigest()[:16]
     filename = f"<aotc-kernel {name} {digest}>"
+    namespace: dict[str, Any] = {
+        "__name__": f"aotc_kernel_{name}_{digest}",
+        "__file__": filename,
+        "__builtins__": {b: getattr(builtins, b) for b in BUILTINS},
+    }
+    namespace.update((bound, modules[module]) for bound, module in imported_modules(tree).items())
+    definitions = ast.Module(body=[s for s in tree.body if not isinstance(s, ast.Import)], type_ignores=[])
     # mtime None keeps the entry through linecache.checkcache().
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    module = types.ModuleType(f"aotc_kernel_{name}_{digest}")
-    module.__file__ = filename
     # The knob decides whether @triton.jit builds interpreted functions.
-    with _knob(triton.knobs.runtime, "interpret", interpret):
+    with _knob(t.triton.knobs.runtime, "interpret", True):
         try:
-            exec(compile(source, filename, "exec"), module.__dict__)
+            exec(compile(definitions, filename, "exec"), namespace)
         except Exception as e:
+            linecache.cache.pop(filename, None)
             raise AotcError(f"kernel {name}: its source does not load: {type(e).__name__}: {e}") from e
-    fn = module.__dict__.get(name)
+    fn = namespace.get(name)
     if fn is None or not hasattr(fn, "fn"):
+        linecache.cache.pop(filename, None)
         raise AotcError(f"kernel {name}: its source defines no @triton.jit function named {name!r}")
-    return fn
+    return _Loaded(fn, filename, namespace)
 
 
 def launch(kernel: Kernel, grid: Sequence[int], args: Sequence[Any]) -> None:

@@ -17,6 +17,7 @@ from aotc.ir.symbolic import evaluate
 from aotc.ir.types import Value
 from aotc.runtime.backends.cuda.launch import Launch
 from aotc.runtime.backends.cuda.streams import SEQUENTIAL, StreamPlan, plan_streams
+from aotc.runtime.plan_bounds import check_shape
 
 # Arg sources in a launch's parameter recipe.
 BUFFER, SIZE, FLAG = 0, 1, 2
@@ -82,6 +83,7 @@ def plan_shape(
     env: Mapping[str, int],
     max_streams: int = 1,
 ) -> ShapePlan:
+    check_shape(graph, schedule, env)  # what verification left to check per shape (runtime/plan_bounds.py)
     flag_bytes = align(4 * max(schedule.flags, 1))
     arena_size = evaluate(schedule.arena_bytes, env)
     if arena_size < 0:
