@@ -15,17 +15,19 @@ from typing import Any
 
 import numpy as np
 
-from aotc.artifact.plan_checks import (
-    ARCH_VARIANTS,
+from aotc.artifact.code_checks import (
     ARG_KIND_CODES,
-    GRAPH_FEATURES,
-    KERNEL_FEATURES,
     KIND_CODES,
-    KNOWN_KERNEL_FEATURES,
     check_code,
-    check_schedule,
     check_variant_binaries,
     derive_driver_floor,
+)
+from aotc.artifact.plan_checks import (
+    ARCH_VARIANTS,
+    GRAPH_FEATURES,
+    KERNEL_FEATURES,
+    KNOWN_KERNEL_FEATURES,
+    check_schedule,
 )
 from aotc.artifact.tables import Counter, column, expr, text
 from aotc.errors import ArtifactError

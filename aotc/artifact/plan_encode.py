@@ -12,6 +12,14 @@ from dataclasses import dataclass
 import flatbuffers
 import numpy as np
 
+from aotc.artifact.code_checks import (
+    ARG_KIND_CODES,
+    KIND_CODES,
+    check_code,
+    check_variant_binaries,
+    code_key,
+    derive_driver_floor,
+)
 from aotc.artifact.generated import ArchLaunch as FbArchLaunch
 from aotc.artifact.generated import Buffer as FbBuffer
 from aotc.artifact.generated import Cubin as FbCubin
@@ -20,17 +28,7 @@ from aotc.artifact.generated import KernelCode as FbKernelCode
 from aotc.artifact.generated import Launch as FbLaunch
 from aotc.artifact.generated import LaunchMeta as FbLaunchMeta
 from aotc.artifact.generated import Schedule as FbSchedule
-from aotc.artifact.plan_checks import (
-    ARCH_VARIANTS,
-    ARG_KIND_CODES,
-    KERNEL_FEATURES,
-    KIND_CODES,
-    check_code,
-    check_schedule,
-    check_variant_binaries,
-    code_key,
-    derive_driver_floor,
-)
+from aotc.artifact.plan_checks import ARCH_VARIANTS, KERNEL_FEATURES, check_schedule
 from aotc.errors import ArtifactError
 from aotc.ir.graph import Graph
 from aotc.ir.launch import KernelBinary, LaunchMeta

@@ -22,7 +22,7 @@ Triton's interpreter reads a function's text back by line and takes the last lin
 the source may hold no line break but ``\\n`` (``str.splitlines``, which ``linecache`` uses, splits on
 more characters than Python's tokenizer does).
 
-The checker is stdlib-only: the artifact reader and writer (``plan_checks.check_code``) and the interpret
+The checker is stdlib-only: the artifact reader and writer (``code_checks.check_code``) and the interpret
 backend (before it compiles the checked tree) call it. Refusals are ``ArtifactError``s naming the kernel,
 the line and what was found.
 """

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from kernel_kit import golden_model, unchecked, write
 
 import aotc
-from aotc.artifact import plan_checks, read_artifact
+from aotc.artifact import code_checks, read_artifact
 from aotc.errors import ArtifactError
 from aotc.ir.schedule import Schedule
 from aotc_cli.errors import EXIT_USER
@@ -105,7 +105,7 @@ def test_the_interpret_backend_checks_what_the_reader_let_through(tmp_path: Path
     _, variant, schedule = golden_model()
     with unchecked():
         data = write(variant, _with_source(schedule, source))
-    with mock.patch.object(plan_checks, "check_kernel_source"):
+    with mock.patch.object(code_checks, "check_kernel_source"):
         art = read_artifact(data)
     exe = aotc.load(art, device="interpret")
     with np.load(GOLDEN_NPZ) as npz:

@@ -18,7 +18,7 @@ from mutation import Subject, classify, fb_region, reseal
 
 import aotc
 from aotc.artifact import SCHEMA_VERSION, encode, plan_decode, plan_encode, read_artifact, write_artifact
-from aotc.artifact.plan_checks import source_params
+from aotc.artifact.code_checks import source_params
 from aotc.errors import ArtifactError, UnsupportedError
 from aotc.ir.dtypes import DType
 from aotc.ir.launch import SCRATCH_PARAMS

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from aotc.artifact.plan_checks import derive_driver_floor
+from aotc.artifact.code_checks import derive_driver_floor
 from aotc.errors import ExecError, UnsupportedError
 from aotc.ir.graph import Graph
 from aotc.ir.launch import KernelBinary

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from aotc.artifact.plan_checks import derive_driver_floor
+from aotc.artifact.code_checks import derive_driver_floor
 from aotc.errors import AotcError, UnsupportedError, VerifyError
 from aotc.ir.launch import SCRATCH_PARAMS, KernelBinary, LaunchMeta, driver_for_ptx, parse_version
 from aotc.ir.schedule import Kernel
