@@ -17,7 +17,7 @@ import numpy as np
 
 from aotc import __version__
 from aotc.artifact.writer import write_artifact
-from aotc.errors import UnsupportedError
+from aotc.errors import ShapeError, UnsupportedError
 from aotc.frontend.module import Module
 from aotc.frontend.spec import TensorSpec
 from aotc.frontend.trace import trace
@@ -29,6 +29,7 @@ from aotc.lowering.padding import padded_lines
 from aotc.lowering.pipeline import lower
 from aotc.lowering.precision import check_precision
 from aotc.lowering.source_constants import rebase_source
+from aotc.torch_export import is_torch_model
 
 Progress = Callable[[str], None] | None
 
@@ -106,7 +107,7 @@ class CompiledModel:
 
 def compile(
     model: Module | Callable[..., Any],
-    inputs: Mapping[str, TensorSpec],
+    inputs: Mapping[str, TensorSpec] | None = None,
     *,
     options: CompileOptions | None = None,
     dump_ir: str | os.PathLike | None = None,
@@ -116,13 +117,23 @@ def compile(
 ) -> CompiledModel:
     """Trace ``model`` over ``inputs``, lower it to primitives, write the artifact and load it on the cpu.
 
-    ``options`` is an ``aotc.CompileOptions``; ``dump_ir`` a folder that receives every stage's graph;
+    ``model`` is an aotc ``nn.Module`` or function of tensors, a ``torch.nn.Module`` (captured with torch.export;
+    ``inputs`` as for an aotc model) or a ``torch.export.ExportedProgram`` (no ``inputs``: its dims come from its
+    dynamic_shapes). ``options`` is an ``aotc.CompileOptions``; ``dump_ir`` a folder that receives every stage's graph;
     ``progress(stage)`` is called as each compile stage starts. ``precision`` ("fp32", "tf32", "bf16" or
     "fp16") overrides ``options.precision``.
     """
     options = _with_precision(options, precision)
-    _report(progress, "trace")
-    graph = trace(model, inputs, name=name or _default_name(model))
+    if is_torch_model(model):
+        from aotc.torch_export import import_torch
+
+        _report(progress, "torch.export")
+        graph = import_torch(model, inputs, name=name, progress=progress)
+    else:
+        if inputs is None:
+            raise ShapeError("inputs must be a non-empty mapping of input name -> TensorSpec")
+        _report(progress, "trace")
+        graph = trace(model, inputs, name=name or _default_name(model))
     return compile_graph(graph, options=options, dump_ir=dump_ir, progress=progress)
 
 

@@ -4,6 +4,12 @@ Not a test: it prints a table and asserts nothing; compare numbers only between 
 
     python benchmarks/bench_compile.py [MODEL ...] [--target sm_80 --target sm_90]
 
+The PyTorch models (``torch_gpt2``: Hugging Face GPT2Model at the example GPT-2's size; ``torch_resnet18``:
+torchvision's, at 64x64 images) go through ``aotc.compile(torch_module, inputs)`` and get a second table split by
+stage: torch.export (with torch's decompositions where needed), the ATen translation, lowering, and the kernel
+schedule plus ahead-of-time compile, each cold and warm. They need the test extra's torch, transformers and
+torchvision.
+
 Each model is compiled twice in this process with ``CompileOptions(targets=...)``: first against a
 fresh, empty kernel cache (``AOTC_CACHE_DIR`` and Triton's ``TRITON_CACHE_DIR`` pointed at a
 temporary folder), then again against the
@@ -19,6 +25,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import aotc
 from aotc.lowering.options import CompileOptions, parse_targets
@@ -26,7 +33,12 @@ from aotc_cli.loader import load_model
 from aotc_cli.text import format_size, table
 
 MODELS = Path(__file__).resolve().parents[1] / "models"
-NAMES = ("mlp", "gpt2", "bert", "lstm_ensemble", "cnn")
+AOTC_NAMES = ("mlp", "gpt2", "bert", "lstm_ensemble", "cnn")
+TORCH_NAMES = ("torch_gpt2", "torch_resnet18")
+NAMES = AOTC_NAMES + TORCH_NAMES
+# compile progress stage -> the column it is timed under (lowering: every stage between translate and scheduling)
+STAGE_COLUMNS = {"torch.export": "export", "translate": "import", "schedule kernels": "kernels"}
+STAGE_COLUMNS |= {"compile kernels": "kernels", "autotune kernels": "kernels", "write artifact": "write"}
 # decoder/encoder layers of the default build(), for the kernels-per-layer column
 LAYERS = {"gpt2": 2, "bert": 2}
 
@@ -55,6 +67,51 @@ def bench(name: str, options: CompileOptions) -> list[str]:
     ]
 
 
+def torch_model(name: str) -> tuple[Any, dict[str, Any]]:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from torch_kit import torch_module, torchvision_module, transformers_module
+
+    torch = torch_module(skip=False)
+    torch.manual_seed(0)
+    batch = aotc.Dim("batch", min=1, max=8)
+    if name == "torch_gpt2":
+        tf = transformers_module(skip=False)
+        cfg = tf.GPT2Config(vocab_size=512, n_positions=128, n_embd=64, n_layer=2, n_head=4, use_cache=False)
+        seq = aotc.Dim("seq", min=1, max=128)
+        return tf.GPT2Model(cfg).eval(), {"input_ids": aotc.TensorSpec((batch, seq), "int64")}
+    model = torchvision_module(skip=False).models.resnet18(num_classes=10).eval()
+    return model, {"x": aotc.TensorSpec((batch, 3, 64, 64))}
+
+
+class StageTimer:
+    """A compile progress callback adding up the seconds spent under each column of STAGE_COLUMNS."""
+
+    def __init__(self) -> None:
+        self.times: dict[str, float] = {}
+        self._column, self._since = "lowering", time.perf_counter()
+
+    def __call__(self, stage: str) -> None:
+        now = time.perf_counter()
+        self.times[self._column] = self.times.get(self._column, 0.0) + now - self._since
+        self._column, self._since = STAGE_COLUMNS.get(stage, "lowering"), now
+
+
+def bench_torch(name: str, options: CompileOptions) -> list[list[str]]:
+    """One row per run (cold, warm): seconds in each stage of compiling the torch model."""
+    model, inputs = torch_model(name)
+    rows = []
+    for run in ("cold", "warm"):
+        timer = StageTimer()
+        start = time.perf_counter()
+        compiled = aotc.compile(model, inputs, options=options, progress=timer)
+        timer("end")
+        total = time.perf_counter() - start
+        kinds = [k.kind.value for k in compiled.schedule.kernels] if compiled.schedule is not None else []
+        cols = [f"{timer.times.get(c, 0.0):.2f}" for c in ("export", "import", "lowering", "kernels")]
+        rows.append([name, run, *cols, f"{total:.2f}", str(len(kinds)), str(kinds.count("attention"))])
+    return rows
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="*", metavar="MODEL", help="any of: " + ", ".join(NAMES) + " (default: all)")
@@ -66,15 +123,24 @@ def main(argv: list[str] | None = None) -> None:
     options = CompileOptions.from_env()
     options = dataclasses.replace(options, targets=parse_targets(",".join(args.target or ["sm_80", "sm_90"])))
     rows = [["model", "cold s", "warm s", "kernels", "distinct", "per layer", "binaries", "artifact"]]
+    torch_rows = [
+        ["torch model", "run", "export s", "import s", "lowering s", "kernels s", "total s", "kernels", "attn"]
+    ]
     with tempfile.TemporaryDirectory() as cache:
         # cold: nothing cached from earlier runs, neither by aotc nor by Triton's own cache
         os.environ["AOTC_CACHE_DIR"] = os.path.join(cache, "aotc")
         os.environ["TRITON_CACHE_DIR"] = os.path.join(cache, "triton")
         for name in args.models or NAMES:
-            rows.append(bench(name, options))
+            if name in TORCH_NAMES:
+                torch_rows.extend(bench_torch(name, options))
+            else:
+                rows.append(bench(name, options))
             print(f"{name}: done", file=sys.stderr)
     print(f"{os.cpu_count()} cores; targets {', '.join(options.targets)}")
-    print("\n".join(table(rows)))
+    if len(rows) > 1:
+        print("\n".join(table(rows)))
+    if len(torch_rows) > 1:
+        print("\n".join(table(torch_rows)))
 
 
 if __name__ == "__main__":

@@ -9,8 +9,9 @@ The convention (also in README and ``aotc compile --help``):
   ``NAME_inputs`` if the file defines ``NAME_inputs``; otherwise ``NAME`` must be
   a function like ``build`` returning ``(model, inputs)``.
 
-``model`` is an ``aotc.nn.Module`` or a plain function of tensors; ``inputs`` maps
-each forward argument name to an ``aotc.TensorSpec``.
+``model`` is an ``aotc.nn.Module``, a plain function of tensors or a ``torch.nn.Module``
+(captured with torch.export when traced); ``inputs`` maps each forward argument name to an
+``aotc.TensorSpec``.
 """
 
 from __future__ import annotations
@@ -146,6 +147,27 @@ def load_model(path: str | Path, name: str | None = None) -> tuple[Any, dict[str
         else:
             model, inputs = _call_builder(path, module, name)
             what = f"{name}()[1]"
+    from aotc.torch_export import is_torch_model
+
+    if is_torch_model(model):
+        return _torch_model(path, model, what, inputs)
     if not callable(model):
-        raise UserError(f"{path.name}: the model must be an aotc.nn.Module or a function, got {type(model).__name__}")
+        raise UserError(
+            f"{path.name}: the model must be an aotc.nn.Module, a function or a torch.nn.Module, "
+            f"got {type(model).__name__}"
+        )
     return model, _check_inputs(path, what, inputs)
+
+
+def _torch_model(path: Path, model: Any, what: str, inputs: Any) -> tuple[Any, dict[str, Any]]:
+    """A torch.nn.Module as the function of tensors that tracing it runs through torch.export, with its inputs'
+    dims given the example sizes torch traces at."""
+    from aotc.torch_export._torch import is_exported_program
+    from aotc.torch_export.module import TorchModel, example_dims
+
+    if is_exported_program(model):
+        raise UserError(
+            f"{path.name}: the model is a torch.export.ExportedProgram; return the torch.nn.Module with aotc input "
+            "specs from build(), or compile the program in Python with aotc.compile(exported_program)"
+        )
+    return TorchModel(model), example_dims(_check_inputs(path, what, inputs))

@@ -40,8 +40,26 @@ def _in_aotc(filename: str) -> bool:
     return os.path.abspath(filename).startswith(_AOTC_DIR)
 
 
+# Set while an importer translates one node of an external graph: that node's source line stands for the user's.
+_SOURCE_LOC: contextvars.ContextVar[str | None] = contextvars.ContextVar("aotc_source_loc", default=None)
+
+
+@contextmanager
+def source_loc(loc: str) -> Iterator[None]:
+    """Within this block, ``user_loc()`` (guards, node locations, trace errors) is ``loc``: the line an importer
+    read off the external graph (a torch.export node's stack trace) rather than a frame of the importer."""
+    token = _SOURCE_LOC.set(loc)
+    try:
+        yield
+    finally:
+        _SOURCE_LOC.reset(token)
+
+
 def user_loc() -> str:
     """``file:line`` of the innermost frame outside the aotc package: the user's model code."""
+    forced = _SOURCE_LOC.get()
+    if forced is not None:
+        return forced
     f = sys._getframe(1)
     while f is not None and _in_aotc(f.f_code.co_filename):
         f = f.f_back
@@ -257,4 +275,4 @@ def as_supported_array(array: Any) -> np.ndarray:
         dtype_of(arr.dtype)
     except ShapeError:
         raise trace_error(f"arrays of dtype {arr.dtype} are not supported; use {[d.value for d in DType]}") from None
-    return np.ascontiguousarray(arr)
+    return np.ascontiguousarray(arr).reshape(arr.shape)  # ascontiguousarray makes a 0-d array 1-d

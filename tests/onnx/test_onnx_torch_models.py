@@ -12,10 +12,7 @@ Skipped when torch or transformers (or, for Swin-T, torchvision) is not installe
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import io
-import sys
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from torch_kit import torch_module, torchvision_module, transformers_module
 
 from aotc.compiler import compile_graph
 from aotc.onnx import import_onnx
@@ -32,43 +30,6 @@ RTOL, ATOL = 1e-4, 1e-5
 VOCAB = 128
 TEXT_DIMS = {"batch": (1, 8), "seq": (1, 64)}
 TEXT_SHAPES = ((2, 7), (3, 16))
-
-
-def _import(name: str) -> Any:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # deprecation notices of third-party packages are not aotc's
-        return pytest.importorskip(name)
-
-
-def torch_module() -> Any:
-    return _import("torch")
-
-
-def transformers_module() -> Any:
-    """transformers imports torchvision when it is installed, so torchvision is imported first (see below)."""
-    torchvision_module(required=False)
-    return _import("transformers")
-
-
-def torchvision_module(required: bool = True) -> Any:
-    """torchvision's model definitions. A CUDA build of torchvision next to a CPU torch fails to register its C
-    ops' fake kernels at import (``operator torchvision::nms does not exist``); the models don't use those ops,
-    so registration is made a no-op while it imports."""
-    torch = torch_module()
-    if "torchvision" in sys.modules:
-        return sys.modules["torchvision"]
-    if importlib.util.find_spec("torchvision") is None:
-        if required:
-            pytest.skip("torchvision is not installed")
-        return None
-    original = torch.library.register_fake
-    torch.library.register_fake = lambda *args, **kwargs: lambda fn=None: fn
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return importlib.import_module("torchvision")
-    finally:
-        torch.library.register_fake = original
 
 
 def export(module: Any, args: tuple, names: list[str], dynamic: dict[str, dict[int, str]]) -> bytes:

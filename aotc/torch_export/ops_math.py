@@ -1,0 +1,361 @@
+"""ATen elementwise math, comparisons, reductions and tensor creation -> aotc's frontend (PyTorch semantics).
+
+Each translation takes the importer's context and the op's schema arguments in order, defaults filled in;
+tensors arrive as aotc ``Tensor``s, sizes as ints or ``SymInt``s, dtypes as aotc dtypes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aotc.frontend import elementwise as ew
+from aotc.frontend import functional as F
+from aotc.frontend import functions as T
+from aotc.frontend.context import trace_error
+from aotc.frontend.tensor import Tensor
+from aotc.ir.dtypes import DType
+from aotc.ir.ops import Op
+
+Cx = Any
+
+
+def _scaled(other: Any, alpha: Any) -> Any:
+    return other if alpha == 1 else other * alpha
+
+
+def add(cx: Cx, a: Any, b: Any, alpha: Any = 1) -> Tensor:
+    return ew.binary(Op.ADD, a, _scaled(b, alpha))
+
+
+def sub(cx: Cx, a: Any, b: Any, alpha: Any = 1) -> Tensor:
+    return ew.binary(Op.SUB, a, _scaled(b, alpha))
+
+
+def rsub(cx: Cx, a: Any, b: Any, alpha: Any = 1) -> Tensor:
+    return ew.binary(Op.SUB, b, _scaled(a, alpha))
+
+
+def binary(op: Op) -> Any:
+    def fn(cx: Cx, a: Any, b: Any) -> Tensor:
+        return ew.binary(op, a, b)
+
+    return fn
+
+
+def div(cx: Cx, a: Any, b: Any, rounding_mode: str | None = None) -> Tensor:
+    return ew.as_tensor(a, ew.tracer_of(a, b)).div(b, rounding_mode=rounding_mode)
+
+
+def floor_divide(cx: Cx, a: Any, b: Any) -> Tensor:
+    return ew.floor_divide(a, b)
+
+
+def pow_(cx: Cx, a: Any, b: Any) -> Tensor:
+    return ew.pow_(a, b)
+
+
+def unary(op: Op) -> Any:
+    def fn(cx: Cx, x: Any) -> Tensor:
+        return ew.unary(op, x)
+
+    return fn
+
+
+def log1p(cx: Cx, x: Tensor) -> Tensor:
+    return (x + 1).log()
+
+
+def expm1(cx: Cx, x: Tensor) -> Tensor:
+    return x.exp() - 1
+
+
+def gelu(cx: Cx, x: Tensor, approximate: str = "none") -> Tensor:
+    return F.gelu(x, approximate=approximate)
+
+
+def silu(cx: Cx, x: Tensor) -> Tensor:
+    return F.silu(x)
+
+
+def hardtanh(cx: Cx, x: Tensor, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
+    return ew.clamp(x, min_val, max_val)
+
+
+def hardsigmoid(cx: Cx, x: Tensor) -> Tensor:
+    return ew.clamp(x + 3.0, 0.0, 6.0) / 6.0
+
+
+def hardswish(cx: Cx, x: Tensor) -> Tensor:
+    return x * (ew.clamp(x + 3.0, 0.0, 6.0) / 6.0)
+
+
+def leaky_relu(cx: Cx, x: Tensor, negative_slope: float = 0.01) -> Tensor:
+    return F.leaky_relu(x, negative_slope)
+
+
+def elu(cx: Cx, x: Tensor, alpha: float = 1.0, scale: float = 1.0, input_scale: float = 1.0) -> Tensor:
+    if scale != 1.0 or input_scale != 1.0:
+        raise trace_error("elu with scale or input_scale other than 1 is not supported")
+    return F.elu(x, alpha)
+
+
+def softplus(cx: Cx, x: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
+    return F.softplus(x, beta, threshold)
+
+
+def clamp(cx: Cx, x: Tensor, lo: Any = None, hi: Any = None) -> Tensor:
+    return ew.clamp(x, lo, hi)
+
+
+def clamp_min(cx: Cx, x: Tensor, lo: Any) -> Tensor:
+    return ew.clamp(x, lo, None)
+
+
+def clamp_max(cx: Cx, x: Tensor, hi: Any) -> Tensor:
+    return ew.clamp(x, None, hi)
+
+
+def where(cx: Cx, cond: Tensor, a: Any, b: Any) -> Tensor:
+    return ew.where(cond, a, b)
+
+
+def masked_fill(cx: Cx, x: Tensor, mask: Tensor, value: Any) -> Tensor:
+    return x.masked_fill(mask, value)
+
+
+def logical(op: Op) -> Any:
+    def fn(cx: Cx, a: Any, b: Any) -> Tensor:
+        return ew.binary(op, ew.as_tensor(a, ew.tracer_of(a, b)).bool(), ew.as_tensor(b, ew.tracer_of(a, b)).bool())
+
+    return fn
+
+
+def bitwise(op: Op) -> Any:
+    def fn(cx: Cx, a: Any, b: Any) -> Tensor:
+        if ew.result_type(a, b) is not DType.bool:
+            raise trace_error(f"bitwise {op.value} is supported on bool tensors only")
+        return ew.binary(op, a, b)
+
+    return fn
+
+
+def logical_not(cx: Cx, x: Tensor) -> Tensor:
+    return ew.unary(Op.NOT, x.bool())
+
+
+def bitwise_not(cx: Cx, x: Tensor) -> Tensor:
+    if x.dtype is not DType.bool:
+        raise trace_error("bitwise_not is supported on bool tensors only")
+    return ew.unary(Op.NOT, x)
+
+
+# -- dtype conversions and copies --------------------------------------------------------------------------
+
+
+def identity(cx: Cx, x: Any, *rest: Any) -> Any:
+    return x
+
+
+def to_copy(cx: Cx, x: Tensor, dtype: DType | None = None, *rest: Any) -> Tensor:
+    return x if dtype is None else ew.cast(x, dtype)
+
+
+def to_dtype(cx: Cx, x: Tensor, dtype: DType | None, *rest: Any) -> Tensor:
+    return x if dtype is None else ew.cast(x, dtype)
+
+
+def to_other(cx: Cx, x: Tensor, other: Tensor, *rest: Any) -> Tensor:
+    return ew.cast(x, other.dtype)
+
+
+def to_device(cx: Cx, x: Tensor, device: Any, dtype: DType | None, *rest: Any) -> Tensor:
+    return x if dtype is None else ew.cast(x, dtype)
+
+
+def type_as(cx: Cx, x: Tensor, other: Tensor) -> Tensor:
+    return ew.cast(x, other.dtype)
+
+
+def dropout(cx: Cx, x: Tensor, p: float = 0.5, train: bool | None = False) -> Tensor:
+    if train:
+        raise trace_error("dropout in training mode: call model.eval() before compiling")
+    return x
+
+
+def native_dropout(cx: Cx, x: Tensor, p: float, train: bool | None) -> tuple[Tensor, None]:
+    return dropout(cx, x, p, train), None
+
+
+# -- reductions --------------------------------------------------------------------------------------------
+
+
+def _dims(dim: Any) -> Any:
+    return None if dim is None or (isinstance(dim, (list, tuple)) and not dim) else dim
+
+
+def sum_(cx: Cx, x: Tensor, dim: Any = None, keepdim: bool = False, dtype: DType | None = None) -> Tensor:
+    return T.sum(x, _dims(dim), keepdim, dtype=dtype)
+
+
+def sum_all(cx: Cx, x: Tensor, dtype: DType | None = None) -> Tensor:
+    return T.sum(x, None, False, dtype=dtype)
+
+
+def mean(cx: Cx, x: Tensor, dim: Any = None, keepdim: bool = False, dtype: DType | None = None) -> Tensor:
+    return T.mean(x, _dims(dim), keepdim, dtype=dtype)
+
+
+def mean_all(cx: Cx, x: Tensor, dtype: DType | None = None) -> Tensor:
+    return T.mean(x, None, False, dtype=dtype)
+
+
+def prod(cx: Cx, x: Tensor, dim: Any = None, keepdim: bool = False, dtype: DType | None = None) -> Tensor:
+    return T.prod(x, dim, keepdim, dtype=dtype)
+
+
+def amax(cx: Cx, x: Tensor, dim: Any = (), keepdim: bool = False) -> Tensor:
+    return T.amax(x, dim, keepdim)
+
+
+def amin(cx: Cx, x: Tensor, dim: Any = (), keepdim: bool = False) -> Tensor:
+    return T.amin(x, dim, keepdim)
+
+
+def max_dim(cx: Cx, x: Tensor, dim: int, keepdim: bool = False) -> tuple[Tensor, Tensor]:
+    return tuple(T.max(x, dim, keepdim))  # type: ignore[return-value]
+
+
+def min_dim(cx: Cx, x: Tensor, dim: int, keepdim: bool = False) -> tuple[Tensor, Tensor]:
+    return tuple(T.min(x, dim, keepdim))  # type: ignore[return-value]
+
+
+def max_all(cx: Cx, x: Tensor) -> Tensor:
+    return T.amax(x, tuple(range(x.ndim)), False)
+
+
+def min_all(cx: Cx, x: Tensor) -> Tensor:
+    return T.amin(x, tuple(range(x.ndim)), False)
+
+
+def argmax(cx: Cx, x: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:
+    return T.argmax(x, dim, keepdim)
+
+
+def argmin(cx: Cx, x: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:
+    return T.argmin(x, dim, keepdim)
+
+
+def var(cx: Cx, x: Tensor, dim: Any = None, correction: Any = None, keepdim: bool = False) -> Tensor:
+    return T.var(x, _dims(dim), correction=1 if correction is None else correction, keepdim=keepdim)
+
+
+def std(cx: Cx, x: Tensor, dim: Any = None, correction: Any = None, keepdim: bool = False) -> Tensor:
+    return T.std(x, _dims(dim), correction=1 if correction is None else correction, keepdim=keepdim)
+
+
+def any_(cx: Cx, x: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
+    return T.any(x, _dims(dim), keepdim)
+
+
+def all_(cx: Cx, x: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
+    return T.all(x, _dims(dim), keepdim)
+
+
+def logsumexp(cx: Cx, x: Tensor, dim: Any, keepdim: bool = False) -> Tensor:
+    return T.logsumexp(x, dim, keepdim)
+
+
+def softmax(cx: Cx, x: Tensor, dim: int, dtype: Any = None) -> Tensor:
+    return x.softmax(dim, dtype=dtype if isinstance(dtype, DType) else None)
+
+
+def softmax_internal(cx: Cx, x: Tensor, dim: int, half_to_float: bool) -> Tensor:
+    return x.softmax(dim)
+
+
+def log_softmax(cx: Cx, x: Tensor, dim: int, dtype: Any = None) -> Tensor:
+    return x.log_softmax(dim, dtype=dtype if isinstance(dtype, DType) else None)
+
+
+def log_softmax_internal(cx: Cx, x: Tensor, dim: int, half_to_float: bool) -> Tensor:
+    return x.log_softmax(dim)
+
+
+def cumsum(cx: Cx, x: Tensor, dim: int, dtype: DType | None = None) -> Tensor:
+    """A running sum as a matmul with a triangular matrix of ones (as the ONNX importer does CumSum)."""
+    from aotc.frontend.layout import axis as norm
+
+    ax = norm(dim, x.ndim)
+    out_dtype = dtype or (DType.int64 if not x.dtype.is_float else x.dtype)
+    work = x.float() if not x.dtype.is_float else x
+    n = x.shape[ax]
+    i = T.arange(n).unsqueeze(1)
+    j = T.arange(n).unsqueeze(0)
+    tri = (i <= j).to(work.dtype)
+    moved = work.transpose(ax, -1) if ax != x.ndim - 1 else work
+    y = T.matmul(moved, tri)
+    y = y.transpose(ax, -1) if ax != x.ndim - 1 else y
+    return y if y.dtype is out_dtype else (y.round() if out_dtype.is_int else y).to(out_dtype)
+
+
+# -- creation ----------------------------------------------------------------------------------------------
+
+
+def _fill_dtype(value: Any, dtype: DType | None) -> DType:
+    if dtype is not None:
+        return dtype
+    return DType.bool if isinstance(value, bool) else DType.float32 if isinstance(value, float) else DType.int64
+
+
+def full(cx: Cx, size: Any, fill_value: Any, dtype: DType | None = None, *rest: Any) -> Tensor:
+    return T.full(tuple(size), fill_value, dtype=_fill_dtype(fill_value, dtype))
+
+
+def zeros(cx: Cx, size: Any, dtype: DType | None = None, *rest: Any) -> Tensor:
+    return T.full(tuple(size), 0, dtype=dtype or DType.float32)
+
+
+def ones(cx: Cx, size: Any, dtype: DType | None = None, *rest: Any) -> Tensor:
+    return T.full(tuple(size), 1, dtype=dtype or DType.float32)
+
+
+def new_full(cx: Cx, x: Tensor, size: Any, fill_value: Any, dtype: DType | None = None, *rest: Any) -> Tensor:
+    return T.full(tuple(size), fill_value, dtype=dtype or x.dtype)
+
+
+def new_value(value: int) -> Any:
+    def fn(cx: Cx, x: Tensor, size: Any, dtype: DType | None = None, *rest: Any) -> Tensor:
+        return T.full(tuple(size), value, dtype=dtype or x.dtype)
+
+    return fn
+
+
+def full_like(cx: Cx, x: Tensor, fill_value: Any, dtype: DType | None = None, *rest: Any) -> Tensor:
+    return T.full(tuple(x.shape), fill_value, dtype=dtype or x.dtype)
+
+
+def like_value(value: int) -> Any:
+    def fn(cx: Cx, x: Tensor, dtype: DType | None = None, *rest: Any) -> Tensor:
+        return T.full(tuple(x.shape), value, dtype=dtype or x.dtype)
+
+    return fn
+
+
+def scalar_tensor(cx: Cx, value: Any, dtype: DType | None = None, *rest: Any) -> Tensor:
+    return T.full((), value, dtype=_fill_dtype(value, dtype))
+
+
+def arange(cx: Cx, end: Any, dtype: DType | None = None, *rest: Any) -> Tensor:
+    return T.arange(0, end, 1, dtype=dtype or cx.out_dtype())
+
+
+def arange_start(cx: Cx, start: Any, end: Any, dtype: DType | None = None, *rest: Any) -> Tensor:
+    return T.arange(start, end, 1, dtype=dtype or cx.out_dtype())
+
+
+def arange_step(cx: Cx, start: Any, end: Any, step: Any = 1, dtype: DType | None = None, *rest: Any) -> Tensor:
+    return T.arange(start, end, step, dtype=dtype or cx.out_dtype())
+
+
+def lift_constant(cx: Cx, x: Tensor) -> Tensor:
+    return x

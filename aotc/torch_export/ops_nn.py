@@ -1,0 +1,191 @@
+"""ATen neural-network ops aotc keeps whole -> aotc's high-level ops: linear and matmuls, embedding, layer/RMS/batch
+norm, convolution (1-D as 2-D), pooling and scaled-dot-product attention."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from aotc.frontend import functional as F
+from aotc.frontend import functions as T
+from aotc.frontend import layout
+from aotc.frontend.context import trace_error
+from aotc.frontend.tensor import Tensor
+
+Cx = Any
+
+
+def linear(cx: Cx, x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    return F.linear(x, weight, bias)
+
+
+def addmm(cx: Cx, bias: Tensor, a: Tensor, b: Tensor, beta: Any = 1, alpha: Any = 1) -> Tensor:
+    y = T.matmul(a, b)
+    if alpha != 1:
+        y = y * alpha
+    return y + (bias if beta == 1 else bias * beta)
+
+
+def matmul(cx: Cx, a: Tensor, b: Tensor) -> Tensor:
+    return T.matmul(a, b)
+
+
+def baddbmm(cx: Cx, x: Tensor, a: Tensor, b: Tensor, beta: Any = 1, alpha: Any = 1) -> Tensor:
+    return addmm(cx, x, a, b, beta, alpha)
+
+
+def embedding(cx: Cx, weight: Tensor, indices: Tensor, *rest: Any) -> Tensor:
+    return F.embedding(indices, weight)
+
+
+def layer_norm(cx: Cx, x: Tensor, shape: Sequence[int], weight: Any = None, bias: Any = None, eps: float = 1e-5, *_):
+    return F.layer_norm(x, list(shape), weight, bias, eps)
+
+
+def native_layer_norm(cx: Cx, x: Tensor, shape: Sequence[int], weight: Any, bias: Any, eps: float) -> tuple:
+    return F.layer_norm(x, list(shape), weight, bias, eps), None, None
+
+
+def rms_norm(cx: Cx, x: Tensor, shape: Sequence[int], weight: Any = None, eps: float | None = None) -> Tensor:
+    return F.rms_norm(x, list(shape), weight, eps)
+
+
+def batch_norm(
+    cx: Cx, x: Tensor, weight: Any, bias: Any, mean: Any, var: Any, training: bool, momentum: float, eps: float, *_
+) -> Tensor:
+    return F.batch_norm(x, mean, var, weight, bias, training, momentum, eps)
+
+
+def batch_norm_no_training(
+    cx: Cx, x: Tensor, weight: Any, bias: Any, mean: Tensor, var: Tensor, momentum: float, eps: float
+) -> tuple:
+    return F.batch_norm(x, mean, var, weight, bias, False, momentum, eps), None, None
+
+
+def group_norm(cx: Cx, x: Tensor, groups: int, weight: Any = None, bias: Any = None, eps: float = 1e-5, *_) -> Tensor:
+    shape = list(x.shape)
+    g = layout.reshape(x, ([shape[0], groups, -1],))
+    mean = g.mean(-1, keepdim=True)
+    var = ((g - mean) * (g - mean)).mean(-1, keepdim=True)
+    y = layout.reshape((g - mean) * (var + eps).rsqrt(), (shape,))
+    affine = [1] * (x.ndim - 2)
+    if weight is not None:
+        y = y * layout.reshape(weight, ([-1, *affine],))
+    if bias is not None:
+        y = y + layout.reshape(bias, ([-1, *affine],))
+    return y
+
+
+# -- convolution and pooling ---------------------------------------------------------------------------------
+
+
+def _ints(v: Sequence[Any], n: int, what: str) -> tuple[int, ...]:
+    vals = tuple(v) if len(v) == n else tuple(v) * n if len(v) == 1 else None
+    if vals is None or any(not isinstance(a, int) for a in vals):
+        raise trace_error(f"convolution {what} must be {n} ints, got {list(v)}")
+    return vals
+
+
+def convolution(
+    cx: Cx,
+    x: Tensor,
+    weight: Tensor,
+    bias: Any,
+    stride: Sequence[int],
+    padding: Any,
+    dilation: Sequence[int],
+    transposed: bool = False,
+    output_padding: Sequence[int] = (),
+    groups: int = 1,
+) -> Tensor:
+    if transposed:
+        raise trace_error("transposed convolution is not supported by the torch.export importer yet")
+    nsp = weight.ndim - 2
+    if nsp == 2:
+        pad = padding if isinstance(padding, str) else _ints(padding, 2, "padding")
+        return F.conv2d(x, weight, bias, _ints(stride, 2, "stride"), pad, _ints(dilation, 2, "dilation"), groups)
+    if nsp != 1:
+        raise trace_error(f"{nsp}-D convolution is not supported (1-D and 2-D are)")
+    # 1-D as 2-D over a height of one: (N, C, L) -> (N, C, 1, L)
+    batched = x.ndim == 3
+    x4 = layout.unsqueeze(x if batched else layout.unsqueeze(x, 0), 2)
+    w4 = layout.unsqueeze(weight, 2)
+    pad = padding if isinstance(padding, str) else (0, _ints(padding, 1, "padding")[0])
+    y = F.conv2d(x4, w4, bias, (1, _ints(stride, 1, "stride")[0]), pad, (1, _ints(dilation, 1, "dilation")[0]), groups)
+    y = layout.squeeze(y, 2)
+    return y if batched else layout.squeeze(y, 0)
+
+
+def conv(n: int) -> Any:
+    def fn(cx: Cx, x: Tensor, weight: Tensor, bias: Any = None, stride: Any = 1, padding: Any = 0, dilation: Any = 1,
+           groups: int = 1) -> Tensor:  # fmt: skip
+        return convolution(cx, x, weight, bias, stride, padding, dilation, False, (), groups)
+
+    return fn
+
+
+def max_pool2d(
+    cx: Cx, x: Tensor, kernel: Any, stride: Any = (), padding: Any = 0, dilation: Any = 1, ceil_mode: bool = False
+) -> Tensor:
+    return F.max_pool2d(x, list(kernel), list(stride) or None, _pair(padding), _pair(dilation), ceil_mode)
+
+
+def max_pool2d_with_indices(cx: Cx, *args: Any) -> tuple[Tensor, None]:
+    return max_pool2d(cx, *args), None
+
+
+def _pair(v: Any) -> Any:
+    return list(v) if isinstance(v, (list, tuple)) and len(v) == 2 else v[0] if isinstance(v, (list, tuple)) else v
+
+
+def avg_pool2d(
+    cx: Cx,
+    x: Tensor,
+    kernel: Any,
+    stride: Any = (),
+    padding: Any = 0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override: Any = None,
+) -> Tensor:
+    return F.avg_pool2d(
+        x, list(kernel), list(stride) or None, _pair(padding), ceil_mode, count_include_pad, divisor_override
+    )
+
+
+def adaptive_avg_pool2d(cx: Cx, x: Tensor, output_size: Sequence[Any]) -> Tensor:
+    """Global pooling (output 1x1) as a mean; other sizes as avg_pool2d when the input divides evenly."""
+    oh, ow = tuple(output_size)
+    if oh == 1 and ow == 1:
+        return x.mean((-2, -1), keepdim=True)
+    h, w = x.shape[-2], x.shape[-1]
+    if not all(isinstance(d, int) for d in (h, w, oh, ow)) or h % oh or w % ow:
+        raise trace_error(f"adaptive_avg_pool2d to {oh}x{ow} needs static input sizes that it divides, got {h}x{w}")
+    return F.avg_pool2d(x, [h // oh, w // ow], [h // oh, w // ow], 0)
+
+
+# -- attention ------------------------------------------------------------------------------------------------
+
+
+def sdpa(
+    cx: Cx,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    attn_mask: Any = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> Tensor:
+    if dropout_p:
+        raise trace_error("scaled_dot_product_attention with dropout_p > 0 trains; pass dropout_p=0 for inference")
+    if scale is None and not isinstance(q.shape[-1], int):
+        raise trace_error("scaled_dot_product_attention with a dynamic head dim needs an explicit scale")
+    scale = scale if scale is not None else q.shape[-1] ** -0.5
+    return F.scaled_dot_product_attention(q, k, v, attn_mask, 0.0, is_causal, scale, enable_gqa)
+
+
+def sdpa_flash_cpu(cx: Cx, q: Tensor, k: Tensor, v: Tensor, dropout_p: float = 0.0, is_causal: bool = False,
+                   attn_mask: Any = None, scale: float | None = None) -> tuple:  # fmt: skip
+    return sdpa(cx, q, k, v, attn_mask, dropout_p, is_causal, scale), None

@@ -1,0 +1,360 @@
+"""Walk an ExportedProgram's graph on aotc's tracer: parameters and constants once each, every call through the
+ATen table at its node's source line, and the outputs in the module's structure.
+
+The walk runs inside an active trace whose user inputs are already aotc ``Tensor``s (``run``); who set up the
+trace (``importer`` for an ExportedProgram, ``module`` for a torch.nn.Module) decides the symbols.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from aotc.errors import AotcError, ShapeError, TraceError, UnsupportedError
+from aotc.frontend import elementwise as ew
+from aotc.frontend import functions as T
+from aotc.frontend.context import Tracer, source_loc
+from aotc.frontend.symint import SymInt, as_dim
+from aotc.frontend.tensor import Tensor
+from aotc.ir.dtypes import DType
+from aotc.ir.symbolic import evaluate
+from aotc.torch_export._torch import aotc_dtype, require_torch, to_numpy
+from aotc.torch_export.table import ATEN, nearby, target_name
+
+_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
+
+
+def node_loc(node: Any) -> str:
+    """``file:line`` of the innermost frame of the node's stack trace outside torch itself: the model's source
+    line (a Hugging Face modeling file, torchvision, or the user's own)."""
+    frames = _FRAME.findall(node.meta.get("stack_trace") or "")
+    if not frames:
+        return ""
+    torch_dir = os.path.dirname(require_torch().__file__) + os.sep
+    outside = [f for f in frames if not os.path.abspath(f[0]).startswith(torch_dir)]
+    path, line = (outside or frames)[-1]
+    return f"{_short(path)}:{line}"
+
+
+def _short(path: str) -> str:
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path
+    return rel if not rel.startswith("..") else path
+
+
+def refuse_mutations(ep: Any) -> None:
+    """An export that writes to a buffer or an input is training (or stateful) code: refuse it for inference."""
+    sig = ep.graph_signature
+    written = [f"buffer {b!r}" for b in sig.buffers_to_mutate.values()]
+    written += [f"input {i!r}" for i in sig.user_inputs_to_mutate.values()]
+    if written:
+        raise UnsupportedError(
+            f"the exported program mutates {', '.join(written)}: aotc compiles inference, where a call changes "
+            "no state (call model.eval(), and keep in-place updates of buffers and inputs out of forward)"
+        )
+    kinds = {str(s.kind).rsplit(".", 1)[-1] for s in sig.output_specs} - {"USER_OUTPUT"}
+    if kinds:
+        raise UnsupportedError(f"the exported program has {', '.join(sorted(kinds))} outputs; aotc compiles inference")
+
+
+class Translator:
+    """Translates one ExportedProgram's nodes onto ``tracer``."""
+
+    def __init__(self, ep: Any, tracer: Tracer, sym_of: Any = None) -> None:
+        self.ep = ep
+        self.tracer = tracer
+        self.sym_of = sym_of  # torch symbol name -> aotc dim, for sizes aotc's arithmetic can't derive itself
+        self.env: dict[str, Any] = {}
+        self.node: Any = None
+        self._stored: dict[tuple, Tensor] = {}
+        self.inplace = functional_inplace(ep.graph) or set()  # in-place nodes that run as their functional twins
+
+    # -- what translations ask ----------------------------------------------------------------------------
+    def torch_size(self) -> Any:
+        """The node's result, a size, as torch computed it (its sympy expression over the input symbols), or None."""
+        val = self.node.meta.get("val")
+        expr = getattr(getattr(val, "node", None), "expr", None)
+        if expr is None or self.sym_of is None:
+            return None
+        from aotc.torch_export.symbols import Untranslatable, to_dim
+
+        try:
+            d = to_dim(expr, self.sym_of)
+        except (Untranslatable, KeyError):
+            return None
+        return d if isinstance(d, int) else SymInt(d, self.tracer.ctx)
+
+    def out_dtype(self) -> DType | None:
+        val = self.node.meta.get("val")
+        return aotc_dtype(val.dtype) if hasattr(val, "dtype") else None
+
+    # -- the walk -----------------------------------------------------------------------------------------
+    def run(self, user_inputs: Sequence[Tensor]) -> Any:
+        """The module's outputs (a tensor, or tuples, lists and dicts of them) for these input tensors."""
+        graph = self.ep.graph
+        placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+        specs = {s.arg.name: s for s in self.ep.graph_signature.input_specs}
+        users = iter(user_inputs)
+        for node in placeholders:
+            spec = specs[node.name]
+            kind = str(spec.kind).rsplit(".", 1)[-1]
+            if kind == "USER_INPUT":
+                self.env[node.name] = next(users)
+            elif kind in ("PARAMETER", "BUFFER", "CONSTANT_TENSOR"):
+                self.env[node.name] = self._stored_tensor(spec.target, kind)
+            else:
+                raise UnsupportedError(f"input {node.name!r} of kind {kind} is not supported")
+        out_node = None
+        for node in graph.nodes:
+            if node.op == "call_function":
+                self.env[node.name] = self._call(node)
+            elif node.op == "output":
+                out_node = node
+            elif node.op == "get_attr":
+                raise UnsupportedError(f"{node_loc(node) or node.name}: a graph attribute {node.target!r} (a "
+                                       "submodule of a higher-order op) is not supported")  # fmt: skip
+            elif node.op != "placeholder":
+                raise UnsupportedError(f"{node_loc(node) or node.name}: FX node kind {node.op!r} is not supported")
+        assert out_node is not None, "an FX graph always has an output node"
+        leaves = [self._output(x, i) for i, x in enumerate(out_node.args[0])]
+        return _unflatten(self.ep.call_spec.out_spec, iter(leaves))
+
+    def _stored_tensor(self, target: str, kind: str) -> Tensor:
+        """A parameter, buffer or lifted constant, stored once however many names share its storage."""
+        t = self.ep.state_dict.get(target) if kind != "CONSTANT_TENSOR" else None
+        if t is None:
+            t = self.ep.constants.get(target)
+        if t is None:
+            raise UnsupportedError(f"{kind.lower()} {target!r} has no stored value in the exported program")
+        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()), str(t.dtype))
+        if key not in self._stored:
+            arr = to_numpy(t, f"{kind.lower()} {target!r}")
+            self._stored[key] = ew.wrap(self.tracer.constant(t, arr, name=target), self.tracer)
+        return self._stored[key]
+
+    def _value(self, a: Any) -> Any:
+        torch = require_torch()
+        if isinstance(a, torch.fx.Node):
+            return self.env[a.name]
+        if isinstance(a, (list, tuple)):
+            return [self._value(x) for x in a]
+        if isinstance(a, torch.dtype):
+            return aotc_dtype(a)
+        if isinstance(a, (torch.device, torch.layout, torch.memory_format)):
+            return None
+        if isinstance(a, torch.Tensor):
+            return ew.wrap(self.tracer.constant(a, to_numpy(a, "a tensor argument")), self.tracer)
+        return a
+
+    def _args(self, node: Any) -> list[Any]:
+        """The op's schema arguments in order, defaults filled in (so a translation reads them positionally)."""
+        schema = getattr(node.target, "_schema", None)
+        if schema is None:
+            return [self._value(a) for a in node.args] + [self._value(v) for v in node.kwargs.values()]
+        out = []
+        for i, arg in enumerate(schema.arguments):
+            if i < len(node.args):
+                v = node.args[i]
+            elif arg.name in node.kwargs:
+                v = node.kwargs[arg.name]
+            elif arg.has_default_value():
+                v = arg.default_value
+            else:
+                v = None
+            out.append(self._value(v))
+        return out
+
+    def _call(self, node: Any) -> Any:
+        self.node = node
+        name = target_name(node.target)
+        loc = node_loc(node)
+        where = f"{loc}: " if loc else ""
+        _refuse_data_dependent(node, name, where)
+        fn = ATEN.get(name)
+        if fn is None and node.name in self.inplace:
+            fn = ATEN.get(functional_twin(name) or "")
+        if fn is None:
+            near = ", ".join(nearby(name)) or "see aotc/torch_export/table.py"
+            raise UnsupportedError(f"{where}{name} is not supported by aotc (supported ops nearby: {near})")
+        args = self._args(node)
+        with source_loc(loc):
+            try:
+                out = fn(self, *args)
+                return self._conform(node, name, out)
+            except TraceError as e:
+                msg = str(e)
+                raise TraceError(msg if name in msg else f"{msg} (in {name})") from None
+            except AotcError as e:
+                raise type(e)(f"{where}{name}: {e}") from None
+
+    def _conform(self, node: Any, name: str, out: Any) -> Any:
+        """Cast to torch's dtype where aotc's promotion differs; a shape that differs from torch's at the example
+        sizes is a bug in a translation and stops the import."""
+        torch = require_torch()
+        val = node.meta.get("val")
+        if isinstance(out, Tensor) and isinstance(val, torch.Tensor):
+            want = aotc_dtype(val.dtype)
+            if out.dtype is not want:
+                out = ew.cast(out, want)
+            got = out._v().type.shape
+            hints = self.tracer.ctx.hints
+            if len(got) != val.dim():
+                raise UnsupportedError(f"aotc's translation has rank {len(got)}, torch's result rank {val.dim()}")
+            for a, b in zip(got, val.shape):
+                hint = _hint(b)
+                if hint is not None and evaluate(a, hints) != hint:
+                    raise UnsupportedError(
+                        f"aotc's translation has shape {tuple(str(d) for d in got)} where torch has "
+                        f"{tuple(val.shape)} at the example sizes"
+                    )
+            return out
+        if isinstance(out, (tuple, list)) and isinstance(val, (tuple, list)) and len(out) == len(val):
+            return type(out)(self._conform_item(node, name, o, v) for o, v in zip(out, val))
+        return out
+
+    def _conform_item(self, node: Any, name: str, out: Any, val: Any) -> Any:
+        torch = require_torch()
+        if isinstance(out, Tensor) and isinstance(val, torch.Tensor):
+            want = aotc_dtype(val.dtype)
+            return out if out.dtype is want else ew.cast(out, want)
+        return out
+
+    def _output(self, x: Any, i: int) -> Any:
+        torch = require_torch()
+        v = self.env[x.name] if isinstance(x, torch.fx.Node) else x
+        if isinstance(v, Tensor):
+            return v
+        if isinstance(v, (int, SymInt)):
+            return T.full((), v, dtype=DType.int64)
+        if v is None:
+            return None
+        raise UnsupportedError(f"output {i} is a {type(v).__name__}; aotc models return tensors")
+
+
+def functional_inplace(graph: Any) -> set[str] | None:
+    """Names of the in-place nodes that may run as their functional twins, when every call is a table op or such
+    an in-place op; None when torch must decompose (an op outside the table, or an in-place write that another
+    node could observe: through a view, or by reading the old value afterwards)."""
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    fresh: set[Any] = set()  # nodes holding a value no view or later reader shares
+    ok: set[str] = set()
+    for node in graph.nodes:
+        if node.op != "call_function":
+            continue
+        name = target_name(node.target)
+        if name in ATEN:
+            if not _aliases(node):
+                fresh.add(node)
+            continue
+        twin = functional_twin(name)
+        if twin is None:
+            return None
+        if name in _NO_WRITE_AT_INFERENCE and len(node.args) > 2 and node.args[2] is False:
+            ok.add(node.name)  # dropout_(x, p, train=False) writes nothing
+            continue
+        base = node.args[0] if node.args else None
+        if base not in fresh:
+            return None
+        for user in base.users:
+            if user is not node and (order[user] > order[node] or _aliases(user)):
+                return None
+        ok.add(node.name)
+        fresh.add(node)
+    return ok
+
+
+_NO_WRITE_AT_INFERENCE = frozenset(
+    {"aten.dropout_.default", "aten.feature_dropout_.default", "aten.alpha_dropout_.default"}
+)
+
+
+def functional_twin(name: str) -> str | None:
+    """``aten.add.Tensor`` for ``aten.add_.Tensor`` when the table has it."""
+    parts = name.split(".")
+    if len(parts) != 3 or not parts[1].endswith("_") or parts[1].startswith("_"):
+        return None
+    twin = f"{parts[0]}.{parts[1][:-1]}.{parts[2]}"
+    return twin if twin in ATEN else None
+
+
+def _aliases(node: Any) -> bool:
+    """Whether the node's result may share memory with one of its inputs (a view, or a getitem of one)."""
+    schema = getattr(node.target, "_schema", None)
+    if schema is None:
+        return target_name(node.target) == "operator.getitem"
+    return any(r.alias_info is not None for r in schema.returns)
+
+
+def _hint(d: Any) -> int | None:
+    if isinstance(d, int):
+        return d
+    try:
+        h = d.node.hint
+    except AttributeError:
+        return None
+    return int(h) if h is not None else None
+
+
+def _refuse_data_dependent(node: Any, name: str, where: str) -> None:
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    val = node.meta.get("val")
+    try:
+        unbacked = free_unbacked_symbols(val) if val is not None else set()
+    except (TypeError, AttributeError):
+        unbacked = set()
+    if unbacked:
+        names = ", ".join(sorted(str(s) for s in unbacked))
+        raise TraceError(
+            f"{where}{name} gives a data-dependent shape (its size {names} depends on tensor values, known only "
+            "at run time): aotc compiles shapes that follow from the input sizes"
+        )
+
+
+def _unflatten(spec: Any, leaves: Any) -> Any:
+    """The output structure: dicts, ModelOutputs and dataclasses as dicts of their keys, tuples and lists as such."""
+    if spec.is_leaf():
+        return next(leaves)
+    kids = [_unflatten(c, leaves) for c in spec.children()]
+    typ, ctx = spec.type, spec.context
+    if typ is tuple:
+        return tuple(kids)
+    if typ is list:
+        return kids
+    if typ is type(None):
+        return None
+    keys = list(ctx) if isinstance(ctx, (list, tuple)) else list(getattr(typ, "_fields", ()))
+    if len(keys) != len(kids) or not all(isinstance(k, str) for k in keys):
+        raise UnsupportedError(f"outputs of type {typ.__name__} are not supported (tensors, tuples, lists, dicts)")
+    return {k: v for k, v in zip(keys, kids) if v is not None}
+
+
+def size_of_input(user_inputs: Sequence[Tensor], names: Sequence[str]) -> Any:
+    """``size_of(source, axis)`` for guard code: ``L['x'].size()[1]`` is dim 1 of the input named x."""
+    by_source: dict[str, int] = {}
+    for i, n in enumerate(names):
+        by_source[f"L['{n}']"] = i
+        by_source[f"L['args'][{i}]"] = i
+        by_source[f"L['kwargs']['{n}']"] = i
+
+    def size_of(source: str, axis: int) -> Any:
+        from aotc.torch_export.symbols import Untranslatable
+
+        if source not in by_source:
+            raise Untranslatable(f"{source} is not one of the inputs {list(names)}")
+        d = user_inputs[by_source[source]]._v().type.shape[axis]
+        return as_dim(d)
+
+    return size_of
+
+
+def require(tracer: Tracer, lhs: Any, rel: str, rhs: Any, what: str) -> None:
+    """A fact torch recorded: proven by aotc's ranges, or a guard; one false at the example sizes is an error."""
+    try:
+        tracer.ctx.require(lhs, rel, rhs, what)
+    except ShapeError as e:
+        raise TraceError(str(e)) from None
