@@ -12,6 +12,13 @@ last axis, divided by its sum), optionally wrapped in a where that zeroes the ro
 torch's ONNX-export ``where(isnan(p), 0, p)``, or the ONNX Attention importer's
 ``where(reduce_max(bias) == -inf, 0, p)`` when that bias is the one mask added to the scores.
 
+When reshapes regroup the scores' batch dims, attention runs over one grouping in which every mask
+broadcasts: the softmax's, or the one a mask is added in (Swin's shifted windows view the
+``(B*windows, heads)`` scores as ``(B, windows, heads)`` to add a per-window mask, then view them back).
+A mask fits a grouping when the batch dims it varies over are trailing dims of both (those keep their
+index under a row-major regrouping); q, k, v and the output are then reshaped to it, which the kernel
+reads as index arithmetic on its batch.
+
 ``explain_attention`` lists the near misses — a softmax feeding a matmul that did not fold — with the
 reason (a finite masked_fill value, probabilities that are also returned, an op between the scores and
 the softmax that is not a scale or a mask, ...), for ``--explain``.
@@ -28,6 +35,7 @@ from aotc.ir.analysis import Analysis, analyze
 from aotc.ir.dtypes import DType
 from aotc.ir.graph import Graph
 from aotc.ir.ops import HIGH_LEVEL, KEPT_WHOLE, OPS, Op
+from aotc.ir.shapes import fmt_shape
 from aotc.ir.symbolic import mul
 from aotc.ir.types import Attrs, Node, TensorType, Value
 from aotc.ir.verify import graph_ctx, verify
@@ -76,8 +84,9 @@ class AttentionMatch:
     # where(isnan(p), 0, p) (torch's SDPA export) or where(max(bias) == -inf, 0, p) (the ONNX Attention
     # importer) on the probabilities
     zero_masked_rows: bool = False
-    # when the batch dims are reshaped between the matmuls and the softmax (DeBERTa's [B*H] <-> [B, H]):
-    # attention runs over the softmax's batch dims and its output is reshaped to the matmul's
+    # when the batch dims are reshaped between the matmuls and the softmax (DeBERTa's [B*H] <-> [B, H], Swin's
+    # [B*W, H] <-> [B, W, H]): attention runs over these batch dims (one grouping in which every mask fits) and
+    # its output is reshaped to the matmul's
     batch: tuple | None = None
     out_shape: tuple | None = None
     where: str = ""
@@ -141,19 +150,23 @@ def _emit_sdpa(b, m: AttentionMatch, new: Callable[[Value], Value]) -> Value:
     rank = q.type.rank
     k = b.permute(kt, tuple(range(rank - 2)) + (rank - 1, rank - 2))
     dt = q.type.dtype
+
+    def placed(x: Value) -> Value:  # a mask, fitted to the batch dims attention runs over
+        return _fit(b, new(x), rank)
+
     mask = None
     for fm, after in m.float_masks:
-        x = b.cast(new(fm), dt)
+        x = b.cast(placed(fm), dt)
         if after != 1.0:
             x = b.op(Op.MUL, x, b.full(after, dt))
         mask = x if mask is None else b.op(Op.ADD, mask, x)
     if m.fill is not None:
         cond, keeps, value = m.fill
         fill, zero = b.full(value, dt), b.full(0.0, dt)
-        mask = b.op(Op.WHERE, new(cond), *((zero, fill) if keeps else (fill, zero)))
+        mask = b.op(Op.WHERE, placed(cond), *((zero, fill) if keeps else (fill, zero)))
     keep = None
     for bm, keeps in m.keep_masks:
-        x = new(bm) if keeps else b.op(Op.NOT, new(bm))
+        x = placed(bm) if keeps else b.op(Op.NOT, placed(bm))
         keep = x if keep is None else b.op(Op.AND, keep, x)
     if keep is not None:
         mask = keep if mask is None else b.op(Op.WHERE, keep, mask, b.full(-math.inf, dt))
@@ -167,7 +180,7 @@ def _emit_sdpa(b, m: AttentionMatch, new: Callable[[Value], Value]) -> Value:
 
 
 def _operand_shapes(m: AttentionMatch) -> list[tuple]:
-    """q, k^T and v shapes for SDPA: one rank (leading 1s), or the softmax's batch dims after a reshape."""
+    """q, k^T and v shapes for SDPA: one rank (leading 1s), or the batch dims chosen when reshapes regroup them."""
     xs = (m.q, m.kt, m.v)
     if m.batch is not None:
         return [tuple(m.batch) + x.type.shape[-2:] for x in xs]
@@ -184,6 +197,8 @@ class _Matcher:
         self.zero_masked_rows = False
         self.rows_bias: Value | None = None  # the bias of where(max(bias) == -inf, 0, p), checked after the scores
         self.reshaped = False  # a reshape of the batch dims between the matmuls and the softmax
+        # every mask with the scores' batch dims where it is applied, and whether it grows the scores there
+        self.applied: list[tuple[Value, tuple, bool]] = []
 
     def node(self, v: Value) -> Node | None:
         i = self.facts.producer.get(v.id)
@@ -199,9 +214,10 @@ class _Matcher:
         m = AttentionMatch(index, v, v, v, where=self.where, zero_masked_rows=self.zero_masked_rows)
         matmul = self._scores(scores, m, rank)
         if self.rows_bias is not None:
-            self._check_rows_bias(m, self.rows_bias)
+            self._check_rows_bias(m, self.rows_bias, scores.type.shape[:-2])
         if self.reshaped:
-            m.batch, m.out_shape = scores.type.shape[:-2], anchor.outputs[0].type.shape
+            m.batch = self._grouping(scores.type.shape[:-2], matmul.outputs[0].type.shape[:-2])
+            m.out_shape = anchor.outputs[0].type.shape
         q, kt = matmul.inputs
         q, kt = self._operand_scale(q, m), self._operand_scale(kt, m)
         m.q, m.kt = q, kt
@@ -286,9 +302,15 @@ class _Matcher:
                 return bias
         return None
 
-    def _check_rows_bias(self, m: AttentionMatch, bias: Value) -> None:
+    def _check_rows_bias(self, m: AttentionMatch, bias: Value, batch: tuple) -> None:
         """where(max(bias) == -inf, 0, p) zeroes exactly the rows attention leaves NaN (all keys masked) only
-        when that bias is the one mask on the scores: another mask could leave a row NaN that it keeps."""
+        when that bias is the one mask on the scores, added where the softmax groups them: another mask
+        could leave a row NaN that it keeps, and another grouping moves the bias's rows."""
+        if any(x.id == bias.id and at != batch for x, at, _ in self.applied):
+            raise _Miss(
+                f"the probabilities are zeroed where the bias %{bias.id} masks a whole row, but that bias is added "
+                "to the scores under another grouping of their batch dims"
+            )
         masks = [fm.id for fm, _ in m.float_masks]
         if bias.id not in masks:
             added = ", ".join(f"%{i}" for i in masks) or "none"
@@ -305,7 +327,6 @@ class _Matcher:
     def _scores(self, s: Value, m: AttentionMatch, rank: int) -> Node:
         """Walk from the softmax input down to the q @ k^T matmul, collecting scales and masks."""
         after = 1.0  # the product of the scales applied between this point and the softmax
-        regrouped = False  # a batch reshape seen: masks below it would be in the matmul's batch dims
         for _ in range(_MAX_CHAIN):
             n = self.node(s)
             if n is None:
@@ -318,7 +339,7 @@ class _Matcher:
             if op is Op.CAST and n.inputs[0].type.dtype in _FLOATS:
                 s = n.inputs[0]
             elif op is Op.RESHAPE and _batch_reshape(n):
-                self.reshaped = regrouped = True
+                self.reshaped = True
                 s = n.inputs[0]
             elif op in (Op.MUL, Op.DIV):
                 x, c = self._scalar_operand(n, allow_left=op is Op.MUL)
@@ -329,8 +350,6 @@ class _Matcher:
                     raise _Miss(f"the scale {c} is not a positive finite number")
                 after *= c
                 s = x
-            elif regrouped and op in (Op.ADD, Op.WHERE):
-                raise _Miss("a mask is applied before a reshape of the scores' batch dims")
             elif op is Op.ADD:
                 x, mask = self._scores_side(n)
                 if mask.type.dtype not in _FLOATS:
@@ -338,12 +357,33 @@ class _Matcher:
                 if m.fill is not None:
                     raise _Miss("a finite masked fill together with other masks")
                 m.float_masks.append((mask, after))
-                s = x
+                s = self._applied(mask, x, n)
             elif op is Op.WHERE:
-                s = self._where(n, m, after)
+                s = self._applied(n.inputs[0], self._where(n, m, after), n)
             else:
                 raise _Miss(f"the scores pass through {op.value} (only scales, masks and casts fold into attention)")
         raise _Miss(f"more than {_MAX_CHAIN} ops between the scores and the softmax")
+
+    def _applied(self, mask: Value, scores: Value, n: Node) -> Value:
+        """Record where ``mask`` meets the ``scores`` (``n`` applies it); the scores below."""
+        out = n.outputs[0].type.shape
+        self.applied.append((mask, out[:-2], scores.type.shape != out))
+        return scores
+
+    def _grouping(self, softmax: tuple, matmul: tuple) -> tuple:
+        """The batch dims attention runs over when the scores' are regrouped: the softmax's, else the first in
+        which every mask fits (_fits), tried in the order the masks are applied, then the matmul's."""
+        ctx = graph_ctx(self.graph)
+        for mask, at, grows in self.applied:
+            if grows:
+                raise _Miss(
+                    f"the mask %{mask.id} broadcasts the scores to batch dims {fmt_shape(at)}, which a reshape regroups"
+                )
+        for batch in (softmax, *(at for _, at, _ in self.applied), matmul):
+            if all(_fits(ctx, mask.type.shape, at, batch) for mask, at, _ in self.applied):
+                return batch
+        where = ", ".join(f"%{mask.id} over {fmt_shape(at)}" for mask, at, _ in self.applied)
+        raise _Miss(f"no one grouping of the scores' batch dims fits every mask, added as {where}")
 
     def _where(self, n: Node, m: AttentionMatch, after: float) -> Value:
         cond, a, c = n.inputs
@@ -388,7 +428,15 @@ class _Matcher:
             return False
         if n.op is Op.MATMUL:
             return True
-        follow = {Op.CAST: n.inputs[:1], Op.MUL: n.inputs, Op.DIV: n.inputs[:1], Op.ADD: n.inputs}.get(n.op, ())
+        # the scores' ops; a reshape may regroup their batch dims (Swin's windows)
+        ops = {
+            Op.CAST: n.inputs[:1],
+            Op.MUL: n.inputs,
+            Op.DIV: n.inputs[:1],
+            Op.ADD: n.inputs,
+            Op.RESHAPE: n.inputs[:1],
+        }
+        follow = ops.get(n.op, ())
         if n.op is Op.WHERE:
             follow = n.inputs[1:]
         return any(self._reaches_matmul(x, depth - 1) for x in follow)
@@ -476,7 +524,7 @@ class _Matcher:
             self._check_batch_reshape(m, anchor)
         k_shape = shapes[1][:-2] + (shapes[1][-1], shapes[1][-2])
         types = [TensorType(x.type.dtype, sh) for x, sh in zip((q, kt, v), (shapes[0], k_shape, shapes[2]))]
-        for fm, _ in m.float_masks:
+        for fm, _ in m.float_masks if m.batch is None else ():  # _grouping fitted the masks of a regrouping
             if fm.type.rank > rank:
                 raise _Miss(f"the mask %{fm.id} has a higher rank than the attention")
         try:
@@ -493,6 +541,21 @@ def _batch_reshape(n: Node) -> bool:
     """A reshape that regroups only the batch dims (the [rows, keys] matrix untouched)."""
     src, dst = n.inputs[0].type.shape, n.outputs[0].type.shape
     return len(src) >= 2 and len(dst) >= 2 and src[-2:] == dst[-2:]
+
+
+def _fits(ctx, mask: tuple, at: tuple, batch: tuple) -> bool:
+    """Whether a mask of shape ``mask``, broadcast against scores with batch dims ``at``, is the same mask
+    broadcast against their regrouping ``batch``: the batch dims it varies over are trailing dims of both."""
+    dims = mask[:-2]
+    varies = next((len(dims) - i for i, d in enumerate(dims) if d != 1), 0)
+    if varies > min(len(at), len(batch)):
+        return False
+    return all(ctx.known_equal(a, c) for a, c in zip(at[len(at) - varies :], batch[len(batch) - varies :]))
+
+
+def _fit(b, x: Value, rank: int) -> Value:
+    """``x`` with its leading 1s dropped down to ``rank`` (a mask of another grouping, fitted by _fits)."""
+    return x if x.type.rank <= rank else b.reshape(x, x.type.shape[x.type.rank - rank :])
 
 
 def _last_axis(n: Node, rank: int) -> bool:

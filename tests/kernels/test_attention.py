@@ -299,6 +299,38 @@ def test_hand_written_attention_through_the_pass_runs_as_one_kernel() -> None:
     np.testing.assert_allclose(got, want, atol=2e-5, rtol=2e-5)
 
 
+def test_shifted_window_attention_reads_its_mask_by_window() -> None:
+    """Swin's shifted windows: scores over [B*W, H] viewed as [B, W, H] to add a per-window [W, S, S] mask, then
+    viewed back. The pass runs attention over [B, W, H]; the kernel reads q/k/v and the mask from the inputs,
+    the mask at the window index of its batch (index arithmetic, no [B*W, H, S, S] copy)."""
+    h, d, w = 2, 8, 4
+
+    def fn(x, win):
+        b, nw, s, c = x.shape
+        x = x.reshape(b * nw, s, c)
+        q, k, v = (x[..., i * h * d : (i + 1) * h * d].reshape(b * nw, s, h, d).transpose(1, 2) for i in range(3))
+        scores = (q * d**-0.5) @ k.transpose(-2, -1)
+        scores = scores.reshape(b, nw, h, s, s) + win[None, :, None]
+        return F.softmax(scores.reshape(b * nw, h, s, s), dim=-1) @ v
+
+    seq = Dim("seq", min=1, max=64)
+    spec = {
+        "x": TensorSpec((Dim("batch", min=1, max=4), w, seq, 3 * h * d), "float32"),
+        "win": TensorSpec((w, seq, seq), "float32"),
+    }
+    graph = lower(trace(fn, spec, name="attn"), CompileOptions(fuse_attention=True))
+    node = anchor_of(graph, Op.SDPA)
+    kernel = emit_attention(builder_for(graph, node), node, config=AttentionConfig(16, 16))
+    assert set(kernel.inputs) == {v.id for v in graph.inputs}  # no copies: q/k/v and the mask from the inputs
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((3, w, 20, 3 * h * d)).astype(np.float32)
+    win = np.where(rng.random((w, 20, 20)) < 0.5, -100.0, 0.0).astype(np.float32)
+    env = {"batch": 3, "seq": 20}
+    got = run_kernel(graph, kernel, [x, win], env)[node.outputs[0].id]
+    (want,) = GraphRunner(lower(trace(fn, spec, name="attn"), CompileOptions())).run([x, win], env)
+    np.testing.assert_allclose(got.reshape(want.shape), want, atol=2e-5, rtol=2e-5)
+
+
 def test_three_dim_inputs_with_a_static_length() -> None:
     """[batch*heads, L, D] operands (one batch dim), static Lk and a head dim (48) padded to 64."""
     stub = Graph((), (), (), (), {"tuple": []}, (Symbol("lq", 1, 64),), ())

@@ -15,6 +15,7 @@ from aotc.errors import VerifyError
 from aotc.frontend.trace import trace
 from aotc.ir import Op
 from aotc.ir.evaluate import GraphRunner
+from aotc.ir.symbolic import mul, sym
 from aotc.lowering.attention import decompose_keeping_attention, explain_attention, fuse_attention, verify_fused
 from aotc.lowering.options import CompileOptions
 from aotc.lowering.pipeline import lower, stages
@@ -340,14 +341,103 @@ def test_near_miss_rows_zeroed_by_another_condition() -> None:
     assert "neither isnan(p) nor reduce_max(bias) == -inf" in reason
 
 
-def test_near_miss_mask_below_a_batch_reshape() -> None:
+def test_a_mask_below_a_batch_reshape_folds_in_the_matmuls_grouping() -> None:
+    """Scores over [B*H] get a [B*H, 1, S] bias, then are viewed as [B, H] for the softmax: attention runs over
+    [B*H] (where the bias fits) and its output is viewed as [B, H]."""
+
     def fn(x, keep):
         q, k, v = _qkv(x)
         b, h, s, d = q.shape
         scores = q.reshape(b * h, s, d) @ k.reshape(b * h, s, d).transpose(-1, -2)
-        bias = keep[:, None, :].float().expand(b, h, s).reshape(b * h, 1, s)
+        bias = (1.0 - keep[:, None, :].float().expand(b, h, s).reshape(b * h, 1, s)) * -1e4
         p = F.softmax((scores + bias).reshape(b, h, s, s), dim=-1)
         return p @ v
 
-    (reason,) = _explained(fn, SPEC)
-    assert "before a reshape" in reason
+    graph = trace(fn, SPEC, name="attn")
+    assert explain_attention(decompose_keeping_attention(graph)) == []
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((3, 10, 3 * H * D)).astype(np.float32)
+    keep = (rng.random((3, 10)) < 0.7).astype(np.int64)
+    fused = _same_results(graph, [x, keep], {"batch": 3, "seq": 10})
+    (node,) = [n for n in fused.nodes if n.op is Op.SDPA]
+    assert node.inputs[0].type.rank == 3 and node.outputs[0].type.shape[0] == mul(sym("batch"), H)
+
+
+W = 4  # windows per image
+
+
+def _windows(x, rel, win, fill=None):
+    """torchvision's shifted_window_attention: windows folded into the batch, scores viewed as [B, W, H] to add
+    the per-window mask (or mask them with ``fill``), then viewed back to [B*W, H] for the softmax."""
+    b, w, s, c = x.shape
+    q, k, v = _qkv(x.reshape(b * w, s, c))  # [B*W, H, S, D]
+    scores = _scale_on_q(q, k)
+    if rel is not None:
+        scores = scores + rel  # the relative position bias [H, S, S], over [B*W, H]
+    scores = scores.reshape(b, w, H, s, s)
+    mask = win[None, :, None]  # [1, W, 1, S, S]
+    scores = scores + mask if fill is None else scores.masked_fill(mask < 0, fill)
+    return F.softmax(scores.reshape(b * w, H, s, s), dim=-1) @ v
+
+
+WINDOW_SPEC = {
+    "x": TensorSpec((B, W, SEQ, 3 * H * D), "float32"),
+    "rel": TensorSpec((H, SEQ, SEQ), "float32"),
+    "win": TensorSpec((W, SEQ, SEQ), "float32"),
+}
+SHIFTED = {
+    "add": lambda x, rel, win: _windows(x, rel, win),
+    "neg_inf": lambda x, rel, win: _windows(x, rel, win, float("-inf")),
+    "finfo_min": lambda x, rel, win: _windows(x, None, win, float(np.finfo(np.float32).min)),
+}
+
+
+@pytest.mark.parametrize("style", list(SHIFTED))
+def test_shifted_window_mask_added_across_a_batch_view_folds(style: str) -> None:
+    """Before: softmax(view(view(q k^T + rel, [B, W, H]) + mask, [B*W, H])) @ v, a per-window mask that only
+    broadcasts over the images once the windows have their own dim. After: one SDPA over [B, W, H] reading
+    q, k, v and the masks through views (index arithmetic on its batch), its output viewed back to [B*W, H]."""
+    fn = SHIFTED[style]
+    graph = trace(fn, WINDOW_SPEC, name="attn")
+    before = decompose_keeping_attention(graph)
+    assert _count(before, Op.SDPA) == 0 and explain_attention(before) == []
+    rng = np.random.default_rng(7)
+    s = 9
+    x = rng.standard_normal((2, W, s, 3 * H * D)).astype(np.float32)
+    rel = (0.5 * rng.standard_normal((H, s, s))).astype(np.float32)
+    win = np.where(rng.random((W, s, s)) < 0.4, -100.0, 0.0).astype(np.float32)
+    win[:, np.arange(s), np.arange(s)] = 0.0  # every query keeps itself, as in Swin
+    fused = _same_results(graph, [x, rel, win], {"batch": 2, "seq": s})
+    (node,) = [n for n in fused.nodes if n.op is Op.SDPA]
+    windows = (sym("batch"), W, H)
+    assert [x.type.shape[:-2] for x in (*node.inputs[:3], node.outputs[0])] == [windows] * 4
+    *images, windows_, heads = node.inputs[3].type.shape[:-2]  # the masks fit [B, W, H] and repeat over images
+    assert all(d == 1 for d in images) and windows_ == W and heads in (1, H)
+    assert fused.outputs[0].type.shape == (mul(sym("batch"), W), H, sym("seq"), D) and _count(fused, Op.REDUCE_MAX) == 0
+
+
+def test_near_miss_masks_under_groupings_no_one_fits() -> None:
+    """A per-window padding bias over [B*W] and the shift mask over [B, W, H]: neither grouping fits both."""
+
+    def fn(x, rel, win):
+        b, w, s, c = x.shape
+        pad = (x[..., 0] > 0).float().reshape(b * w, 1, 1, s) * -1e4
+        q, k, v = _qkv(x.reshape(b * w, s, c))
+        scores = (_scale_on_q(q, k) + pad).reshape(b, w, H, s, s) + win[None, :, None]
+        return F.softmax(scores.reshape(b * w, H, s, s), dim=-1) @ v
+
+    (reason,) = _explained(fn, WINDOW_SPEC)
+    assert "no one grouping of the scores' batch dims fits every mask, added as %" in reason
+
+
+def test_near_miss_mask_growing_regrouped_scores() -> None:
+    """One head's scores viewed as [B, W, 1] and broadcast to [B, W, H] by the mask: not a mask of attention."""
+
+    def fn(x, rel, win):
+        b, w, s, c = x.shape
+        q, k, v = _qkv(x.reshape(b * w, s, c))
+        scores = _scale_on_q(q[:, :1], k[:, :1]).reshape(b, w, 1, s, s) + rel[None, None]
+        return F.softmax(scores.reshape(b * w, H, s, s), dim=-1) @ v
+
+    (reason,) = _explained(fn, WINDOW_SPEC)
+    assert "which a reshape regroups" in reason

@@ -5,7 +5,8 @@ torchvision definition, exported once per session with dynamic batch and sequenc
 width) by the TorchScript-based exporter (``dynamo=False``: it needs nothing beyond torch, so it works offline),
 imported with ``aotc.onnx.import_onnx``, compiled to an artifact and run on the cpu backend at two shapes from
 the one file. Outputs must match onnxruntime's to rtol 1e-4, atol 1e-5 (float32 throughout; the observed
-difference is about 1e-6) and come back under the ONNX output names.
+difference is about 1e-6) and come back under the ONNX output names. Swin-T shows one fused attention kernel
+per block, its shifted-window blocks included.
 
 Skipped when torch or transformers (or, for Swin-T, torchvision) is not installed.
 """
@@ -23,6 +24,7 @@ import pytest
 from torch_kit import torch_module, torchvision_module, transformers_module
 
 from aotc.compiler import compile_graph
+from aotc.ir.schedule import KernelKind
 from aotc.onnx import import_onnx
 
 ort = pytest.importorskip("onnxruntime")
@@ -119,6 +121,7 @@ class Case:
     kind: str = "text"  # text: input_ids + attention_mask over (batch, seq); image: pixel_values
     dims: tuple[tuple[str, tuple[int, int]], ...] = tuple(TEXT_DIMS.items())
     shapes: tuple[tuple[int, ...], ...] = TEXT_SHAPES
+    attention: int = 0  # fused attention kernels expected (0: not checked)
 
 
 MODELS: dict[str, Case] = {
@@ -166,6 +169,7 @@ MODELS: dict[str, Case] = {
         "image",
         (("batch", (1, 8)), ("height", (16, 64)), ("width", (16, 64))),
         ((2, 3, 32, 32), (1, 3, 48, 40)),
+        attention=4,  # one per block: the shifted-window mask is added across a view of the scores' batch dims
     ),
 }
 
@@ -192,6 +196,9 @@ def test_exported_model_matches_onnxruntime_at_two_shapes(name: str, exports: di
         exports[name] = case.build()
     blob = exports[name]
     compiled = compile_graph(import_onnx(blob, dims=dict(case.dims)))
+    if case.attention:
+        kinds = [k.kind for k in compiled.schedule.kernels]
+        assert kinds.count(KernelKind.ATTENTION) == case.attention, compiled.explain()
     session = ort.InferenceSession(blob, providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(0)
     for shape in case.shapes:

@@ -5,7 +5,7 @@ custom cells. Each case builds the torch module, the aotc input specs and feeds 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -32,11 +32,12 @@ class Case:
     inputs: dict[str, TensorSpec]
     feeds: Callable[[tuple[int, ...], np.random.Generator], dict[str, np.ndarray]]
     shapes: tuple[tuple[int, ...], ...]  # two values of each dynamic dim
-    # Fused attention kernels expected: one per layer, except Swin's shifted-window blocks, whose mask is added
-    # across a reshape of the scores' batch dims, which the attention pass does not match (--explain says so).
+    # Fused attention kernels expected: one per layer (Swin: one per block, the shifted-window blocks included,
+    # whose mask is added across a view of the scores' batch dims).
     attention_layers: int = 0
-    interpret: bool = False  # small enough to run under the Triton interpreter too
+    interpret: bool = False  # small enough to run under the Triton interpreter too (under 1 s; the CNN, 6 s)
     slow: bool = False  # minutes on a 2-core machine: runs with -m slow
+    interpret_bug: str = ""  # a known failure under the interpreter: its run is a strict xfail naming it
 
 
 def text_feeds(shape: tuple[int, ...], rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -162,13 +163,13 @@ def _text(build: Callable[[], Any], layers: int = 2, interpret: bool = False) ->
     return Case(build, TEXT, text_feeds, ((2, 7), (3, 16)), layers, interpret)
 
 
-def _image(name: str, attention: int = 0, slow: bool = False) -> Case:
+def _image(name: str, attention: int = 0, slow: bool = False, interpret: bool = False) -> Case:
     spec = {"x": TensorSpec((BATCH, 3, 32, 32))}
-    return Case(vision(name), spec, image_feeds, ((2, 3, 32, 32), (3, 3, 32, 32)), attention, slow=slow)
+    return Case(vision(name), spec, image_feeds, ((2, 3, 32, 32), (3, 3, 32, 32)), attention, interpret, slow)
 
 
 MODELS: dict[str, Case] = {
-    "bert": _text(hf("BertConfig", "BertModel", **SMALL)),
+    "bert": _text(hf("BertConfig", "BertModel", **SMALL), interpret=True),
     "gpt2": _text(
         hf(
             "GPT2Config",
@@ -193,7 +194,8 @@ MODELS: dict[str, Case] = {
             use_cache=False,
             bos_token_id=0,
             eos_token_id=0,
-        )
+        ),
+        interpret=True,
     ),
     "distilbert": _text(
         hf(
@@ -212,8 +214,14 @@ MODELS: dict[str, Case] = {
     "deberta_v2": _text(hf("DebertaV2Config", "DebertaV2Model", **SMALL)),
     "clip_text": _text(hf("CLIPTextConfig", "CLIPTextModel", **SMALL, bos_token_id=0, eos_token_id=2, pad_token_id=1)),
     "roberta": _text(hf("RobertaConfig", "RobertaModel", **{**SMALL, "max_position_embeddings": 80})),
-    "t5_encoder": _text(
-        hf("T5Config", "T5EncoderModel", vocab_size=VOCAB, d_model=32, d_kv=16, d_ff=64, num_layers=2, num_heads=2)
+    "t5_encoder": replace(
+        _text(
+            hf("T5Config", "T5EncoderModel", vocab_size=VOCAB, d_model=32, d_kv=16, d_ff=64, num_layers=2, num_heads=2),
+            interpret=True,
+        ),
+        # the relative-position bucket kernel ANDs a constant True, written as the literal 1 (pointwise_ops.literal),
+        # so `1 & (x >= 0)` is int32 and Triton warns on tl.where's non-bool condition
+        interpret_bug="a bool constant is emitted as the int literal 1: tl.where gets an int32 condition",
     ),
     "vit": Case(
         vit,
@@ -221,6 +229,7 @@ MODELS: dict[str, Case] = {
         lambda shape, rng: {"pixel_values": rng.standard_normal(shape).astype(np.float32)},
         ((2, 3, 32, 32), (3, 3, 32, 32)),
         2,
+        interpret=True,
     ),
     "whisper_encoder": Case(
         whisper_encoder,
@@ -228,15 +237,21 @@ MODELS: dict[str, Case] = {
         lambda shape, rng: {"input_features": rng.standard_normal(shape).astype(np.float32)},
         ((2, 16, 32), (3, 16, 32)),
         2,
+        interpret=True,
     ),
     "resnet18": _image("resnet18"),
-    "mobilenet_v3_small": _image("mobilenet_v3_small"),
+    "mobilenet_v3_small": _image("mobilenet_v3_small", interpret=True),
     "efficientnet_b0": _image("efficientnet_b0"),
     "convnext_tiny": _image("convnext_tiny"),
     "swin_small_config": Case(
-        small_swin, {"x": TensorSpec((BATCH, 3, 32, 32))}, image_feeds, ((2, 3, 32, 32), (3, 3, 32, 32)), 3
+        small_swin,
+        {"x": TensorSpec((BATCH, 3, 32, 32))},
+        image_feeds,
+        ((2, 3, 32, 32), (3, 3, 32, 32)),
+        4,
+        interpret=True,
     ),
-    "swin_t": _image("swin_t", attention=11, slow=True),
+    "swin_t": _image("swin_t", attention=12, slow=True),
     "lstm": Case(
         lstm,
         {"x": TensorSpec((BATCH, 6, 8))},
