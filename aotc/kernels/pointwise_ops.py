@@ -45,7 +45,9 @@ def _inline(expr: str) -> str:
 def literal(v: float | int | bool, dtype: DType) -> str:
     """A Python literal Triton folds at compile time (inf and NaN included)."""
     if dtype is DType.bool:
-        return "1" if v else "0"
+        # True/False, not 1/0: Triton types a Python bool as int1, so `True & (x >= 0)` stays a mask where
+        # `1 & (x >= 0)` would be an int32 that tl.where then warns about as a condition
+        return "True" if v else "False"
     if dtype.is_int:
         return str(int(v))
     f = float(v)
@@ -61,7 +63,7 @@ def is_literal(text: str) -> bool:
     return bool(_NUMBER.fullmatch(text))
 
 
-_NUMBER = re.compile(r'-?(\d+(\.\d*)?(e[-+]?\d+)?|float\("(nan|inf)"\))')
+_NUMBER = re.compile(r'-?(\d+(\.\d*)?(e[-+]?\d+)?|float\("(nan|inf)"\))|True|False')
 
 
 def _tanh(x: str) -> str:
