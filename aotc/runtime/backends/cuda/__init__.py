@@ -12,8 +12,9 @@ from typing import Any
 
 from aotc.ir.launch import KernelBinary
 from aotc.runtime.backends.cuda.arrays import DeviceArray, DeviceInput
-from aotc.runtime.backends.cuda.backend import CudaBackend, DeviceModel
+from aotc.runtime.backends.cuda.backend import CudaBackend
 from aotc.runtime.backends.cuda.driver import CudaError, Device, DeviceInfo
+from aotc.runtime.backends.cuda.model import DeviceModel
 from aotc.runtime.backends.cuda.program import CudaProgram
 
 

@@ -1,80 +1,24 @@
-"""The cuda backend: a ``DeviceModel`` (weights uploaded once, kernel modules loaded once, shared by every
-variant of a loaded model) and ``CudaBackend.prepare(graph, schedule, binaries)`` building a ``CudaProgram``."""
+"""The cuda backend: ``CudaBackend.prepare(graph, schedule, binaries)`` building a ``CudaProgram`` over the loaded
+model's ``DeviceModel`` (model.py)."""
 
 from __future__ import annotations
 
 import dataclasses
-import threading
 import warnings
 from collections.abc import Mapping
 from typing import Any
-
-import numpy as np
 
 from aotc.artifact.code_checks import derive_driver_floor
 from aotc.errors import ExecError, UnsupportedError
 from aotc.ir.graph import Graph
 from aotc.ir.launch import KernelBinary
 from aotc.ir.schedule import Schedule
-from aotc.runtime.backends.cuda.arrays import DeviceInput, DeviceMemory, adopt
+from aotc.runtime.backends.cuda.arrays import DeviceInput, adopt
 from aotc.runtime.backends.cuda.driver import Device
-from aotc.runtime.backends.cuda.modules import LoadedKernel, check_driver_floor, load_kernel, unload
+from aotc.runtime.backends.cuda.model import DeviceModel
+from aotc.runtime.backends.cuda.modules import check_driver_floor
 from aotc.runtime.backends.cuda.program import CudaProgram
 from aotc.runtime.backends.cuda.slots import release_all
-
-
-class DeviceModel:
-    """What a loaded model keeps on one GPU for all its variants: weights and kernel modules."""
-
-    def __init__(self, device: Device) -> None:
-        self.device = device
-        self._weights: dict[str, tuple[np.ndarray, DeviceMemory | None]] = {}
-        self._kernels: dict[str, tuple[KernelBinary, LoadedKernel]] = {}
-        self._lock = threading.Lock()
-
-    def weight(self, name: str, array: np.ndarray) -> int:
-        """The device address of weight ``name`` (uploaded on first use; variants share it)."""
-        host = np.ascontiguousarray(array)
-        with self._lock:
-            have = self._weights.get(name)
-            if have is not None:
-                if have[0] is not host and (
-                    have[0].shape != host.shape or have[0].dtype != host.dtype or not np.array_equal(have[0], host)
-                ):
-                    raise ExecError(f"weight {name!r} differs between variants of one model")
-                return have[1].ptr if have[1] is not None else 0
-            mem = DeviceMemory(self.device, host.nbytes, f"weight {name!r}") if host.nbytes else None
-            if mem is not None:
-                self.device.upload(mem.ptr, host.ctypes.data, host.nbytes, 0)
-                self.device.sync(0)
-            self._weights[name] = (host, mem)
-            return mem.ptr if mem is not None else 0
-
-    def kernel(self, binary: KernelBinary) -> LoadedKernel:
-        with self._lock:
-            have = self._kernels.get(binary.name)
-            if have is not None:
-                if have[0] != binary:
-                    raise ExecError(f"two different binaries are named {binary.name!r}")
-                return have[1]
-            loaded = load_kernel(self.device, binary)
-            self._kernels[binary.name] = (binary, loaded)
-            return loaded
-
-    @property
-    def weight_bytes(self) -> int:
-        return sum(m.nbytes for _, m in self._weights.values() if m is not None)
-
-    def close(self) -> None:
-        with self._lock:
-            weights, self._weights = self._weights, {}
-            kernels, self._kernels = self._kernels, {}
-        release_all(
-            [
-                *(mem.free for _, mem in weights.values() if mem is not None),
-                *(lambda k=loaded: unload(self.device, k) for _, loaded in kernels.values()),
-            ]
-        )
 
 
 class CudaBackend:

@@ -7,7 +7,7 @@ import contextlib
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -19,13 +19,11 @@ from aotc.ir.schedule import ALIGN, Schedule
 from aotc.ir.symbolic import evaluate
 from aotc.runtime.backends.cuda.arrays import DeviceArray, DeviceInput, DeviceMemory, adopt
 from aotc.runtime.backends.cuda.launch import Launch
+from aotc.runtime.backends.cuda.model import DeviceModel
 from aotc.runtime.backends.cuda.modules import check_signature
 from aotc.runtime.backends.cuda.plan import BUFFER, SIZE, ShapePlan, Storage, plan_shape, recipe
 from aotc.runtime.backends.cuda.slots import GraphEntry, Slot, SlotPool, release_all
 from aotc.runtime.backends.interpret import InterpretProgram
-
-if TYPE_CHECKING:
-    from aotc.runtime.backends.cuda.backend import DeviceModel
 
 OUTPUTS = ("numpy", "device")
 
