@@ -58,8 +58,8 @@ def _check_inputs(inputs: Any) -> dict[str, TensorSpec]:
 def trace(model: Module | Callable[..., Any], inputs: Mapping[str, TensorSpec], name: str = "model") -> Graph:
     """Capture ``model`` (an ``nn.Module`` or a function of tensors) as a graph with symbols and guards.
 
-    Inputs are passed by keyword when the signature has parameters with the spec's names, else by
-    position in the spec's order.
+    Inputs are passed by keyword: every key of ``inputs`` names a parameter of ``forward`` (or of the function),
+    and every parameter without a default has an input.
     """
     specs = _check_inputs(inputs)
     if not callable(model):
@@ -111,23 +111,31 @@ def _name(model: Any) -> str:
 
 
 def _arguments(model: Any, tensors: dict[str, Tensor]) -> tuple[tuple, dict]:
+    """``tensors`` as keyword arguments of forward. Only names bind: matching by position would let a spec named
+    ``a`` feed a parameter ``b`` and give a wrong answer with no error."""
     fn = model.forward if isinstance(model, Module) else model
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
-        return tuple(tensors.values()), {}
-    try:
-        sig.bind(**tensors)
-        return (), tensors
-    except TypeError:
-        pass
-    try:
-        sig.bind(*tensors.values())
-        return tuple(tensors.values()), {}
-    except TypeError as e:
         raise TraceError(
-            f"cannot call {_name(model)}{sig} with the inputs {list(tensors)} by name or by position: {e}"
+            f"cannot read the parameters of {_name(model)}, so the inputs {list(tensors)} cannot be matched to them "
+            "by name; wrap it in a function whose parameters are named like the inputs"
         ) from None
+    params = list(sig.parameters.values())
+    named = [p.name for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in params)
+    missing = [p.name for p in params if p.name in named and p.default is p.empty and p.name not in tensors]
+    unknown = [k for k in tensors if k not in named and not takes_any]
+    if missing or unknown:
+        what = [f"no input for parameter(s) {missing}"] if missing else []
+        what += [f"input(s) {unknown} name no parameter"] if unknown else []
+        raise TraceError(
+            f"the inputs {list(tensors)} do not match the parameters of {_name(model)}{sig} by name: "
+            f"{'; '.join(what)} (inputs bind by name only; name each input after its forward parameter)"
+        )
+    # a positional-only parameter (``operator.add(a, b, /)``) still binds by its name, but is passed by position
+    positional = [p.name for p in params if p.kind is p.POSITIONAL_ONLY and p.name in tensors]
+    return tuple(tensors[n] for n in positional), {n: t for n, t in tensors.items() if n not in positional}
 
 
 def _flatten(obj: Any, leaves: list[Value], tracer: Tracer) -> Any:

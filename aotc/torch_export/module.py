@@ -67,7 +67,7 @@ class TorchModel:
         self.module = module
         self.progress = progress
         self.__name__ = type(module).__name__
-        try:  # the trace passes inputs by name or position as forward takes them
+        try:  # the trace binds inputs to forward's parameters by name
             self.__signature__ = inspect.signature(module.forward)
         except (TypeError, ValueError):
             pass
@@ -112,7 +112,7 @@ def export_at_hints(module: Any, args: Sequence[Tensor], kwargs: Mapping[str, Te
                 sources[f"L['{name}'].size()[{axis}]"] = to_infix(d)
         return value, dyn
 
-    # aotc's trace passes the inputs by name where forward takes them so, else by position (never both)
+    # aotc's trace passes each input by name, or by position to a positional-only parameter (named like it)
     params = list(inspect.signature(module.forward).parameters)
     named = [(params[i] if i < len(params) else f"args_{i}", t) for i, t in enumerate(args)] + list(kwargs.items())
     examples = {name: example(name, t) for name, t in named}

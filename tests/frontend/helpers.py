@@ -44,7 +44,7 @@ def spec_of(x: np.ndarray, dims: Mapping[int, Dim] | None = None) -> TensorSpec:
 
 def trace_run(fn: Callable[..., Any], *arrays: np.ndarray, dims: Mapping[int, Dim] | None = None) -> Any:
     """Trace fn over inputs shaped like arrays (axes in ``dims`` dynamic in every input) and run it on them."""
-    names = [f"x{i}" for i in range(len(arrays))]
+    names = list(inspect.signature(fn).parameters)[: len(arrays)]  # inputs bind to parameters by name
     specs = {n: spec_of(a, {i: d for i, d in (dims or {}).items() if i < a.ndim}) for n, a in zip(names, arrays)}
     graph = trace(fn, specs)
     return run(graph, *arrays)

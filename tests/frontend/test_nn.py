@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections import OrderedDict
 
@@ -248,7 +249,8 @@ def test_module_dtype_conversion():
 
 def _layer_run(layer, x, dims=None):
     shape = tuple((dims or {}).get(i, n) for i, n in enumerate(x.shape))
-    g = trace(layer, {"x": TensorSpec(shape, x.dtype.name)})
+    (param, *_) = inspect.signature(layer.forward).parameters  # inputs bind to forward's parameters by name
+    g = trace(layer, {param: TensorSpec(shape, x.dtype.name)})
     return run(g, x)
 
 
@@ -427,7 +429,7 @@ def test_lstm_default_state_and_unbatched():
 def test_lstm_needs_a_static_time_axis():
     lstm = nn.LSTM(3, 4, batch_first=True)
     with pytest.raises(TraceError, match="sequence length must be static"):
-        trace(lstm, {"x": TensorSpec((B, Dim("steps", 1, 10), 3))})
+        trace(lstm, {"input": TensorSpec((B, Dim("steps", 1, 10), 3))})
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from math import erf
 
 import numpy as np
@@ -26,20 +27,43 @@ def test_function_inputs_bind_by_name():
     np.testing.assert_array_equal(run(g, x, y), x - y)
 
 
-def test_function_inputs_bind_by_position():
+def test_inputs_bind_by_name_in_any_order():
     def f(a, b):
         return a * 2 + b
 
-    g = trace(f, {"x": TensorSpec((3,)), "y": TensorSpec((3,))})
-    x, y = np.arange(3, dtype=np.float32), np.ones(3, np.float32)
-    np.testing.assert_array_equal(run(g, x, y), x * 2 + y)
-    g = trace(lambda *ts: ts[0] + ts[1], {"x": TensorSpec((3,)), "y": TensorSpec((3,))})
-    np.testing.assert_array_equal(run(g, x, y), x + y)
+    g = trace(f, {"b": TensorSpec((3,)), "a": TensorSpec((3,))})
+    a, b = np.arange(3, dtype=np.float32), np.ones(3, np.float32)
+    np.testing.assert_array_equal(run(g, b, a), a * 2 + b)  # the graph keeps the inputs in the spec order
+    # a positional-only parameter binds by its name too
+    g = trace(operator.sub, {"b": TensorSpec((3,)), "a": TensorSpec((3,))})
+    np.testing.assert_array_equal(run(g, b, a), a - b)
 
 
-def test_unbindable_signature_is_a_trace_error():
-    with pytest.raises(TraceError, match="by name or by position"):
-        trace(lambda a, b, c: a, {"x": TensorSpec((3,)), "y": TensorSpec((3,))})
+@pytest.mark.parametrize(
+    ("fn", "match"),
+    [
+        # the misbinding this refuses: a spec named x fed to a, y to b, by position, with no warning
+        (
+            lambda a, b: a * 2 + b,
+            r"no input for parameter\(s\) \['a', 'b'\]; input\(s\) \['x', 'y'\] name no parameter",
+        ),
+        (lambda a, b, c: a, r"no input for parameter\(s\) \['a', 'b', 'c'\]"),
+        (lambda x: x, r"input\(s\) \['y'\] name no parameter"),
+        (lambda *ts: ts[0] + ts[1], r"input\(s\) \['x', 'y'\] name no parameter"),
+    ],
+)
+def test_inputs_that_do_not_name_the_parameters_are_a_trace_error(fn, match):
+    with pytest.raises(TraceError, match=match) as e:
+        trace(fn, {"x": TensorSpec((3,)), "y": TensorSpec((3,))})
+    assert "inputs bind by name only" in str(e.value)
+
+
+def test_defaults_and_kwargs_bind_by_name():
+    g = trace(lambda x, scale=None: x * 2, {"x": TensorSpec((3,))})
+    assert g.input_names == ("x",)
+    g = trace(lambda **ts: ts["u"] - ts["v"], {"v": TensorSpec((3,)), "u": TensorSpec((3,))})
+    u, v = np.full(3, 5, np.float32), np.ones(3, np.float32)
+    np.testing.assert_array_equal(run(g, v, u), u - v)
 
 
 def test_output_structures_round_trip():

@@ -214,12 +214,12 @@ def test_example_sizes_avoid_0_and_1_and_a_dim_that_can_only_be_1_says_why() -> 
 def test_a_module_in_training_mode_compiles_for_inference_and_keeps_its_mode() -> None:
     torch.manual_seed(0)
     module = nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.5), nn.BatchNorm1d(8)).train()
-    compiled = aotc.compile(module, ROWS)
+    compiled = aotc.compile(module, {"input": ROWS["x"]})  # Sequential.forward(input): inputs bind by name
     assert module.training
     x = np.random.default_rng(0).standard_normal((4, 8)).astype(F32)
     with torch.no_grad():
-        expected = module.eval()(torch.from_numpy(x)).numpy()  # inputs bind by position when forward's names differ
-    np.testing.assert_allclose(compiled(x=x), expected, rtol=1e-5, atol=1e-6)
+        expected = module.eval()(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(compiled(input=x), expected, rtol=1e-5, atol=1e-6)
 
 
 def test_training_mode_dropout_is_refused() -> None:
