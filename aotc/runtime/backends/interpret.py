@@ -10,6 +10,7 @@ value is a typed, shaped view of its group's bytes for the call.
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -26,7 +27,17 @@ from aotc.runtime.backends.cpu import owned
 
 
 class InterpretBackend:
+    """Runs the artifact's own Triton kernels under Triton's interpreter. Refused at construction (so at ``load``)
+    when triton is not installed, naming the extra, rather than failing at the first call."""
+
     name = "interpret"
+
+    def __init__(self) -> None:
+        if importlib.util.find_spec("triton") is None:
+            raise UnsupportedError(
+                "device 'interpret' runs the artifact's Triton kernels and needs triton >= 3.6, which is not "
+                "installed: pip install 'aotc[interpret]'"
+            )
 
     def prepare(self, graph: Graph, schedule: Schedule | None = None) -> InterpretProgram:
         if schedule is None:
