@@ -9,6 +9,7 @@ verification). ``--debug`` adds the traceback; the exit code stays the same.
 from __future__ import annotations
 
 import traceback
+import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -59,12 +60,21 @@ def classify(exc: BaseException) -> tuple[int, str]:
     return EXIT_INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
 
 
+def _show_warning(message: Warning | str, category: type[Warning], *_args: Any, **_kwargs: Any) -> None:
+    """A warning as one ``warning:`` line on stderr, like the ``error:`` lines: aotc's warnings speak to the user
+    (a defaulted dim range, a kernel that falls back), so the Python file and line they were raised at are noise."""
+    click.echo(f"warning: {message}", err=True)
+
+
 class AotcGroup(click.Group):
     """A click group that reports every command's failure the same way."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
+            with warnings.catch_warnings():
+                warnings.filterwarnings("default", module="aotc")  # aotc's own warnings always reach the user
+                warnings.showwarning = _show_warning
+                return super().invoke(ctx)
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
         except Exception as exc:

@@ -53,6 +53,13 @@ def _kernel_lines(info: dict[str, Any]) -> list[str]:
         lines.append(f"driver     loads on CUDA drivers {chain['cuda_driver_floor']} and newer")
     if info.get("arena_bytes") is not None:
         lines.append(f"arena      {format_size(info['arena_bytes'])} at most (every dim at its maximum)")
+        grows = [(d, b) for d, b in (info.get("arena_by_dim") or {}).items() if b > 0]
+        if grows:  # the dims the arena grows with, the one that dominates first: what --dim ranges to narrow
+            ranges = {s["name"]: s for s in info.get("symbols", [])}
+            lines.append(
+                "           with one dim at its maximum and the others at their minimum: "
+                + ", ".join(f"{d}={ranges[d]['max'] if d in ranges else 'max'}: {format_size(b)}" for d, b in grows)
+            )
     return lines
 
 
@@ -102,6 +109,7 @@ def render_text(info: dict[str, Any]) -> str:
         "segments_verified",
         "constants", "weight_bytes", "inputs", "outputs", "output_tree", "symbols", "guards", "variants",
         "source", "meta", "features", "kernel_features", "unusable_kernel_features", "kernels", "toolchain", "arena_bytes",
+        "arena_by_dim",
         "signature",
     }  # fmt: skip
     # anything describe() grows later still shows, as JSON

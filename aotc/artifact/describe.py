@@ -47,6 +47,7 @@ def describe(artifact: Artifact) -> dict[str, Any]:
         "arena_bytes": max(arenas) if arenas else None,
     }
 
+        "arena_by_dim": _arena_by_dim(artifact.variants, schedules),
 
 def _variant(index: int, g: Graph, s: Schedule | None) -> dict[str, Any]:
     return {
@@ -77,6 +78,21 @@ def _arena_at_max(g: Graph, s: Schedule) -> int:
 
 def _toolchain(artifact: Artifact) -> dict[str, Any] | None:
     """What built the binaries (Triton; per image kind, the PTX ISA and ptxas release) and the oldest CUDA
+def _arena_by_dim(graphs: list[Graph], schedules: list[Schedule | None]) -> dict[str, int]:
+    """Per dim, the arena's bound with that dim over its range and every other dim at its minimum (the largest over
+    the variants), largest first: which dim's maximum the arena grows with, so a user knows which range to narrow."""
+    out: dict[str, int] = {}
+    for g, s in zip(graphs, schedules):
+        if s is None:
+            continue
+        mins = {x.name: (x.min, x.min) for x in g.symbols}
+        multiples = {x.name: x.multiple_of for x in g.symbols}
+        for x in g.symbols:
+            hi = bounds(s.arena_bytes, {**mins, x.name: (x.min, x.max)}, multiples)[1]
+            out[x.name] = max(out.get(x.name, 0), hi)
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
     driver they load on. None when the file has no binaries."""
     if not artifact.kernels:
         return None

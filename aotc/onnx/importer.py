@@ -76,6 +76,10 @@ class GuardingCtx(ShapeCtx):
         self.equal_pairs.add(frozenset((a, b)))
 
 
+class DefaultRangeWarning(UserWarning):
+    """A dynamic ONNX dim that got ``DEFAULT_DIM_RANGE`` because no ``--dim``/``dims=`` and no aotc metadata gave one."""
+
+
 def import_onnx(
     path_or_model: Any,
     dims: Mapping[str, tuple[int, int]] | None = None,
@@ -216,7 +220,16 @@ class Importer:
             if name in ("min", "max"):
                 name = f"d_{name}"
             name = unique(name, set(self.symbols))
-            lo, hi = self._dims.get(param, self._dims.get(name, self._meta_ranges.get(name, DEFAULT_DIM_RANGE)))
+            given = self._dims.get(param, self._dims.get(name, self._meta_ranges.get(name)))
+            lo, hi = given or DEFAULT_DIM_RANGE
+            if given is None:  # a range nobody chose sizes the memory plan and the guards: say so, once per dim
+                where = f"graph input dim {param!r}" if param else f"an unnamed dim ({fallback})"
+                warnings.warn(
+                    f"{where} has no range: it defaults to [{lo}, {hi}], which sizes the memory plan for {hi}; "
+                    f"give its real range with --dim {name}=MIN:MAX (import_onnx(..., dims={{{name!r}: (MIN, MAX)}}))",
+                    DefaultRangeWarning,
+                    stacklevel=2,
+                )
             self.symbols[name] = Symbol(name, lo, hi)
             self.ctx.ranges[name] = (lo, hi)
             self._sym_of_param[key] = name

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -54,6 +55,43 @@ def test_compile_onnx_with_dim_ranges(onnx_file: Path, tmp_path: Path) -> None:
         np.testing.assert_allclose(saved["y"], np.maximum(x @ WEIGHT, 0), rtol=1e-5, atol=1e-6)
     too_big = invoke("run", out, "--random", "--dim", "batch=17")
     assert too_big.exit_code == EXIT_USER and "--dim batch=17 is outside the range of batch: [1, 16]" in too_big.stderr
+
+
+def test_a_dim_without_a_range_warns_once_and_inspect_names_the_dim_the_arena_grows_with(tmp_path: Path) -> None:
+    """relu(softmax(x[batch, seq, 16] @ W) @ W): the matmul-softmax-matmul fuses into one kernel whose output, batch*seq
+    rows of 16 floats, lives in the arena until the relu reads it."""
+    w = np.eye(16, dtype=np.float32)
+    nodes = [
+        helper.make_node("MatMul", ["x", "W"], ["a"]),
+        helper.make_node("Softmax", ["a"], ["b"], axis=-1),
+        helper.make_node("MatMul", ["b", "W"], ["c"]),
+        helper.make_node("Relu", ["c"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "rows",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 16])],
+        [numpy_helper.from_array(w, "W")],
+    )
+    path = tmp_path / "rows.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    out = tmp_path / "rows.aotc"
+    result = invoke("compile", path, "--dim", "batch=1:8", "-o", out)
+    assert result.exit_code == 0, result.output
+    warned = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert warned == [
+        "warning: graph input dim 'seq' has no range: it defaults to [1, 65536], which sizes the memory plan for "
+        "65536; give its real range with --dim seq=MIN:MAX (import_onnx(..., dims={'seq': (MIN, MAX)}))"
+    ]
+    text = invoke("inspect", out).stdout
+    # seq dominates: 65536 rows of 16 floats (4 MiB) per buffer against batch's 8
+    (line,) = [x for x in text.splitlines() if "with one dim at its maximum" in x]
+    assert line.index("seq=65536") < line.index("batch=8"), line
+    info = json.loads(invoke("inspect", out, "--json").stdout)
+    assert list(info["arena_by_dim"]) == ["seq", "batch"] and info["arena_by_dim"]["seq"] >= 65536 * 16 * 4
+    quiet = invoke("compile", path, "--dim", "batch=1:8", "--dim", "seq=1:128", "-o", out)
+    assert quiet.exit_code == 0 and "warning:" not in quiet.stderr, quiet.output
 
 
 def test_compile_onnx_rejects_unknown_dim(onnx_file: Path, tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from aotc.ir.evaluate import run_graph
 from aotc.onnx import import_onnx
 from aotc.onnx._common import DEFAULT_DIM_RANGE
 from aotc.onnx.backend import compile_graph
+from aotc.onnx.importer import DefaultRangeWarning
 
 ort = pytest.importorskip("onnxruntime")
 F = TensorProto.FLOAT
@@ -128,7 +129,15 @@ def test_torch_expand_pattern_decides_comparisons_over_dims() -> None:
 def test_dims_without_range_get_the_default_and_unnamed_dims_get_symbols() -> None:
     x = helper.make_tensor_value_info("in:0", F, ["n", None, 3])
     model = model_of([helper.make_node("Relu", ["in:0"], ["y"])], [x], [helper.make_tensor_value_info("y", F, None)])
-    graph = import_onnx(model)
+    with pytest.warns(DefaultRangeWarning) as warned:
+        graph = import_onnx(model)
+    # once per dim, naming it and the flag that sets its range
+    assert [str(w.message).split(" has no range")[0] for w in warned] == [
+        "graph input dim 'n'",
+        "an unnamed dim (in:0_1)",
+    ]
+    assert "--dim n=MIN:MAX" in str(warned[0].message)
+    assert "--dim in_0_1=MIN:MAX" in str(warned[1].message)
     assert graph.input_names == ("in:0",)  # kept exactly; the unnamed dim's symbol is made an identifier
     assert [s.name for s in graph.symbols] == ["n", "in_0_1"]
     assert all((s.min, s.max) == DEFAULT_DIM_RANGE for s in graph.symbols)
