@@ -45,9 +45,9 @@ def describe(artifact: Artifact) -> dict[str, Any]:
         "kernels": _kernels(artifact),
         "toolchain": _toolchain(artifact),
         "arena_bytes": max(arenas) if arenas else None,
+        "arena_by_dim": _arena_by_dim(artifact.variants, schedules),
     }
 
-        "arena_by_dim": _arena_by_dim(artifact.variants, schedules),
 
 def _variant(index: int, g: Graph, s: Schedule | None) -> dict[str, Any]:
     return {
@@ -76,8 +76,6 @@ def _arena_at_max(g: Graph, s: Schedule) -> int:
     return bounds(s.arena_bytes, ranges, {x.name: x.multiple_of for x in g.symbols})[1]
 
 
-def _toolchain(artifact: Artifact) -> dict[str, Any] | None:
-    """What built the binaries (Triton; per image kind, the PTX ISA and ptxas release) and the oldest CUDA
 def _arena_by_dim(graphs: list[Graph], schedules: list[Schedule | None]) -> dict[str, int]:
     """Per dim, the arena's bound with that dim over its range and every other dim at its minimum (the largest over
     the variants), largest first: which dim's maximum the arena grows with, so a user knows which range to narrow."""
@@ -93,6 +91,8 @@ def _arena_by_dim(graphs: list[Graph], schedules: list[Schedule | None]) -> dict
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
+def _toolchain(artifact: Artifact) -> dict[str, Any] | None:
+    """What built the binaries (Triton; per image kind, the PTX ISA and ptxas release) and the oldest CUDA
     driver they load on. None when the file has no binaries."""
     if not artifact.kernels:
         return None
