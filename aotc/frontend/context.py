@@ -7,7 +7,7 @@ import functools
 import os
 import sys
 import traceback
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from types import TracebackType
 from typing import Any
@@ -182,14 +182,21 @@ def active_tracer(what: str = "this operation") -> Tracer:
 class Tracer:
     """Owns the node list, the guards and the constants of the graph being traced."""
 
-    def __init__(self, ctx: TraceShapeCtx) -> None:
+    def __init__(self, ctx: TraceShapeCtx, tensor_type: Callable[[Value, Tracer], Any]) -> None:
         self.ctx = ctx
+        # the class of the tensors the trace hands out (tensor.Tensor): given here, since the op modules that
+        # make tensors sit below the class whose methods call them
+        self.tensor_type = tensor_type
         self.builder = Builder(ctx)
         self.constants: dict[str, np.ndarray] = {}
         self.param_names: dict[int, str] = {}  # id(Parameter/buffer) -> state_dict name
         self._const_values: dict[int, tuple[Any, Value]] = {}  # id(obj) -> (obj kept alive, value)
         self._taken: set[str] = set()
         self._anon = 0
+
+    def tensor(self, value: Value) -> Any:
+        """A tensor of this trace over ``value``."""
+        return self.tensor_type(value, self)
 
     @contextmanager
     def active(self) -> Iterator[Tracer]:

@@ -9,7 +9,7 @@ import numpy as np
 
 from aotc.frontend.context import Tracer, active_tracer, as_supported_array, trace_error
 from aotc.frontend.symint import SymInt
-from aotc.frontend.tensor import Tensor
+from aotc.frontend.tensor_base import TensorBase
 from aotc.ir.dtypes import DType, dtype_of, promote
 from aotc.ir.ops import Op
 from aotc.ir.types import Value
@@ -40,7 +40,7 @@ def _scalar_dtype(x: Any) -> DType:
 
 
 def _level_dtype(x: Any) -> tuple[int, DType]:
-    if isinstance(x, Tensor):
+    if isinstance(x, TensorBase):
         return (_DIMMED if x.ndim else _ZERO_DIM), x.dtype
     if isinstance(x, np.ndarray):
         arr = as_supported_array(x)
@@ -66,14 +66,14 @@ def result_type(*xs: Any) -> DType:
 
 def tracer_of(*xs: Any) -> Tracer:
     for x in xs:
-        if isinstance(x, Tensor):
+        if isinstance(x, TensorBase):
             return x._t()
     return active_tracer()
 
 
 def value_of(x: Any, dtype: DType | None, tr: Tracer) -> Value:
     """x as a graph value, cast to dtype (None: keep its own)."""
-    if isinstance(x, Tensor):
+    if isinstance(x, TensorBase):
         v = x._v()
         if x._t() is not tr:
             raise trace_error("a tensor from another trace was used here")
@@ -93,13 +93,13 @@ def value_of(x: Any, dtype: DType | None, tr: Tracer) -> Value:
     return v if dtype is None else tr.cast(v, dtype)
 
 
-def wrap(v: Value, tr: Tracer) -> Tensor:
-    return Tensor(v, tr)
+def wrap(v: Value, tr: Tracer) -> TensorBase:
+    return tr.tensor(v)
 
 
-def as_tensor(x: Any, tr: Tracer | None = None, dtype: DType | None = None) -> Tensor:
+def as_tensor(x: Any, tr: Tracer | None = None, dtype: DType | None = None) -> TensorBase:
     tr = tr or tracer_of(x)
-    if isinstance(x, Tensor) and dtype in (None, x.dtype):
+    if isinstance(x, TensorBase) and dtype in (None, x.dtype):
         return x
     return wrap(value_of(x, dtype, tr), tr)
 
@@ -110,7 +110,7 @@ _COMPARE = {Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE}
 _LOGICAL = {Op.AND, Op.OR, Op.XOR}
 
 
-def binary(op: Op, a: Any, b: Any) -> Tensor:
+def binary(op: Op, a: Any, b: Any) -> TensorBase:
     tr = tracer_of(a, b)
     dt = result_type(a, b)
     if op in _LOGICAL:
@@ -123,7 +123,7 @@ def binary(op: Op, a: Any, b: Any) -> Tensor:
     return wrap(tr.op(op, value_of(a, dt, tr), value_of(b, dt, tr)), tr)
 
 
-def floor_divide(a: Any, b: Any) -> Tensor:
+def floor_divide(a: Any, b: Any) -> TensorBase:
     """torch.floor_divide: rounds toward negative infinity for ints and floats."""
     tr = tracer_of(a, b)
     dt = result_type(a, b)
@@ -136,7 +136,7 @@ def floor_divide(a: Any, b: Any) -> Tensor:
     return wrap(tr.op(Op.DIV, tr.op(Op.SUB, va, tr.op(Op.MOD, va, vb)), vb), tr)
 
 
-def where(cond: Any, a: Any, b: Any) -> Tensor:
+def where(cond: Any, a: Any, b: Any) -> TensorBase:
     tr = tracer_of(cond, a, b)
     c = as_tensor(cond, tr)
     if c.dtype is not BOOL:
@@ -153,7 +153,7 @@ HIGH_LEVEL_FLOAT = {Op.SIGMOID, Op.SILU, Op.GELU, Op.RELU, Op.SOFTMAX, Op.LOG_SO
 _ROUNDING = {Op.FLOOR, Op.CEIL, Op.ROUND}
 
 
-def unary(op: Op, x: Any, **attrs: Any) -> Tensor:
+def unary(op: Op, x: Any, **attrs: Any) -> TensorBase:
     tr = tracer_of(x)
     t = as_tensor(x, tr)
     v = t._v()
@@ -174,7 +174,7 @@ def unary(op: Op, x: Any, **attrs: Any) -> Tensor:
     return wrap(tr.op(op, v, **attrs), tr)
 
 
-def pow_(a: Any, b: Any) -> Tensor:
+def pow_(a: Any, b: Any) -> TensorBase:
     tr = tracer_of(a, b)
     dt = result_type(a, b)
     if dt is BOOL:
@@ -182,7 +182,7 @@ def pow_(a: Any, b: Any) -> Tensor:
     return wrap(tr.op(Op.POW, value_of(a, dt, tr), value_of(b, dt, tr)), tr)
 
 
-def clamp(x: Any, min: Any = None, max: Any = None) -> Tensor:
+def clamp(x: Any, min: Any = None, max: Any = None) -> TensorBase:
     if min is None and max is None:
         raise trace_error("clamp needs min or max")
     tr = tracer_of(x, min, max)
@@ -195,7 +195,7 @@ def clamp(x: Any, min: Any = None, max: Any = None) -> Tensor:
     return wrap(out, tr)
 
 
-def cast(x: Tensor, dtype: Any) -> Tensor:
+def cast(x: TensorBase, dtype: Any) -> TensorBase:
     if (isinstance(dtype, str) and dtype in ("double", "float64")) or dtype in (np.float64, float):
         raise trace_error("float64 is not supported by aotc; use float32")
     dt = dtype_of(dtype)

@@ -10,7 +10,7 @@ from aotc.frontend.context import Tracer, trace_error
 from aotc.frontend.elementwise import as_tensor, wrap
 from aotc.frontend.layout import reshape_to
 from aotc.frontend.symint import as_dim
-from aotc.frontend.tensor import Tensor
+from aotc.frontend.tensor_base import TensorBase
 from aotc.ir.ops import Op
 from aotc.ir.symbolic import smax, smin, to_infix
 from aotc.ir.types import ShapeDim
@@ -18,9 +18,9 @@ from aotc.ir.types import ShapeDim
 _NEW, _DROP = "new", "drop"
 
 
-def getitem(x: Tensor, idx: Any) -> Tensor:
+def getitem(x: TensorBase, idx: Any) -> TensorBase:
     items = idx if isinstance(idx, tuple) else (idx,)
-    if any(isinstance(i, (Tensor, np.ndarray, list)) for i in items):
+    if any(isinstance(i, (TensorBase, np.ndarray, list)) for i in items):
         return _take(x, items)
     if sum(i is Ellipsis for i in items) > 1:
         raise trace_error("an index can only have a single ellipsis ('...')")
@@ -110,9 +110,9 @@ def _bound(tr: Tracer, value: Any, d: ShapeDim, is_stop: bool) -> ShapeDim:
     return v if tr.decide(v, "<=", d) else d
 
 
-def _take(x: Tensor, items: tuple[Any, ...]) -> Tensor:
+def _take(x: TensorBase, items: tuple[Any, ...]) -> TensorBase:
     """One int index tensor along one axis (others ``:`` / ``...``): numpy take semantics."""
-    tensors = [k for k, i in enumerate(items) if isinstance(i, (Tensor, np.ndarray, list))]
+    tensors = [k for k, i in enumerate(items) if isinstance(i, (TensorBase, np.ndarray, list))]
     if len(tensors) != 1 or any(
         not (i is Ellipsis or (isinstance(i, slice) and i == slice(None)))
         for k, i in enumerate(items)

@@ -8,7 +8,7 @@ from typing import Any
 from aotc.frontend.context import Tracer, trace_error
 from aotc.frontend.elementwise import as_tensor, result_type, tracer_of, value_of, wrap
 from aotc.frontend.symint import SymInt, as_dim
-from aotc.frontend.tensor import Tensor
+from aotc.frontend.tensor_base import TensorBase
 from aotc.ir.dtypes import DType
 from aotc.ir.ops import Op
 from aotc.ir.shapes import fmt_shape, numel
@@ -47,21 +47,21 @@ def axes(dims: Any, rank: int) -> tuple[int, ...]:
     return out
 
 
-def _shape(x: Tensor) -> Shape:
+def _shape(x: TensorBase) -> Shape:
     return x._v().type.shape
 
 
-def _emit(x: Tensor, op: Op, **attrs: Any) -> Tensor:
+def _emit(x: TensorBase, op: Op, **attrs: Any) -> TensorBase:
     tr = x._t()
     return wrap(tr.op(op, x._v(), **attrs), tr)
 
 
-def reshape_to(x: Tensor, shape: Sequence[ShapeDim]) -> Tensor:
+def reshape_to(x: TensorBase, shape: Sequence[ShapeDim]) -> TensorBase:
     shape = tuple(shape)
     return x if shape == _shape(x) else _emit(x, Op.RESHAPE, shape=shape)
 
 
-def reshape(x: Tensor, args: Sequence[Any]) -> Tensor:
+def reshape(x: TensorBase, args: Sequence[Any]) -> TensorBase:
     shape = shape_arg(args, "reshape")
     src = _shape(x)
     holes = [i for i, d in enumerate(shape) if d == -1]
@@ -83,14 +83,14 @@ def reshape(x: Tensor, args: Sequence[Any]) -> Tensor:
     return reshape_to(x, shape)
 
 
-def permute(x: Tensor, dims: Sequence[Any]) -> Tensor:
+def permute(x: TensorBase, dims: Sequence[Any]) -> TensorBase:
     perm = axes(dims, x.ndim)
     if len(perm) != x.ndim:
         raise trace_error(f"permute: {tuple(perm)} does not name each of the {x.ndim} dims once")
     return x if perm == tuple(range(x.ndim)) else _emit(x, Op.PERMUTE, perm=perm)
 
 
-def transpose(x: Tensor, dim0: int, dim1: int) -> Tensor:
+def transpose(x: TensorBase, dim0: int, dim1: int) -> TensorBase:
     if x.ndim == 0:
         return x
     a, b = axis(dim0, x.ndim), axis(dim1, x.ndim)
@@ -99,14 +99,14 @@ def transpose(x: Tensor, dim0: int, dim1: int) -> Tensor:
     return permute(x, (perm,))
 
 
-def unsqueeze(x: Tensor, dim: int) -> Tensor:
+def unsqueeze(x: TensorBase, dim: int) -> TensorBase:
     d = axis(dim, x.ndim + 1)
     s = list(_shape(x))
     s.insert(d, 1)
     return reshape_to(x, s)
 
 
-def squeeze(x: Tensor, dim: Any = None) -> Tensor:
+def squeeze(x: TensorBase, dim: Any = None) -> TensorBase:
     src = _shape(x)
     if dim is None:
         picked = range(len(src))
@@ -117,7 +117,7 @@ def squeeze(x: Tensor, dim: Any = None) -> Tensor:
     return reshape_to(x, [d for i, d in enumerate(src) if i not in drop])
 
 
-def expand(x: Tensor, args: Sequence[Any]) -> Tensor:
+def expand(x: TensorBase, args: Sequence[Any]) -> TensorBase:
     sizes = shape_arg(args, "expand")
     src = _shape(x)
     if len(sizes) < len(src):
@@ -133,7 +133,7 @@ def expand(x: Tensor, args: Sequence[Any]) -> Tensor:
     return x if tuple(out) == src else _emit(x, Op.BROADCAST, shape=tuple(out))
 
 
-def flatten(x: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+def flatten(x: TensorBase, start_dim: int = 0, end_dim: int = -1) -> TensorBase:
     src = _shape(x)
     if not src:
         return reshape_to(x, (1,))
@@ -143,7 +143,7 @@ def flatten(x: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
     return reshape_to(x, [*src[:a], numel(src[a : b + 1]), *src[b + 1 :]])
 
 
-def repeat(x: Tensor, args: Sequence[Any]) -> Tensor:
+def repeat(x: TensorBase, args: Sequence[Any]) -> TensorBase:
     reps = shape_arg(args, "repeat")
     if len(reps) < x.ndim:
         raise trace_error(f"repeat: {len(reps)} repeats for a tensor of rank {x.ndim}")
@@ -157,7 +157,7 @@ def repeat(x: Tensor, args: Sequence[Any]) -> Tensor:
     return reshape_to(y, [r * d for r, d in zip(reps, src)])
 
 
-def slice_axis(x: Tensor, ax: int, start: ShapeDim, stop: ShapeDim, step: int = 1) -> Tensor:
+def slice_axis(x: TensorBase, ax: int, start: ShapeDim, stop: ShapeDim, step: int = 1) -> TensorBase:
     src = _shape(x)
     starts = tuple(start if i == ax else 0 for i in range(len(src)))
     stops = tuple(stop if i == ax else d for i, d in enumerate(src))
@@ -167,7 +167,7 @@ def slice_axis(x: Tensor, ax: int, start: ShapeDim, stop: ShapeDim, step: int = 
     return _emit(x, Op.SLICE, starts=starts, stops=stops, steps=steps)
 
 
-def split(x: Tensor, size_or_sections: Any, dim: int = 0) -> tuple[Tensor, ...]:
+def split(x: TensorBase, size_or_sections: Any, dim: int = 0) -> tuple[TensorBase, ...]:
     ax = axis(dim, x.ndim)
     n = _shape(x)[ax]
     tr = x._t()
@@ -194,7 +194,7 @@ def split(x: Tensor, size_or_sections: Any, dim: int = 0) -> tuple[Tensor, ...]:
     return tuple(out)
 
 
-def chunk(x: Tensor, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
+def chunk(x: TensorBase, chunks: int, dim: int = 0) -> tuple[TensorBase, ...]:
     if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks <= 0:
         raise trace_error(f"chunk needs a positive int count, got {chunks!r}")
     ax = axis(dim, x.ndim)
@@ -206,7 +206,7 @@ def chunk(x: Tensor, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
     return split(x, [q if isinstance(q, int) else SymInt(q, x._t().ctx)] * chunks, ax)
 
 
-def unbind(x: Tensor, dim: int = 0) -> tuple[Tensor, ...]:
+def unbind(x: TensorBase, dim: int = 0) -> tuple[TensorBase, ...]:
     ax = axis(dim, x.ndim)
     n = _shape(x)[ax]
     if not isinstance(n, int):
@@ -215,12 +215,12 @@ def unbind(x: Tensor, dim: int = 0) -> tuple[Tensor, ...]:
     return tuple(reshape_to(slice_axis(x, ax, i, i + 1), rest) for i in range(n))
 
 
-def flip(x: Tensor, dims: Sequence[Any]) -> Tensor:
+def flip(x: TensorBase, dims: Sequence[Any]) -> TensorBase:
     ax = tuple(sorted(axes(dims, x.ndim)))
     return _emit(x, Op.FLIP, axes=ax) if ax else x
 
 
-def tri(x: Tensor, diagonal: int, lower: bool) -> Tensor:
+def tri(x: TensorBase, diagonal: int, lower: bool) -> TensorBase:
     if isinstance(diagonal, bool) or not isinstance(diagonal, int):
         raise trace_error(f"tril/triu diagonal must be an int, got {diagonal!r}")
     if x.ndim < 2:
@@ -228,7 +228,7 @@ def tri(x: Tensor, diagonal: int, lower: bool) -> Tensor:
     return _emit(x, Op.TRIL if lower else Op.TRIU, k=diagonal)
 
 
-def index_select(x: Tensor, dim: int, index: Any) -> Tensor:
+def index_select(x: TensorBase, dim: int, index: Any) -> TensorBase:
     idx = as_tensor(index, x._t())
     if idx.ndim != 1 or not idx.dtype.is_int:
         raise trace_error(f"index_select needs a 1-D int index, got {idx.dtype.value} of rank {idx.ndim}")
@@ -236,12 +236,12 @@ def index_select(x: Tensor, dim: int, index: Any) -> Tensor:
     return wrap(tr.op(Op.GATHER, x._v(), idx._v(), axis=axis(dim, x.ndim)), tr)
 
 
-def masked_fill(x: Tensor, mask: Any, value: Any) -> Tensor:
+def masked_fill(x: TensorBase, mask: Any, value: Any) -> TensorBase:
     tr = x._t()
     m = as_tensor(mask, tr)
     if m.dtype is not DType.bool:
         raise trace_error(f"masked_fill needs a bool mask, got {m.dtype.value}")
-    if isinstance(value, Tensor) and value.ndim:
+    if isinstance(value, TensorBase) and value.ndim:
         raise trace_error("masked_fill's value must be a number or a 0-d tensor")
     return wrap(tr.op(Op.WHERE, m._v(), value_of(value, x.dtype, tr), x._v()), tr)
 
@@ -249,8 +249,8 @@ def masked_fill(x: Tensor, mask: Any, value: Any) -> Tensor:
 # -- several tensors ------------------------------------------------------------------------------
 
 
-def cat(tensors: Sequence[Any], dim: int = 0) -> Tensor:
-    if isinstance(tensors, Tensor) or not isinstance(tensors, (list, tuple)) or not tensors:
+def cat(tensors: Sequence[Any], dim: int = 0) -> TensorBase:
+    if isinstance(tensors, TensorBase) or not isinstance(tensors, (list, tuple)) or not tensors:
         raise trace_error("cat needs a non-empty list or tuple of tensors")
     tr = tracer_of(*tensors)
     ts = [as_tensor(t, tr) for t in tensors]
@@ -261,8 +261,8 @@ def cat(tensors: Sequence[Any], dim: int = 0) -> Tensor:
     return wrap(tr.op(Op.CONCAT, *[value_of(t, dt, tr) for t in ts], axis=ax), tr)
 
 
-def stack(tensors: Sequence[Any], dim: int = 0) -> Tensor:
-    if isinstance(tensors, Tensor) or not isinstance(tensors, (list, tuple)) or not tensors:
+def stack(tensors: Sequence[Any], dim: int = 0) -> TensorBase:
+    if isinstance(tensors, TensorBase) or not isinstance(tensors, (list, tuple)) or not tensors:
         raise trace_error("stack needs a non-empty list or tuple of tensors")
     tr = tracer_of(*tensors)
     ts = [as_tensor(t, tr) for t in tensors]
@@ -270,7 +270,7 @@ def stack(tensors: Sequence[Any], dim: int = 0) -> Tensor:
     return cat([unsqueeze(t, ax) for t in ts], ax)
 
 
-def matmul(a: Any, b: Any) -> Tensor:
+def matmul(a: Any, b: Any) -> TensorBase:
     """torch.matmul: 1-D operands are promoted to matrices and the added dim removed again."""
     tr = tracer_of(a, b)
     x, y = as_tensor(a, tr), as_tensor(b, tr)

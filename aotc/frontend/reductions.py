@@ -9,7 +9,7 @@ from aotc.frontend.context import trace_error
 from aotc.frontend.elementwise import binary, cast, unary, value_of, wrap
 from aotc.frontend.layout import axis, reshape_to
 from aotc.frontend.symint import SymInt
-from aotc.frontend.tensor import Tensor
+from aotc.frontend.tensor_base import TensorBase
 from aotc.ir.dtypes import DType
 from aotc.ir.ops import Op
 from aotc.ir.shapes import numel
@@ -18,7 +18,7 @@ from aotc.ir.shapes import numel
 MaxMin = namedtuple("MaxMin", ["values", "indices"])
 
 
-def reduce_axes(x: Tensor, dim: Any) -> tuple[int, ...]:
+def reduce_axes(x: TensorBase, dim: Any) -> tuple[int, ...]:
     if dim is None:
         return tuple(range(x.ndim))
     dims = dim if isinstance(dim, (tuple, list)) else (dim,)
@@ -28,12 +28,12 @@ def reduce_axes(x: Tensor, dim: Any) -> tuple[int, ...]:
     return tuple(out) if x.ndim else ()
 
 
-def _reduce(x: Tensor, op: Op, dims: tuple[int, ...], keepdim: bool) -> Tensor:
+def _reduce(x: TensorBase, op: Op, dims: tuple[int, ...], keepdim: bool) -> TensorBase:
     tr = x._t()
     return wrap(tr.op(op, x._v(), axes=dims, keepdim=bool(keepdim)), tr)
 
 
-def sum_(x: Tensor, dim: Any, keepdim: bool, dtype: Any) -> Tensor:
+def sum_(x: TensorBase, dim: Any, keepdim: bool, dtype: Any) -> TensorBase:
     if dtype is not None:
         x = cast(x, dtype)
     elif not x.dtype.is_float:
@@ -41,7 +41,7 @@ def sum_(x: Tensor, dim: Any, keepdim: bool, dtype: Any) -> Tensor:
     return _reduce(x, Op.REDUCE_SUM, reduce_axes(x, dim), keepdim)
 
 
-def prod(x: Tensor, dim: Any, keepdim: bool, dtype: Any) -> Tensor:
+def prod(x: TensorBase, dim: Any, keepdim: bool, dtype: Any) -> TensorBase:
     if dtype is not None:
         x = cast(x, dtype)
     elif not x.dtype.is_float:
@@ -49,7 +49,7 @@ def prod(x: Tensor, dim: Any, keepdim: bool, dtype: Any) -> Tensor:
     return _reduce(x, Op.REDUCE_PROD, reduce_axes(x, dim), keepdim)
 
 
-def mean(x: Tensor, dim: Any, keepdim: bool, dtype: Any) -> Tensor:
+def mean(x: TensorBase, dim: Any, keepdim: bool, dtype: Any) -> TensorBase:
     if dtype is not None:
         x = cast(x, dtype)
     if not x.dtype.is_float:
@@ -57,16 +57,16 @@ def mean(x: Tensor, dim: Any, keepdim: bool, dtype: Any) -> Tensor:
     return _reduce(x, Op.REDUCE_MEAN, reduce_axes(x, dim), keepdim)
 
 
-def extreme(x: Tensor, op: Op, dim: Any, keepdim: bool) -> Tensor:
+def extreme(x: TensorBase, op: Op, dim: Any, keepdim: bool) -> TensorBase:
     dims = reduce_axes(x, None if dim in ((), []) else dim)
     if x.dtype is DType.bool:
         return cast(_reduce(cast(x, DType.int32), op, dims, keepdim), DType.bool)
     return _reduce(x, op, dims, keepdim)
 
 
-def max_min(x: Tensor, dim: Any, keepdim: bool, largest: bool) -> Any:
+def max_min(x: TensorBase, dim: Any, keepdim: bool, largest: bool) -> Any:
     """``max()`` (a 0-d tensor), ``max(dim)`` ((values, indices)) or ``max(other)`` (elementwise)."""
-    if isinstance(dim, Tensor):
+    if isinstance(dim, TensorBase):
         return binary(Op.MAXIMUM if largest else Op.MINIMUM, x, dim)
     op = Op.REDUCE_MAX if largest else Op.REDUCE_MIN
     if dim is None:
@@ -76,7 +76,7 @@ def max_min(x: Tensor, dim: Any, keepdim: bool, largest: bool) -> Any:
     return MaxMin(values, arg(x, Op.ARGMAX if largest else Op.ARGMIN, ax, keepdim))
 
 
-def arg(x: Tensor, op: Op, dim: int | None, keepdim: bool) -> Tensor:
+def arg(x: TensorBase, op: Op, dim: int | None, keepdim: bool) -> TensorBase:
     src = x if x.dtype is not DType.bool else cast(x, DType.int32)
     tr = x._t()
     if dim is None:
@@ -86,7 +86,7 @@ def arg(x: Tensor, op: Op, dim: int | None, keepdim: bool) -> Tensor:
     return wrap(tr.op(op, src._v(), axis=axis(dim, x.ndim), keepdim=bool(keepdim)), tr)
 
 
-def var(x: Tensor, dim: Any, unbiased: bool | None, keepdim: bool, correction: Any) -> Tensor:
+def var(x: TensorBase, dim: Any, unbiased: bool | None, keepdim: bool, correction: Any) -> TensorBase:
     if unbiased is not None and correction is not None:
         raise trace_error("var/std: pass unbiased or correction, not both")
     corr = correction if correction is not None else (1 if unbiased is None or unbiased else 0)
@@ -101,12 +101,12 @@ def var(x: Tensor, dim: Any, unbiased: bool | None, keepdim: bool, correction: A
     return total / wrap(value_of(n, x.dtype, tr), tr)
 
 
-def all_any(x: Tensor, dim: Any, keepdim: bool, every: bool) -> Tensor:
+def all_any(x: TensorBase, dim: Any, keepdim: bool, every: bool) -> TensorBase:
     b = x if x.dtype is DType.bool else x != 0
     return extreme(b, Op.REDUCE_MIN if every else Op.REDUCE_MAX, dim, keepdim)
 
 
-def logsumexp(x: Tensor, dim: Any, keepdim: bool) -> Tensor:
+def logsumexp(x: TensorBase, dim: Any, keepdim: bool) -> TensorBase:
     if not x.dtype.is_float:
         x = cast(x, DType.float32)
     dims = reduce_axes(x, dim)

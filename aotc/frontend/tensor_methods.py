@@ -1,11 +1,11 @@
-"""Tensor methods that differ only in the op or dtype they apply, generated from tables and set on ``Tensor``."""
+"""Tensor methods that differ only in the op or dtype they apply, generated from tables (``tensor.Tensor`` takes them)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from aotc.frontend import elementwise as ew
-from aotc.frontend.tensor import Tensor
+from aotc.frontend.tensor_base import TensorBase
 from aotc.ir.dtypes import DType
 from aotc.ir.ops import Op
 
@@ -33,7 +33,7 @@ _UNARY_METHODS = {
 
 
 def _unary_method(name: str, op: Op) -> Any:
-    def method(self: Tensor) -> Tensor:
+    def method(self: TensorBase) -> TensorBase:
         return ew.unary(op, self)
 
     method.__name__ = method.__qualname__ = name
@@ -63,7 +63,7 @@ _CAST_METHODS = {
 
 
 def _binary_method(name: str, op: Op) -> Any:
-    def method(self: Tensor, other: Any) -> Tensor:
+    def method(self: TensorBase, other: Any) -> TensorBase:
         return ew.binary(op, self, other)
 
     method.__name__ = method.__qualname__ = name
@@ -72,7 +72,7 @@ def _binary_method(name: str, op: Op) -> Any:
 
 
 def _cast_method(name: str, dtype: DType) -> Any:
-    def method(self: Tensor) -> Tensor:
+    def method(self: TensorBase) -> TensorBase:
         return ew.cast(self, dtype)
 
     method.__name__ = method.__qualname__ = name
@@ -80,9 +80,10 @@ def _cast_method(name: str, dtype: DType) -> Any:
     return method
 
 
-for _name, _op in _UNARY_METHODS.items():
-    setattr(Tensor, _name, _unary_method(_name, _op))
-for _name, _op in _BINARY_METHODS.items():
-    setattr(Tensor, _name, _binary_method(_name, _op))
-for _name, _dt in _CAST_METHODS.items():
-    setattr(Tensor, _name, _cast_method(_name, _dt))
+def table_methods() -> dict[str, Any]:
+    """Each table's methods by name."""
+    return {
+        **{name: _unary_method(name, op) for name, op in _UNARY_METHODS.items()},
+        **{name: _binary_method(name, op) for name, op in _BINARY_METHODS.items()},
+        **{name: _cast_method(name, dt) for name, dt in _CAST_METHODS.items()},
+    }

@@ -69,7 +69,7 @@ def trace(model: Module | Callable[..., Any], inputs: Mapping[str, TensorSpec], 
     ctx = TraceShapeCtx(
         {n: (d.min, d.max) for n, d in dims.items()}, {n: d.multiple_of for n, d in dims.items()}, hints
     )
-    tracer = Tracer(ctx)
+    tracer = Tracer(ctx, Tensor)
     if isinstance(model, Module):
         state = list(model.named_parameters()) + list(model.named_buffers())
         tracer.param_names.update({id(t): key for key, t in state})

@@ -16,6 +16,7 @@ from aotc.errors import ShapeError, TraceError
 from aotc.frontend.context import Tracer, TraceShapeCtx
 from aotc.frontend.elementwise import wrap
 from aotc.frontend.spec import TensorSpec
+from aotc.frontend.tensor import Tensor
 from aotc.ir.graph import Graph, Symbol
 from aotc.ir.symbolic import sym
 from aotc.ir.types import TensorType
@@ -63,7 +64,7 @@ def import_exported_program(ep: Any, *, name: str | None = None) -> Graph:
     names = [n.name for n in users]
     symbols, sym_of, hints = _symbols(ep, users)
     ctx = TraceShapeCtx({s.name: (s.min, s.max) for s in symbols}, {s.name: s.multiple_of for s in symbols}, hints)
-    tracer = Tracer(ctx)
+    tracer = Tracer(ctx, Tensor)
     values = []
     for node in users:
         val = node.meta["val"]
