@@ -108,6 +108,13 @@ def _import_onnx(path: Path, dims: dict[str, tuple[int, int]], timer: StageTimer
 )
 @click.option("--explain", is_flag=True, help="Print each kernel (what it fuses) and each fusion declined, and why.")
 @click.option(
+    "--dump-kernels",
+    "dump_kernels",
+    metavar="DIR",
+    help="Also write each kernel to DIR as a .py file that runs on its own under TRITON_INTERPRET=1 (its grid, "
+    "tiles and the graph nodes it computes in its docstring).",
+)
+@click.option(
     "--autotune",
     is_flag=True,
     help="Time candidate tiles of the matmul, conv and attention kernels on this machine's GPU and store the "
@@ -140,6 +147,7 @@ def compile_command(
     targets: tuple[str, ...],
     driver_floor: str | None,
     explain: bool,
+    dump_kernels: str | None,
     autotune: bool,
     tune_dims: tuple[str, ...],
     sign_key: str | None,
@@ -188,11 +196,26 @@ def compile_command(
     timer.finish()
     if explain:
         click.echo(compiled.explain(), nl=False)
+    if dump_kernels is not None:
+        _dump_kernels(out, Path(dump_kernels))
     click.echo(f"wrote {out} ({format_size(len(data))}) in {time.perf_counter() - start:.1f}s")
     if private_key is not None:
         from aotc.artifact.sigblock import fingerprint
 
         click.echo(f"signed with key {fingerprint(private_key.public_key().public_bytes_raw())}")
+
+
+def _dump_kernels(artifact: Path, folder: Path) -> None:
+    from aotc.artifact.reader import read_artifact
+    from aotc_cli.kernel_files import kernel_files
+
+    files = kernel_files(read_artifact(artifact, verify_weights=False))
+    if not files:
+        raise UserError(f"--dump-kernels: {artifact} has no kernels (compiled with --target none?)")
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    click.echo(f"wrote {len(files)} kernels to {folder}")
 
 
 def _load_signing_key(key: str) -> Any:

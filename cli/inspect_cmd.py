@@ -9,6 +9,7 @@ import click
 
 from aotc_cli.errors import debug_option
 from aotc_cli.feeds import output_names
+from aotc_cli.kernel_files import kernel_files
 from aotc_cli.paths import require_file
 from aotc_cli.text import format_size, table
 
@@ -141,8 +142,17 @@ def signature_line(sig: dict[str, Any]) -> str:
     metavar="KEY.pub",
     help="Verify the signature against this Ed25519 public key (repeatable; reads every byte). Exit 1 unless it verifies.",
 )
+@click.option(
+    "--kernels",
+    "show_kernels",
+    is_flag=True,
+    help="Also print each kernel's Triton source, with the graph nodes it computes, its grid and tiles "
+    '(as compile --dump-kernels writes them; with --json, under "kernel_sources").',
+)
 @debug_option
-def inspect_command(artifact: str, as_json: bool, verify: bool, trusted_keys: tuple[str, ...]) -> None:
+def inspect_command(
+    artifact: str, as_json: bool, verify: bool, trusted_keys: tuple[str, ...], show_kernels: bool
+) -> None:
     """Show what ARTIFACT holds: versions, inputs and outputs with symbolic shapes, dims and their
     ranges, guards, op counts, kernels (targets, fused ops, warps, shared memory), the arena size,
     the matmuls the compiler padded for alignment, weight bytes, checksum status and its signature
@@ -180,9 +190,12 @@ def inspect_command(artifact: str, as_json: bool, verify: bool, trusted_keys: tu
         "verified": art.signature_verified if keys else None,
         "error": str(refused).removeprefix(f"invalid artifact {str(path)!r}: ") if refused is not None else None,
     }
+    sources = kernel_files(art) if show_kernels else {}
     if as_json:
-        click.echo(json.dumps(info, indent=2))
+        click.echo(json.dumps({**info, "kernel_sources": sources} if show_kernels else info, indent=2))
     else:
         click.echo(render_text(info))
+        for name, text in sources.items():
+            click.echo(f"\n# ---- {name} " + "-" * max(0, 100 - len(name)) + "\n" + text, nl=False)
     if refused is not None:
         raise refused
