@@ -1,7 +1,8 @@
 """Checks on kernel code and binaries that the writer (before it writes) and the reader (after it decodes)
 share: names, arg types, warps and stages, the source's ``def`` line and what it may hold (``ir.kernel_source``),
-each binary's launch metadata (bounded counts, the launch ABI's parameters) and the CUDA driver floor the
-binaries need. The launch plans that run this code are checked in ``plan_checks``.
+each binary's launch metadata (bounded counts, the launch ABI's parameters; from schema 6 the constexprs it was
+compiled with, which a cubin bakes in: they must be its code's, so a block size changed in the file beside a
+cubin that still uses the old one is refused) and the CUDA driver floor the binaries need. The launch plans that run this code are checked in ``plan_checks``.
 """
 
 from __future__ import annotations
@@ -74,8 +75,9 @@ def code_key(k: Kernel) -> tuple:
     )
 
 
-def check_code(k: Kernel, binary: KernelBinary | None, what: str) -> None:
-    """A kernel's code: names, types, warps, its source's ``def`` line, and its binary's launch metadata."""
+def check_code(k: Kernel, binary: KernelBinary | None, what: str, bound: bool = False) -> None:
+    """A kernel's code: names, types, warps, its source's ``def`` line, and its binary's launch metadata
+    (``bound``: schema 6 and the writer, with the constexprs each binary was compiled with)."""
     if not isinstance(k.name, str) or not k.name.isidentifier():
         raise fail(what, f"kernel name {k.name!r} is not an identifier")
     if k.kind not in KIND_CODES:
@@ -105,7 +107,7 @@ def check_code(k: Kernel, binary: KernelBinary | None, what: str) -> None:
         raise fail(what, f"its source's parameters {params} are not its args then constexprs {names + cnames}")
     check_kernel_source(k.source, k.name)  # only what codegen writes: the interpret backend runs this text
     if binary is not None:
-        check_binary(k, binary, what)
+        check_binary(k, binary, what, bound)
 
 
 _PARAM_ANNOTATION = re.compile(r":.*$", re.S)
@@ -133,7 +135,7 @@ def check_variant_binaries(schedules: Iterable[Schedule | None], binaries: Mappi
                     raise fail(f"kernel {k.name!r} variant {v.arch}", f"code {v.kernel.name!r} has no {v.arch} cubin")
 
 
-def check_binary(k: Kernel, b: KernelBinary, what: str) -> None:
+def check_binary(k: Kernel, b: KernelBinary, what: str, bound: bool = False) -> None:
     if b.name != k.name:
         raise fail(what, f"its binary is named {b.name!r}")
     archs = [c.arch for c in b.cubins]
@@ -144,10 +146,10 @@ def check_binary(k: Kernel, b: KernelBinary, what: str) -> None:
             raise fail(what, f"cubin target {getattr(c, 'arch', c)!r} is not an sm_XX architecture")
         if not isinstance(c.data, bytes) or not c.data:
             raise fail(what, f"the {c.arch} cubin is empty")
-        check_meta(k, c.meta, (c.arch, c.arch + "a"), f"{what} {c.arch} cubin")
+        check_meta(k, c.meta, (c.arch, c.arch + "a"), f"{what} {c.arch} cubin", bound)
     if not isinstance(b.ptx, str) or not re.search(rf"\.entry\s+{re.escape(k.name)}\s*\(", b.ptx):
         raise fail(what, f"its PTX has no entry {k.name}")
-    check_meta(k, b.ptx_meta, None, f"{what} PTX")
+    check_meta(k, b.ptx_meta, None, f"{what} PTX", bound)
 
 
 def _images(b: KernelBinary) -> list[tuple[LaunchMeta, str]]:
@@ -177,7 +179,7 @@ def derive_driver_floor(binaries: Iterable[KernelBinary]) -> str:
     return version_text(floor)
 
 
-def check_meta(k: Kernel, m: LaunchMeta, archs: Iterable[str] | None, what: str) -> None:
+def check_meta(k: Kernel, m: LaunchMeta, archs: Iterable[str] | None, what: str, bound: bool = False) -> None:
     if not isinstance(m, LaunchMeta):
         raise fail(what, f"launch metadata is a {type(m).__name__}")
     if m.name != k.name:
@@ -206,3 +208,9 @@ def check_meta(k: Kernel, m: LaunchMeta, archs: Iterable[str] | None, what: str)
             raise fail(what, f"launch metadata {name} {value} is above {top}")
     if not m.triton_version or not m.ptx_version or not isinstance(m.enable_fp_fusion, bool):
         raise fail(what, "launch metadata lacks its versions or fp-fusion flag")
+    if bound and tuple(m.constexprs) != tuple(k.constexprs):
+        raise fail(
+            what,
+            f"it was compiled with constexprs {dict(m.constexprs)}, but its code says {dict(k.constexprs)}: a binary "
+            "bakes its block sizes in, so grids and extents checked against the code's would not hold for it",
+        )

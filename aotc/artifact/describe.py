@@ -27,6 +27,8 @@ def describe(artifact: Artifact) -> dict[str, Any]:
         # verify_weights=False (aotc inspect) the segments' checksums were not computed
         "checksums": "ok" if artifact.weights_verified else "header ok, segments not verified",
         "segments_verified": artifact.weights_verified,
+        # every launch bound to its graph (digest) and proved inside its buffers (extents): schema >= 6
+        "plans_bound": artifact.plans_bound,
         "inputs": _inputs(first),
         "outputs": [{"index": i, **_type(o.type)} for i, o in enumerate(first.outputs)],
         "output_tree": first.output_tree,

@@ -35,7 +35,8 @@ _U16 = struct.Struct("<H")
 _U32 = struct.Struct("<I")
 _I32 = struct.Struct("<i")
 
-# (position, size, what) of each integer the verifier read: how the mutation tests find every field.
+# (position, size, what) of each integer the verifier read, and of each string's characters (what ends in
+# " text"): how the mutation tests find every field.
 SlotSink = Callable[[int, int, str], None]
 
 
@@ -212,6 +213,8 @@ class _Verifier:
         length = self.vector_span(pos, 1, where, extra=1)
         if self.buf[pos + 4 + length] != 0:
             raise self.fail(where, "string is not NUL-terminated")
+        if self.on_slot is not None and length:
+            self.slot(pos + 4, length, where, " text")  # the characters (the mutation tests edit them too)
 
     def vector(self, pos: int, f: FieldDef, where: Where, depth: int) -> None:
         if f.elem == "scalar":

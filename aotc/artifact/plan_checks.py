@@ -16,7 +16,15 @@ architecture variant of it):
 - its grid: each dim non-negative, within CUDA's limits (x < 2**31, y and z < 2**16) and within what its
   outputs need (``GRID_NEEDS``: one row per kernel kind, the grid the template launches for the launch's
   nodes and block sizes);
-- its index-check slots: distinct, and ``flags`` counts exactly the schedule's slots.
+- its index-check slots: distinct, and ``flags`` counts exactly the schedule's slots;
+- (a bound plan: schema 6, and every plan the writer writes) its digest: ``aotc.ir.digest.launch_digest`` of the
+  nodes it fuses (ops, attrs, types, how they connect), the graph's symbols, its code, args, grid, checks and
+  extents, recomputed from the graph; a graph edited under kernels that do not follow it is refused;
+- (bound) its extents (``Extents``, derived from the code's index math when it was generated): with what the
+  launch passes substituted for its size args, constexprs and grid, each of those lies in the interval the
+  extents assume, each fact they rest on holds, and each pointer's smallest element offset is >= 0 and its
+  largest below its value's element count (a flag arg's: below ``flags``). A size arg swapped for another dim,
+  a changed block size or a grid past the tiles its program ids decode into is refused here.
 
 The memory plan: each buffer's offset is a multiple of 256 for every binding of the symbols (proved with
 ``ir.symbolic.divisor`` from the symbols' ``multiple_of``); its lifetime covers the launches that write and
@@ -43,20 +51,36 @@ from dataclasses import dataclass
 
 from aotc.artifact.code_checks import FLAG_TYPE, POINTER_TYPE, SIZE_TYPES, fail
 from aotc.errors import ArtifactError, ShapeError
+from aotc.ir.digest import DIGEST_BYTES, DigestCache, launch_digest
 from aotc.ir.graph import Graph
 from aotc.ir.ops import Op
 from aotc.ir.schedule import (
     ALIGN,
     GRID_LIMITS,
+    GRID_NAMES,
     ArgKind,
     Buffer,
+    Extents,
     Kernel,
     Schedule,
     Size,
     grid_need,
     same_launch,
 )
-from aotc.ir.symbolic import SymExpr, add, bounds, divisor, evaluate, mul, prove_nonneg, smax, to_infix
+from aotc.ir.symbolic import (
+    SymExpr,
+    add,
+    bounds,
+    divisor,
+    evaluate,
+    mul,
+    prove_nonneg,
+    reduce_quotients,
+    smax,
+    smin,
+    substitute,
+    to_infix,
+)
 from aotc.ir.types import Node, Shape, TensorType, Value
 
 # The prefix codegen names a pointer it stores through (STYLE.md 7: parameters named by role).
@@ -245,6 +269,10 @@ class _Plan:
         self._needs: dict[tuple, tuple[str, tuple, tuple[Size, Size, Size]]] = {}
         self._sizes: dict[tuple, tuple[Size, bool]] = {}
         self._grids: dict[tuple, tuple[tuple, tuple]] = {}
+        self.digests = DigestCache()
+        self._extents: dict[tuple, tuple] = {}  # launches whose extents were proved, by identity of what they hold
+        self._subst: dict[tuple, tuple] = {}
+        self._numel: dict[int, tuple[TensorType, Size]] = {}
 
     def root(self, vid: int) -> int:
         return self.roots.get(vid, vid)
@@ -260,20 +288,37 @@ class _Plan:
         self._bytes[id(t)] = (t, n)
         return n
 
+    def numel(self, vid: int) -> Size:
+        t = self.values[vid].type
+        hit = self._numel.get(id(t))
+        if hit is not None and hit[0] is t:
+            return hit[1]
+        n: Size = 1
+        for d in t.shape:
+            n = mul(n, d)
+        self._numel[id(t)] = (t, n)
+        return n
 
-def check_schedule(graph: Graph, s: Schedule, what: str) -> PlanFacts:
+
+def check_schedule(graph: Graph, s: Schedule, what: str, bound: bool | None = None) -> PlanFacts:
     """Everything a variant's plan refers to exists in ``graph``; its launches read, write and run as the graph
     allows; its grids and memory plan are sound for every binding of the symbols. Returns what is left to
-    check per shape, which ``plan_facts`` also gives the runtime for this graph and schedule."""
+    check per shape, which ``plan_facts`` also gives the runtime for this graph and schedule.
+
+    ``bound``: every launch carries a digest and extents, which are checked (the writer; files of schema 6);
+    False: none is read (files of schema 3-5); None: as the plan says, all launches or none (plans made in
+    this process)."""
+    if bound is None:
+        bound = any(k.digest or k.extents is not None for k in s.kernels)
     try:
-        out = _check_schedule(graph, s, what)
+        out = _check_schedule(graph, s, what, bound)
     except ShapeError as e:  # an expression the symbolic layer refuses to build or evaluate (far too large)
         raise fail(what, f"its sizes cannot be checked: {e}") from None
     _remember(graph, s, out)
     return out
 
 
-def _check_schedule(graph: Graph, s: Schedule, what: str) -> PlanFacts:
+def _check_schedule(graph: Graph, s: Schedule, what: str, bound: bool) -> PlanFacts:
     p = _Plan(graph, s, what)
     space = p.space
     if isinstance(s.flags, bool) or not isinstance(s.flags, int) or s.flags < 0:
@@ -314,6 +359,8 @@ def _check_schedule(graph: Graph, s: Schedule, what: str) -> PlanFacts:
             first.setdefault(vid, i)
             last[vid] = i
         _check_grids(p, i, k, nodes, kw)
+        if bound:
+            _check_binding(p, i, k, nodes, kw)
     if len(slots) != s.flags:  # the runtime sizes each call's flag array by it
         raise refuse(what, "flag slots", f"flags is {s.flags}, but its launches check {len(slots)} slots")
     for o in graph.outputs:
@@ -601,6 +648,134 @@ def _check_grids(p: _Plan, i: int, k: Kernel, nodes: _LaunchNodes, what: str) ->
             p.space.at_most(g, most, p.facts, kw, "grid", claim, **where)
         if len(p.facts) == known:
             p._grids[key] = (need, kernel.grid)  # keeps both alive, so the ids stay theirs
+
+
+# -- the launch bound to its nodes, and what its code touches ----------------------------------------
+
+_HEX = frozenset("0123456789abcdef")
+
+
+def _check_binding(p: _Plan, i: int, k: Kernel, nodes: _LaunchNodes, what: str) -> None:
+    """The launch's digest (and each architecture variant's) is that of its nodes and code, and its extents
+    stay inside what it passes them."""
+    for kernel, kw in ((k, what), *((v.kernel, f"{what} variant {v.arch!r}") for v in k.variants)):
+        d = kernel.digest
+        if not isinstance(d, str) or len(d) != 2 * DIGEST_BYTES or not _HEX.issuperset(d):
+            raise fail(kw, f"digest {str(d)[:40]!r} is not {2 * DIGEST_BYTES} lowercase hex digits")
+        if not isinstance(kernel.extents, Extents):
+            raise fail(kw, "it has no extents")
+        try:
+            want = launch_digest(p.graph, kernel, nodes.nodes, p.digests)
+        except (TypeError, ValueError) as e:
+            raise fail(kw, f"its digest cannot be computed: {e}") from None
+        if d != want:
+            raise refuse(
+                kw,
+                "digest",
+                f"its digest {d} is not {want}, that of the nodes it computes and its code: the graph or the "
+                "launch changed after the compiler bound them",
+            )
+        _check_extents(p, i, kernel, kw)
+
+
+def _check_extents(p: _Plan, i: int, k: Kernel, what: str) -> None:
+    """What the launch passes for its code's names lies in the intervals its extents assume, the facts they rest
+    on hold, and each pointer's offsets stay inside its value (a flag arg's inside the schedule's flags)."""
+    x: Extents = k.extents  # type: ignore[assignment]
+    if len(x.lows) != len(k.args) or len(x.highs) != len(k.args):
+        raise fail(what, f"its extents give {len(x.lows)}/{len(x.highs)} offsets for its {len(k.args)} args")
+    env: dict[str, Size] = {a.name: a.size for a in k.args if a.kind is _SIZE}
+    env.update(k.constexprs)
+    for name, g in zip(GRID_NAMES, k.grid):
+        if name in env:
+            raise fail(what, f"a size arg or constexpr is named {name!r}, which its extents call the grid")
+        env[name] = g
+    targets = tuple(
+        (p.values[a.value].type if a.kind is _BUFFER else p.s.flags) if a.kind is not _SIZE else None for a in k.args
+    )
+    key = (id(x), *map(id, env.values()), *map(id, targets), *env)
+    seen = p._extents.get(key)
+    if seen is not None and seen[0] is x:
+        return  # another launch of the same code, passed the same objects, proved with nothing left per shape
+    known = len(p.facts)
+    space, where = p.space, {"launch": i, "code": k.name}
+    if [n for n, _, _ in x.ranges] != list(env):
+        raise refuse(
+            what,
+            "extent",
+            f"its extents assume names {[n for n, _, _ in x.ranges][:12]}, not those it passes {list(env)[:12]}",
+        )
+    for name, lo, hi in x.ranges:
+        e = env[name]
+        elo, ehi = space.check(e, f"{what} {name}")
+        if lo <= elo and ehi <= hi:
+            continue
+        claim = lambda name=name, e=e, lo=lo, hi=hi: (  # noqa: E731
+            f"{name} = {to_infix(e)} is in [{lo}, {hi}], where the code's extents were derived"
+        )
+        space.require(add(e, -lo), p.facts, what, "extent", claim, **where)
+        space.require(add(hi, mul(e, -1)), p.facts, what, "extent", claim, **where)
+    for r in x.requires:
+        claim = lambda r=r: f"{to_infix(r)} >= 0, which its index math rests on"  # noqa: E731
+        space.require(_substituted(p, r, env, key, what), p.facts, what, "extent", claim, **where)
+    for a, lo, hi, target in zip(k.args, x.lows, x.highs, targets):
+        if a.kind is _SIZE or (lo == 0 and hi == -1):
+            if a.kind is _SIZE and (lo, hi) != (0, -1):
+                raise fail(what, f"its extents give size arg {a.name} offsets {lo}..{hi}")
+            continue
+        top = p.numel(a.value) if a.kind is _BUFFER else target
+        into = f"value %{a.value}" if a.kind is _BUFFER else "the flags"
+        least, most = _substituted(p, lo, env, key, what), _substituted(p, hi, env, key, what)
+        claim = lambda a=a, lo=least: f"arg {a.name} reaches offset {to_infix(lo)} >= 0"  # noqa: E731
+        space.require(least, p.facts, what, "extent", claim, **where)
+        claim = lambda a=a, hi=most, top=top, into=into: (  # noqa: E731
+            f"arg {a.name} reaches offset {to_infix(hi)} < the {to_infix(top)} elements of {into}"
+        )
+        space.require(add(add(top, -1), mul(most, -1)), p.facts, what, "extent", claim, **where)
+    if len(p.facts) == known:
+        p._extents[key] = (x, tuple(env.values()), targets)  # keeps every key object alive
+
+
+def _settled(space: Space, e: Size) -> Size:
+    """``e`` with each min and max whose arguments' order is proved over the ranges replaced by the one it picks
+    (``max(batch - 1, 0)`` is ``batch - 1`` for batch >= 1), which interval bounds cannot see."""
+    if isinstance(e, int) or not any(a.kind in ("min", "max") for m, _ in e.terms for a in m):
+        return e
+    out: Size = e.const
+    for mono, c in e.terms:
+        term: Size = c
+        for a in mono:
+            if a.kind in ("min", "max"):
+                x, y = (_settled(space, v) for v in a.args)
+                if space.proved(add(x, mul(y, -1))):
+                    f = x if a.kind == "max" else y
+                elif space.proved(add(y, mul(x, -1))):
+                    f = y if a.kind == "max" else x
+                else:
+                    f = smax(x, y) if a.kind == "max" else smin(x, y)
+            else:
+                f = SymExpr((((a,), 1),))
+            term = mul(term, f)
+        out = add(out, term)
+    return out
+
+
+def _substituted(p: _Plan, e: Size, env: dict[str, Size], key: tuple, what: str) -> Size:
+    """``e`` over the code's names with what the launch passes for them, checked sound over the symbols."""
+    if isinstance(e, int):
+        return e
+    k2 = (id(e), key)
+    hit = p._subst.get(k2)
+    if hit is not None and hit[0] is e:
+        return hit[1]
+    try:
+        out = reduce_quotients(substitute(e, env))
+        p.space.check(out, f"{what} extents")
+        out = _settled(p.space, out)
+    except ShapeError as err:
+        raise fail(what, f"its extents cannot be evaluated: {err}") from None
+    p._subst[k2] = (e, out, tuple(env.values()))
+    return out
 
 
 # -- the memory plan -----------------------------------------------------------------------------

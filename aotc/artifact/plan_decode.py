@@ -33,17 +33,19 @@ from aotc.artifact.tables import Counter, column, expr, text
 from aotc.errors import ArtifactError
 from aotc.ir.graph import Graph
 from aotc.ir.launch import Cubin, KernelBinary, LaunchMeta
-from aotc.ir.schedule import ArchVariant, Arg, ArgKind, Buffer, IndexCheck, Kernel, Schedule, Size, View
+from aotc.ir.schedule import ArchVariant, Arg, ArgKind, Buffer, Extents, IndexCheck, Kernel, Schedule, Size, View
 from aotc.ir.symbolic import to_sexpr
 
 _KINDS = {c: k for k, c in KIND_CODES.items()}
 _U32 = struct.Struct("<I").unpack_from
 # vtable slots of the string vectors read with PlanDecoder._column (schema.fbs field order)
-_LAUNCH_ARG_SIZES, _LAUNCH_GRID, _LAUNCH_FUSED = 16, 18, 22
-_ARCH_GRID = 8
+_LAUNCH_ARG_SIZES, _LAUNCH_GRID, _LAUNCH_FUSED, _LAUNCH_EXTENTS = 16, 18, 22, 28
+_ARCH_GRID, _ARCH_EXTENTS = 8, 12
 _CODE_CONSTEXPR_NAMES, _CODE_ARG_NAMES, _CODE_ARG_TYPES = 10, 20, 22
-_META_PARAMS = 22
+_META_PARAMS, _META_CONSTEXPR_NAMES = 22, 32
 _SCHEDULE_DECLINED = 16
+_EXTENTS_LOWS, _EXTENTS_HIGHS, _EXTENTS_NAMES, _EXTENTS_REQUIRES = 4, 6, 8, 14
+BOUND_VERSION = 6  # launches carry digests and extents, binaries their constexprs
 _ARG_KINDS = {c: k for k, c in ARG_KIND_CODES.items()}
 
 
@@ -115,8 +117,20 @@ class PlanDecoder:
         if s is None or self.unusable:
             return None
         self._schedules += 1
+        bound = self.version >= BOUND_VERSION
+        extents: list[Extents] = []
+        if bound:
+            if s.ExtentsIsNone():
+                raise ArtifactError(f"{what} has no extents table (required from schema {BOUND_VERSION})")
+            n_ext = self.count(s.ExtentsLength(), f"{what} extents")
+            extents = [self._extents(s.Extents(i), f"{what} extents {i}") for i in range(n_ext)]
+        elif not s.ExtentsIsNone():
+            raise ArtifactError(f"{what}: a schema version {self.version} file holds schema {BOUND_VERSION} extents")
+        used: list[int] = []
         n = self.count(s.LaunchesLength(), f"{what} launches")
-        launches = tuple(self._launch(s.Launches(i), f"{what} launch {i}") for i in range(n))
+        launches = tuple(self._launch(s.Launches(i), f"{what} launch {i}", extents, used) for i in range(n))
+        if bound:
+            _check_interned(extents, used, what)
         n_buffers = self.count(s.BuffersLength(), f"{what} buffers")
         buffers = tuple(self._buffer(s.Buffers(i), f"{what} buffer {i}") for i in range(n_buffers))
         values = column(s.ViewValuesAsNumpy(), np.int64).tolist()
@@ -131,7 +145,7 @@ class PlanDecoder:
             flags=int(s.Flags()),
             declined=self._column(s, _SCHEDULE_DECLINED, f"{what} declined"),
         )
-        check_schedule(graph, schedule, what)
+        check_schedule(graph, schedule, what, bound=bound)
         self._decoded.append(schedule)
         return schedule
 
@@ -185,7 +199,7 @@ class PlanDecoder:
         if ptx is not None:
             cubins = tuple(self._cubin(c.Cubins(i), f"{what} cubin {i}") for i in range(n_cubins))
             binary = KernelBinary(name, cubins, text(ptx, f"{what} PTX"), self._meta(ptx_meta, f"{what} PTX"))
-        check_code(kernel, binary, what)
+        check_code(kernel, binary, what, bound=self.version >= BOUND_VERSION)
         return kernel, binary
 
     def _cubin(self, c: Any, what: str) -> Cubin:
@@ -196,6 +210,19 @@ class PlanDecoder:
         fp = int(m.EnableFpFusion())
         if fp not in (0, 1):
             raise ArtifactError(f"{what}: enable_fp_fusion is {fp}, not 0 or 1")
+        constexprs: tuple[tuple[str, int], ...] = ()
+        if self.version >= BOUND_VERSION:
+            if m.ConstexprNamesIsNone() or m.ConstexprValuesIsNone():
+                raise ArtifactError(
+                    f"{what}: launch metadata lacks its constexprs (required from schema {BOUND_VERSION})"
+                )
+            names = self._column(m, _META_CONSTEXPR_NAMES, f"{what} constexpr names")
+            values = column(m.ConstexprValuesAsNumpy(), np.int64).tolist()
+            if len(names) != len(values):
+                raise ArtifactError(f"{what}: {len(names)} constexpr names but {len(values)} values")
+            constexprs = tuple(zip(names, values))
+        elif not (m.ConstexprNamesIsNone() and m.ConstexprValuesIsNone()):
+            raise ArtifactError(f"{what}: a schema version {self.version} file holds schema {BOUND_VERSION} constexprs")
         return LaunchMeta(
             name=text(m.Name(), f"{what} name"),
             arch=text(m.Arch(), f"{what} arch"),
@@ -211,6 +238,7 @@ class PlanDecoder:
             ptx_version=text(m.PtxVersion(), f"{what} PTX version"),
             enable_fp_fusion=fp == 1,
             ptxas_version=text(m.PtxasVersion(), f"{what} ptxas version") if self.version >= 5 else "",
+            constexprs=constexprs,
         )
 
     def _code_at(self, index: int, what: str) -> Kernel:
@@ -222,7 +250,7 @@ class PlanDecoder:
         self._next += index == self._next
         return self.codes[index][0]
 
-    def _launch(self, fl: Any, what: str) -> Kernel:
+    def _launch(self, fl: Any, what: str, extents: list[Extents], used: list[int]) -> Kernel:
         code = self._code_at(int(fl.Code()), what)
         what = f"{what} ({code.name})"
         kinds = column(fl.ArgKindsAsNumpy(), np.uint8).tolist()
@@ -249,6 +277,7 @@ class PlanDecoder:
             checks=tuple(self._check(fl.Checks(i), f"{what} check {i}") for i in range(n_checks)),
             fused=self._column(fl, _LAUNCH_FUSED, f"{what} fused"),
         )
+        launch = self._bound(fl, launch, _LAUNCH_EXTENTS, extents, used, what)
         if fl.VariantsIsNone():
             return launch
         if self.version < 4:
@@ -257,10 +286,43 @@ class PlanDecoder:
         if n == 0:
             raise ArtifactError(f"{what}: an empty variants list (the writer leaves it out)")
         return launch.replace(
-            variants=tuple(self._variant(fl.Variants(i), launch, f"{what} variant {i}") for i in range(n))
+            variants=tuple(
+                self._variant(fl.Variants(i), launch, f"{what} variant {i}", extents, used) for i in range(n)
+            )
         )
 
-    def _variant(self, v: Any, launch: Kernel, what: str) -> ArchVariant:
+    def _bound(self, t: Any, k: Kernel, slot: int, extents: list[Extents], used: list[int], what: str) -> Kernel:
+        """``k`` with the digest and extents of launch (or variant) table ``t`` (schema >= 6)."""
+        if self.version < BOUND_VERSION:
+            if t.Digest() is not None or t._tab.Offset(slot):
+                raise ArtifactError(f"{what}: a schema version {self.version} file holds schema {BOUND_VERSION} fields")
+            return k
+        digest = t.Digest()
+        if digest is None or not t._tab.Offset(slot):
+            raise ArtifactError(f"{what} has no digest or extents (required from schema {BOUND_VERSION})")
+        index = int(t.Extents())
+        if index >= len(extents):
+            raise ArtifactError(f"{what} has extents {index}, but its schedule has {len(extents)}")
+        used.append(index)
+        return k.replace(digest=text(digest, f"{what} digest"), extents=extents[index])
+
+    def _extents(self, x: Any, what: str) -> Extents:
+        lows = self._column(x, _EXTENTS_LOWS, f"{what} lows")
+        highs = self._column(x, _EXTENTS_HIGHS, f"{what} highs")
+        names = self._column(x, _EXTENTS_NAMES, f"{what} range names")
+        los = column(x.RangeLowsAsNumpy(), np.int64).tolist()
+        his = column(x.RangeHighsAsNumpy(), np.int64).tolist()
+        requires = self._column(x, _EXTENTS_REQUIRES, f"{what} requires")
+        if len(lows) != len(highs) or not len(names) == len(los) == len(his):
+            raise ArtifactError(f"{what}: its columns have different lengths")
+        return Extents(
+            lows=tuple(self._expr(e, f"{what} low") for e in lows),
+            highs=tuple(self._expr(e, f"{what} high") for e in highs),
+            ranges=tuple(zip(names, los, his)),
+            requires=tuple(self._expr(e, f"{what} requirement") for e in requires),
+        )
+
+    def _variant(self, v: Any, launch: Kernel, what: str, extents: list[Extents], used: list[int]) -> ArchVariant:
         code = self._code_at(int(v.Code()), what)
         if [(a.name, a.type) for a in code.args] != [(a.name, a.type) for a in launch.args]:
             raise ArtifactError(f"{what}: kernel {code.name} does not take the launch's args")
@@ -277,6 +339,7 @@ class PlanDecoder:
             kind=code.kind,
             grid=tuple(self._expr(g, f"{what} grid") for g in grid),
         )
+        kernel = self._bound(v, kernel, _ARCH_EXTENTS, extents, used, what)
         return ArchVariant(text(v.Arch(), f"{what} arch"), kernel)
 
     def _check(self, c: Any, what: str) -> IndexCheck:
@@ -318,7 +381,7 @@ class PlanDecoder:
         return tuple(out)
 
     def _expr(self, s: str, what: str) -> Size:
-        """``_expr``, once per distinct text: launches repeat the same sizes and grids."""
+        """``_expr``, once per distinct text: launches repeat the same sizes, grids and extents."""
         e = self._exprs.get(s)
         if e is None:
             e = self._exprs[s] = _expr(s, what)
@@ -326,6 +389,16 @@ class PlanDecoder:
 
     def _strings(self, n: int, get: Any, what: str) -> tuple[str, ...]:
         return tuple(text(get(i), f"{what} {i}") for i in range(self.count(n, what)))
+
+
+def _check_interned(extents: list[Extents], used: list[int], what: str) -> None:
+    """The writer stores each distinct Extents once, in the order its launches (then their variants) first use
+    them, and no other: the reader holds a file to that."""
+    first = list(dict.fromkeys(used))
+    if first != list(range(len(extents))):
+        raise ArtifactError(f"{what}: its extents are not each used, in first-use order (first uses {first[:8]})")
+    if len(set(extents)) != len(extents):
+        raise ArtifactError(f"{what}: its extents table holds an entry twice")
 
 
 def _expr(s: str, what: str) -> Size:

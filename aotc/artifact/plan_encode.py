@@ -1,7 +1,9 @@
-"""Launch plans and kernel code into the FlatBuffer (schema.fbs, version 3). Used by the writer only.
+"""Launch plans and kernel code into the FlatBuffer (schema.fbs, versions 3-6). Used by the writer only.
 
 ``plan_kernels`` validates what the writer was given (plan_checks.py) and settles the file's kernel
-table: one KernelCode per distinct kernel name, in first-use order over the variants' launches.
+table: one KernelCode per distinct kernel name, in first-use order over the variants' launches. Every launch
+it writes is bound (schema 6): a digest and the extents its template derived, each distinct Extents stored
+once per schedule in first-use order.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from aotc.artifact.code_checks import (
 from aotc.artifact.generated import ArchLaunch as FbArchLaunch
 from aotc.artifact.generated import Buffer as FbBuffer
 from aotc.artifact.generated import Cubin as FbCubin
+from aotc.artifact.generated import Extents as FbExtents
 from aotc.artifact.generated import IndexCheck as FbIndexCheck
 from aotc.artifact.generated import KernelCode as FbKernelCode
 from aotc.artifact.generated import Launch as FbLaunch
@@ -32,7 +35,7 @@ from aotc.artifact.plan_checks import ARCH_VARIANTS, KERNEL_FEATURES, check_sche
 from aotc.errors import ArtifactError
 from aotc.ir.graph import Graph
 from aotc.ir.launch import KernelBinary, LaunchMeta
-from aotc.ir.schedule import Kernel, Schedule
+from aotc.ir.schedule import Extents, Kernel, Schedule
 from aotc.ir.symbolic import to_sexpr
 
 U32_MAX = 2**32 - 1
@@ -60,19 +63,18 @@ def plan_kernels(
     schedules: Sequence[Schedule | None] | None,
     binaries: Sequence[KernelBinary],
 ) -> KernelPlan:
-    """Checks the plans against their (verified) variants, and the binaries against the kernels; the file's
-    CUDA driver floor is the one its binaries need."""
+    """Checks the binaries against the kernels and the plans against their (verified) variants, in the order the
+    reader does (code, then plans); the file's CUDA driver floor is the one its binaries need."""
     if schedules is None:
         schedules = [None] * len(variants)
     if isinstance(schedules, Schedule) or not isinstance(schedules, Sequence) or len(schedules) != len(variants):
         raise ArtifactError(f"schedules must be a sequence of {len(variants)} Schedule or None (one per variant)")
     codes: dict[str, Kernel] = {}
-    for i, (g, s) in enumerate(zip(variants, schedules)):
+    for i, s in enumerate(schedules):
         if s is None:
             continue
         if not isinstance(s, Schedule):
             raise ArtifactError(f"schedule {i} is a {type(s).__name__}, not a Schedule")
-        check_schedule(g, s, f"variant {i} schedule")
         for k in s.codes():
             first = codes.setdefault(k.name, k)
             if code_key(first) != code_key(k):
@@ -94,7 +96,10 @@ def plan_kernels(
         missing = sorted(set(codes) - set(by_name))
         raise ArtifactError(f"kernels {missing[:5]} have no binary (give every kernel one, or none)")
     for name, k in codes.items():
-        check_code(k, by_name.get(name), f"kernel {name!r}")
+        check_code(k, by_name.get(name), f"kernel {name!r}", bound=True)
+    for i, (g, s) in enumerate(zip(variants, schedules)):
+        if s is not None:
+            check_schedule(g, s, f"variant {i} schedule", bound=True)
     check_variant_binaries(schedules, by_name)
     floor = derive_driver_floor(by_name.values()) if by_name else ""
     return KernelPlan(tuple(schedules), tuple(codes.values()), {n: by_name[n] for n in codes if n in by_name}, floor)
@@ -108,7 +113,14 @@ def encode_codes(b: flatbuffers.Builder, plan: KernelPlan) -> int:
 
 
 def encode_schedule(b: flatbuffers.Builder, s: Schedule, code_index: Mapping[str, int]) -> int:
-    launches = _table_vector(b, [_launch(b, k, code_index) for k in s.kernels])
+    extents: dict[Extents, int] = {}  # each distinct one, in first-use order (launch, then its variants)
+    for k in s.kernels:
+        for x in (k, *(v.kernel for v in k.variants)):
+            if x.extents is None:
+                raise ArtifactError(f"launch {k.name!r}: kernel {x.name!r} has no extents")
+            extents.setdefault(x.extents, len(extents))
+    table = _table_vector(b, [_extents(b, x) for x in extents])
+    launches = _table_vector(b, [_launch(b, k, code_index, extents) for k in s.kernels])
     buffers = _table_vector(b, [_buffer(b, x.value, x.nbytes, x.offset, x.first, x.last) for x in s.buffers])
     arena = _str(b, to_sexpr(s.arena_bytes))
     view_values = _longs(b, [v.value for v in s.views])
@@ -122,6 +134,7 @@ def encode_schedule(b: flatbuffers.Builder, s: Schedule, code_index: Mapping[str
     FbSchedule.AddViewBases(b, view_bases)
     FbSchedule.AddFlags(b, _u32(s.flags, "schedule flags"))
     FbSchedule.AddDeclined(b, declined)
+    FbSchedule.AddExtents(b, table)
     return FbSchedule.End(b)
 
 
@@ -174,6 +187,8 @@ def _meta(b: flatbuffers.Builder, m: LaunchMeta) -> int:
     name, arch = _str(b, m.name), _str(b, m.arch)
     params = _strings(b, m.params)
     triton, ptx, ptxas = _str(b, m.triton_version), _str(b, m.ptx_version), _str(b, m.ptxas_version)
+    cnames = _strings(b, [c for c, _ in m.constexprs])
+    cvalues = _longs(b, [v for _, v in m.constexprs])
     FbLaunchMeta.Start(b)
     FbLaunchMeta.AddName(b, name)
     FbLaunchMeta.AddArch(b, arch)
@@ -189,10 +204,12 @@ def _meta(b: flatbuffers.Builder, m: LaunchMeta) -> int:
     FbLaunchMeta.AddPtxVersion(b, ptx)
     FbLaunchMeta.AddEnableFpFusion(b, 1 if m.enable_fp_fusion else 0)
     FbLaunchMeta.AddPtxasVersion(b, ptxas)
+    FbLaunchMeta.AddConstexprNames(b, cnames)
+    FbLaunchMeta.AddConstexprValues(b, cvalues)
     return FbLaunchMeta.End(b)
 
 
-def _launch(b: flatbuffers.Builder, k: Kernel, code_index: Mapping[str, int]) -> int:
+def _launch(b: flatbuffers.Builder, k: Kernel, code_index: Mapping[str, int], extents: Mapping[Extents, int]) -> int:
     code = code_index[k.name]
     nodes = b.CreateNumpyVector(np.array(k.nodes, dtype=np.uint32))
     inputs, outputs = _longs(b, k.inputs), _longs(b, k.outputs)
@@ -202,8 +219,9 @@ def _launch(b: flatbuffers.Builder, k: Kernel, code_index: Mapping[str, int]) ->
     grid = _strings(b, [to_sexpr(g) for g in k.grid])
     checks = _table_vector(b, [_check(b, c.slot, c.input, c.op, c.low, c.high) for c in k.checks])
     fused = _strings(b, k.fused)
-    variants = [_variant(b, v.arch, code_index[v.kernel.name], v.kernel.grid) for v in k.variants]
+    variants = [_variant(b, v.arch, code_index[v.kernel.name], v.kernel, extents) for v in k.variants]
     variants_off = _table_vector(b, variants) if variants else None
+    digest = _str(b, k.digest)
     FbLaunch.Start(b)
     FbLaunch.AddCode(b, code)
     FbLaunch.AddNodes(b, nodes)
@@ -217,17 +235,38 @@ def _launch(b: flatbuffers.Builder, k: Kernel, code_index: Mapping[str, int]) ->
     FbLaunch.AddFused(b, fused)
     if variants_off is not None:
         FbLaunch.AddVariants(b, variants_off)
+    FbLaunch.AddDigest(b, digest)
+    FbLaunch.AddExtents(b, extents[k.extents])  # type: ignore[index]
     return FbLaunch.End(b)
 
 
-def _variant(b: flatbuffers.Builder, arch: str, code: int, grid: Sequence[object]) -> int:
+def _variant(b: flatbuffers.Builder, arch: str, code: int, k: Kernel, extents: Mapping[Extents, int]) -> int:
     arch_off = _str(b, arch)
-    grid_off = _strings(b, [to_sexpr(g) for g in grid])  # type: ignore[arg-type]
+    grid_off = _strings(b, [to_sexpr(g) for g in k.grid])
+    digest = _str(b, k.digest)
     FbArchLaunch.Start(b)
     FbArchLaunch.AddArch(b, arch_off)
     FbArchLaunch.AddCode(b, code)
     FbArchLaunch.AddGrid(b, grid_off)
+    FbArchLaunch.AddDigest(b, digest)
+    FbArchLaunch.AddExtents(b, extents[k.extents])  # type: ignore[index]
     return FbArchLaunch.End(b)
+
+
+def _extents(b: flatbuffers.Builder, x: Extents) -> int:
+    lows = _strings(b, [to_sexpr(e) for e in x.lows])
+    highs = _strings(b, [to_sexpr(e) for e in x.highs])
+    names = _strings(b, [n for n, _, _ in x.ranges])
+    range_lows, range_highs = _longs(b, [lo for _, lo, _ in x.ranges]), _longs(b, [hi for _, _, hi in x.ranges])
+    requires = _strings(b, [to_sexpr(e) for e in x.requires])
+    FbExtents.Start(b)
+    FbExtents.AddLows(b, lows)
+    FbExtents.AddHighs(b, highs)
+    FbExtents.AddRangeNames(b, names)
+    FbExtents.AddRangeLows(b, range_lows)
+    FbExtents.AddRangeHighs(b, range_highs)
+    FbExtents.AddRequires(b, requires)
+    return FbExtents.End(b)
 
 
 def _check(b: flatbuffers.Builder, slot: int, input: str, op: str, low: object, high: object) -> int:

@@ -79,6 +79,14 @@ class Artifact:
     signature_verified: bool = False
 
     @property
+    def plans_bound(self) -> bool:
+        """Whether every launch of every plan carries a digest and extents, which the reader checked (schema >= 6):
+        each launch is bound to the nodes it computes and its pointers proved inside their values. Files of
+        schema 3-5 load with their plans checked as before, unbound; a server that wants bound plans refuses a file
+        with kernels for which this is False."""
+        return all(s is None or all(k.digest and k.extents is not None for k in s.kernels) for s in self.schedules)
+
+    @property
     def weight_bytes(self) -> int:
         return sum(int(a.nbytes) for a in self.constants.values())
 

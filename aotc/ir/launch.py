@@ -41,6 +41,9 @@ class LaunchMeta:
     # The CUDA release of the ptxas that assembled the cubin ("12.9"): a driver of an older major release
     # cannot load it. "" in files older than schema 5, which did not record it.
     ptxas_version: str = ""
+    # The constexprs the binary was compiled with (it bakes them in), by name in the code's order; () in files
+    # older than schema 6, which did not record them.
+    constexprs: tuple[tuple[str, int], ...] = ()
 
     @property
     def threads(self) -> int:

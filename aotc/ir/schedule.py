@@ -70,6 +70,29 @@ class IndexCheck:
     high: Size
 
 
+# The names the grid goes by in a launch's ``Extents`` (beside its size args' and constexprs' names).
+GRID_NAMES = ("grid_x", "grid_y", "grid_z")
+
+
+@dataclass(frozen=True, slots=True)
+class Extents:
+    """What a launch's code touches, derived from the index math its template generated (aotc/kernels/reach.py),
+    as expressions over the code's own names: its size args and constexprs (by name) and its grid (``GRID_NAMES``).
+
+    Per arg, in ``Kernel.args`` order: the smallest and the largest element offset the code reads or writes
+    through it (a flag arg: the slots it stores; ``(0, -1)``: none, as for every size arg). ``ranges`` holds each
+    name the derivation read with the interval it assumed (the bounds of what the compiler passed), and
+    ``requires`` further facts the code's index math rests on, each ``>= 0`` (a grid within the tiles its
+    program ids are decoded into). The reader substitutes what a launch passes and proves, over the symbols'
+    ranges, that each name lies in its interval, each requirement holds and each pointer stays inside its
+    value (aotc/artifact/plan_checks.py)."""
+
+    lows: tuple[Size, ...]
+    highs: tuple[Size, ...]
+    ranges: tuple[tuple[str, int, int], ...] = ()
+    requires: tuple[Size, ...] = ()
+
+
 @dataclass(frozen=True, slots=True)
 class Kernel:
     """One Triton kernel: its source, what it computes and how to launch it."""
@@ -90,6 +113,12 @@ class Kernel:
     fused: tuple[str, ...] = ()  # the primitives fused into it, in node order, for inspect/--explain
     # Per-architecture alternatives: a GPU that runs ``arch``'s code launches the variant's kernel instead.
     variants: tuple[ArchVariant, ...] = ()
+    # What its code touches (set by the template that generated it; None: not derived, as in files before
+    # schema 6 and hand-written kernels).
+    extents: Extents | None = None
+    # The launch bound to the graph it computes: aotc.ir.digest.launch_digest of its nodes, code, args and
+    # extents, set when the plan is final ("": none, as in files before schema 6).
+    digest: str = ""
 
     def replace(self, **changes: Any) -> Kernel:
         return dataclasses.replace(self, **changes)

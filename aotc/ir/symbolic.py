@@ -15,6 +15,7 @@ Symbols named ``$name`` are kernel index variables (see ``aotc.ir.index``);
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import re
 from collections.abc import Mapping
@@ -435,6 +436,102 @@ def smax(a: int | SymExpr, b: int | SymExpr) -> int | SymExpr:
     return _minmax("max", a, b)
 
 
+def substitute(e: int | SymExpr, env: Mapping[str, int | SymExpr]) -> int | SymExpr:
+    """``e`` with every symbol replaced by its expression in ``env`` (all at once), rebuilt and normalized;
+    ShapeError for a symbol ``env`` lacks or an int divisor that comes out <= 0."""
+    if isinstance(e, int):
+        return e
+    out: int | SymExpr = e.const
+    for mono, c in e.terms:
+        term: int | SymExpr = c
+        for atom in mono:
+            term = mul(term, _substitute_atom(atom, env))
+        out = add(out, term)
+    return out
+
+
+def _substitute_atom(a: Atom, env: Mapping[str, int | SymExpr]) -> int | SymExpr:
+    if a.kind == "sym":
+        try:
+            return env[a.name]
+        except KeyError:
+            raise ShapeError(f"symbol {a.name!r} is not bound") from None
+    x, y = (substitute(v, env) for v in a.args)
+    if a.kind == "fdiv":
+        return floordiv(x, y)
+    if a.kind == "mod":
+        return mod(x, y)
+    return smin(x, y) if a.kind == "min" else smax(x, y)
+
+
+def reduce_quotients(e: int | SymExpr) -> int | SymExpr:
+    """``e`` with each floor-division or remainder by a divisor of several terms whose numerator is a multiple of
+    the divisor plus a constant reduced: ``(3*b*s - 3*b - 1) // (3*s - 3)`` is ``b - 1`` (positive divisors, as
+    everywhere). Construction leaves such quotients alone (file expressions keep their canonical forms); the plan
+    checks reduce what they substitute before proving it."""
+    if isinstance(e, int) or not _has_poly_divisor(e):
+        return e
+    out: int | SymExpr = e.const
+    for mono, c in e.terms:
+        term: int | SymExpr = c
+        for atom in mono:
+            term = mul(term, _reduce_atom(atom))
+        out = add(out, term)
+    return out
+
+
+def _has_poly_divisor(e: int | SymExpr) -> bool:
+    if isinstance(e, int):
+        return False
+    for mono, _ in e.terms:
+        for a in mono:
+            if a.kind == "sym":
+                continue
+            d = a.args[1]
+            if a.kind in ("fdiv", "mod") and isinstance(d, SymExpr) and (len(d.terms) > 1 or d.const):
+                return True
+            if any(_has_poly_divisor(x) for x in a.args):
+                return True
+    return False
+
+
+def _reduce_atom(a: Atom) -> int | SymExpr:
+    if a.kind == "sym":
+        return SymExpr((((a,), 1),))
+    x, y = (reduce_quotients(v) for v in a.args)
+    if a.kind in ("fdiv", "mod") and isinstance(y, SymExpr) and (len(y.terms) > 1 or y.const):
+        split = _poly_quotient(x, y)
+        if split is not None:
+            q, r = split
+            return add(q, floordiv(r, y)) if a.kind == "fdiv" else mod(r, y)
+    if a.kind == "fdiv":
+        return floordiv(x, y)
+    if a.kind == "mod":
+        return mod(x, y)
+    return smin(x, y) if a.kind == "min" else smax(x, y)
+
+
+def _poly_quotient(a: int | SymExpr, d: SymExpr) -> tuple[int | SymExpr, int] | None:
+    """(q, r) with ``a == d*q + r`` and r an int, for a monomial q found from one term of d; else None."""
+    if isinstance(a, int):
+        return None
+    lead = next(((m, c) for m, c in d.terms if m), None)
+    if lead is None:
+        return None
+    dmono, dc = lead
+    for mono, c in a.terms:
+        rest = _remove_atoms(mono, dmono)
+        if rest is None or c % dc:
+            continue
+        q: int | SymExpr = c // dc
+        for atom in rest:
+            q = mul(q, SymExpr((((atom,), 1),)))
+        r = add(a, mul(mul(d, q), -1))
+        if isinstance(r, int):
+            return q, r
+    return None
+
+
 # -- evaluation and ranges -----------------------------------------------------
 
 
@@ -523,6 +620,8 @@ def _atom_bounds(a: Atom, ranges: Mapping[str, Range], multiples: Mapping[str, i
     if a.kind in ("fdiv", "mod"):
         num, d = a.args
         dlo, dhi = bounds(d, ranges, multiples)
+        if dlo <= 0:  # interval bounds are loose (4*cdiv(y, 4)//4 looks as if it could be 0): count, if few
+            dlo, dhi = _enumerated(d, ranges, multiples) or (dlo, dhi)
         if dlo <= 0:
             raise ShapeError(f"divisor {to_infix(d)} may be {dlo}, not positive, within the symbols' ranges")
         lo, hi = bounds(num, ranges, multiples)
@@ -538,6 +637,43 @@ def _atom_bounds(a: Atom, ranges: Mapping[str, Range], multiples: Mapping[str, i
     if a.kind == "min":
         return min(xlo, ylo), min(xhi, yhi)
     return max(xlo, ylo), max(xhi, yhi)
+
+
+# At most this many bindings are evaluated to bound a divisor that interval arithmetic cannot prove positive.
+MAX_ENUMERATED = 4096
+_ENUMERATED: dict[tuple, Range | None] = {}
+
+
+def _enumerated(e: SymExpr, ranges: Mapping[str, Range], multiples: Mapping[str, int]) -> Range | None:
+    """The exact range of ``e`` over every binding of its symbols (each a multiple of its ``multiples``), when
+    there are at most ``MAX_ENUMERATED`` of them and ``e`` evaluates at each; else None."""
+    names = sorted(e.free_symbols())
+    spans = []
+    for n in names:
+        if n not in ranges:
+            return None
+        lo, hi = ranges[n]
+        m = multiples.get(n, 1)
+        spans.append((n, -(-lo // m) * m, hi, m))
+    key = (e, tuple(spans))
+    if key in _ENUMERATED:
+        return _ENUMERATED[key]
+    count = 1
+    for _, lo, hi, m in spans:
+        count *= max(0, (hi - lo) // m + 1)
+    out: Range | None = None
+    if 0 < count <= MAX_ENUMERATED:
+        values = []
+        try:
+            for combo in itertools.product(*(range(lo, hi + 1, m) for _, lo, hi, m in spans)):
+                values.append(evaluate(e, dict(zip(names, combo))))
+            out = (min(values), max(values))
+        except ShapeError:
+            out = None
+    if len(_ENUMERATED) > 4096:
+        _ENUMERATED.clear()
+    _ENUMERATED[key] = out
+    return out
 
 
 # At most this many lower forms (one argument picked per min/max term) are tried per proof.

@@ -164,12 +164,17 @@ def compile_kernels(
     if errors:
         more = f" (and {len(errors) - 1} more failures)" if len(errors) > 1 else ""
         raise KernelCompileError(errors[0] + more)
+
+    def meta(name: str, arch: str) -> LaunchMeta:
+        # the constexprs it was compiled with (part of its cache key), which the binary bakes in
+        return dataclasses.replace(done[name, arch].meta, constexprs=tuple(plan[name][0].constexprs))
+
     return {
         name: KernelBinary(
             name=name,
-            cubins=tuple(Cubin(arch, done[name, arch].cubin, done[name, arch].meta) for arch in cubin_archs),
+            cubins=tuple(Cubin(arch, done[name, arch].cubin, meta(name, arch)) for arch in cubin_archs),
             ptx=done[name, ptx_arch].ptx,
-            ptx_meta=done[name, ptx_arch].meta,
+            ptx_meta=meta(name, ptx_arch),
         )
         for name, (_, cubin_archs, ptx_arch) in plan.items()
     }

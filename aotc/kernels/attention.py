@@ -28,7 +28,7 @@ from aotc.errors import UnsupportedError
 from aotc.ir.dtypes import DType
 from aotc.ir.ops import Op
 from aotc.ir.schedule import Kernel, KernelKind
-from aotc.ir.symbolic import SymExpr, bounds, mul
+from aotc.ir.symbolic import SymExpr, add, bounds, floordiv, mul, sym
 from aotc.ir.types import Node, Value
 from aotc.kernels.contraction_config import upper
 from aotc.kernels.contraction_emit import (
@@ -43,6 +43,7 @@ from aotc.kernels.contraction_emit import (
     unravel,
 )
 from aotc.kernels.pointwise_ops import TL_DTYPE
+from aotc.kernels.reach import GRID_X, GRID_Y
 
 __all__ = ["AttentionConfig", "attention_config", "emit_attention", "why_not_attention"]
 
@@ -194,13 +195,18 @@ def emit_attention(
     grid, batch_on_x = grid_with_batch(cdiv(shape.lq, cfg.block_m), batch_count, ranges)
     builder.line("pid_m = tl.program_id(0)")
     out_batch = ["0"] * len(shape.batch)
+    r, bm = builder.reach, sym("BLOCK_M")
+    tiles_m: Size = GRID_X  # pid_m's count
     if batch_count != 1:
         if batch_on_x:
             builder.line(f"tiles = tl.cdiv({lq}, BLOCK_M)")
             builder.line("pid_b = pid_m // tiles")
             builder.line("pid_m = pid_m % tiles")
+            tiles_m = cdiv(builder.arg(shape.lq), bm)
+            r.bound("pid_b", add(floordiv(add(GRID_X, -1), tiles_m), 1))
         else:
             builder.line("pid_b = tl.program_id(1)")
+            r.bound("pid_b", GRID_Y)
         out_batch = unravel(builder, "pid_b", shape.batch, batch_names)
     q_b, k_b, v_b = (_operand_batch(out_batch, x.type.shape[:-2], shape.batch) for x in (q, k, v))
 
@@ -217,6 +223,16 @@ def emit_attention(
     if mask_e:
         builder.line(f"mask_e = offs_e < {shape.e}")
     mask_n = None if is_multiple(builder, shape.lk, cfg.block_n) else "mask_n"
+    r.bound("offs_m", mul(tiles_m, bm))
+    r.guard("mask_m[:, None]", "offs_m", 0, builder.arg(shape.lq))
+    # keys: n0 < hi <= lk (causal: hi = min(lk, ...))
+    r.bound("offs_n", mul(cdiv(builder.arg(shape.lk), sym("BLOCK_N")), sym("BLOCK_N")))
+    for term in ("mask_n[None, :]", "mask_n[:, None]"):
+        r.guard(term, "offs_n", 0, builder.arg(shape.lk))
+    for axis, size, block in (("d", shape.d, "BLOCK_D"), ("e", shape.e, "BLOCK_E")):
+        r.bound(f"offs_{axis}", sym(block))
+        for term in (f"mask_{axis}[None, :]", f"mask_{axis}[:, None]"):
+            r.guard(term, f"offs_{axis}", 0, size)
 
     q_mask = mask_and(_col(mask_m), _row(mask_d))
     q_tile = builder.load(q, [*q_b, "offs_m[:, None]", "offs_d[None, :]"], q_mask)

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from aotc.errors import AotcError, UnsupportedError
+from aotc.ir.digest import seal
 from aotc.ir.dtypes import DType
 from aotc.ir.graph import Graph
 from aotc.ir.launch import KernelBinary, capability
@@ -182,7 +183,9 @@ def autotune(
             continue
         k = out[i]
         others = tuple(v for v in k.variants if v.arch != arch)
-        out[i] = k.replace(variants=(*others, ArchVariant(arch, kernels[i][best])))  # type: ignore[arg-type]
+        # the winner was sealed in its candidate plan under another name: sealed again as this launch's variant
+        winner = seal(graph, kernels[i][best])  # type: ignore[arg-type]
+        out[i] = k.replace(variants=(*others, ArchVariant(arch, winner)))
     return dataclasses.replace(schedule, kernels=tuple(out)), TuneReport(info.name, arch, dict(env), tuple(report))
 
 
@@ -208,7 +211,7 @@ def _run_round(
             return None
         # Named for the launch, the target and the candidate: the winner keeps this name, so its binary
         # is in the compile cache already when the artifact's kernels are compiled.
-        kernels[i] = _renamed(k, f"{base.kernels[i].name}_{arch.replace('_', '')}t{j}")
+        kernels[i] = seal(graph, _renamed(k, f"{base.kernels[i].name}_{arch.replace('_', '')}t{j}"))
     plan = dataclasses.replace(plan, kernels=tuple(kernels))
     try:
         binaries = compile(plan.kernels, (arch,))

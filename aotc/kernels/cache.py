@@ -49,6 +49,7 @@ def from_json(entry: Mapping[str, Any]) -> Compiled:
     """The inverse of ``to_json``; KeyError, TypeError or ValueError for a malformed entry."""
     meta = dict(entry["meta"])
     meta["params"] = tuple(meta["params"])
+    meta["constexprs"] = tuple((str(n), int(v)) for n, v in meta.get("constexprs", ()))
     return Compiled(base64.b64decode(entry["cubin"], validate=True), str(entry["ptx"]), LaunchMeta(**meta))
 
 

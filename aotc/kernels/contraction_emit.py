@@ -16,11 +16,12 @@ from aotc.ir.analysis import analyze
 from aotc.ir.dtypes import DType
 from aotc.ir.graph import Graph
 from aotc.ir.ops import ELEMENTWISE
-from aotc.ir.symbolic import SymExpr, add, divisor, floordiv, mul
+from aotc.ir.symbolic import SymExpr, add, divisor, floordiv, mod, mul, sym
 from aotc.ir.types import Node, Value
 from aotc.kernels import index_text as ix
 from aotc.kernels.contraction_config import upper
 from aotc.kernels.pointwise_ops import TL_DTYPE
+from aotc.kernels.reach import GRID_X
 
 if TYPE_CHECKING:
     from aotc.kernels.emit import KernelBuilder
@@ -137,6 +138,8 @@ def unravel(builder: KernelBuilder, flat: str, dims: Sequence[Size], names: Sequ
             q = ix.div(flat, size_text(builder, inner))
             outer = all(x == 1 for x in dims[:i])
             builder.line(f"{names[i]} = {q if outer else ix.mod(q, size_text(builder, d))}")
+            held = floordiv(builder.reach.var(flat), builder.arg(inner))
+            builder.reach.define(names[i], held if outer else mod(held, builder.arg(d)))
             out[i] = names[i]
         inner = mul(inner, d)
     return out
@@ -163,7 +166,9 @@ def full_tile(builder: KernelBuilder, tile: str, shape: str, dtype: DType, name:
 def emit_tile_order(builder: KernelBuilder, rows: str, cols: str, pid: str) -> tuple[str, str]:
     """Grouped launch order (GROUP_M row tiles share each column sweep, so B tiles stay in L2).
 
-    Returns the names of this program's row-tile and column-tile indices.
+    Returns the names of this program's row-tile and column-tile indices. For ``pid`` below the
+    ``tl.cdiv(rows, BLOCK_M) * tl.cdiv(cols, BLOCK_N)`` tiles, ``pid_m`` and ``pid_n`` stay below their counts
+    (``tile_reach``).
     """
     builder.line(f"num_pid_m = tl.cdiv({rows}, BLOCK_M)")
     builder.line(f"num_pid_n = tl.cdiv({cols}, BLOCK_N)")
@@ -174,6 +179,31 @@ def emit_tile_order(builder: KernelBuilder, rows: str, cols: str, pid: str) -> t
     builder.line(f"pid_m = first_pid_m + (({pid} % num_pid_in_group) % group_size_m)")
     builder.line(f"pid_n = ({pid} % num_pid_in_group) // group_size_m")
     return "pid_m", "pid_n"
+
+
+def tile_reach(builder: KernelBuilder, rows: Size, cols: Size, grid_bound: bool = True) -> None:
+    """What ``offs_m`` and ``offs_n`` hold (``pid_m * BLOCK_M + tl.arange(0, BLOCK_M)``, ``pid_n`` alike) with the
+    program ids ``emit_tile_order`` decodes: below the tile counts' rows and columns, and below ``rows`` and
+    ``cols`` where ``mask_m``/``mask_n`` keep a lane. The decoding holds for a program id below the tile count,
+    which the grid must be (``grid_bound``; a pid reduced modulo the count already is)."""
+    r = builder.reach
+    tiles_m, tiles_n = cdiv(builder.arg(rows), sym("BLOCK_M")), cdiv(builder.arg(cols), sym("BLOCK_N"))
+    if grid_bound:
+        r.require(add(mul(tiles_m, tiles_n), mul(GRID_X, -1)))
+    r.bound("offs_m", mul(tiles_m, sym("BLOCK_M")))
+    r.bound("offs_n", mul(tiles_n, sym("BLOCK_N")))
+    r.guard("mask_m[:, None]", "offs_m", 0, builder.arg(rows))
+    r.guard("mask_n[None, :]", "offs_n", 0, builder.arg(cols))
+
+
+def k_reach(builder: KernelBuilder, k: Size) -> None:
+    """What ``offs_k`` holds in ``for k0 in range(0, k, BLOCK_K): offs_k = k0 + tl.arange(0, BLOCK_K)``, and below
+    ``k`` where the tail masks keep a lane."""
+    r, kk = builder.reach, builder.arg(k)
+    r.bound("offs_k", mul(cdiv(kk, sym("BLOCK_K")), sym("BLOCK_K")))
+    text = size_text(builder, k)
+    r.guard(f"offs_k[None, :] < {text}", "offs_k", 0, kk)
+    r.guard(f"offs_k[:, None] < {text}", "offs_k", 0, kk)
 
 
 def emit_epilogue(

@@ -22,7 +22,7 @@ from aotc.errors import UnsupportedError
 from aotc.ir.dtypes import DType
 from aotc.ir.ops import Op
 from aotc.ir.schedule import Kernel, KernelKind
-from aotc.ir.symbolic import SymExpr, mul
+from aotc.ir.symbolic import SymExpr, add, floordiv, mod, mul, sym
 from aotc.ir.types import Node, Value
 from aotc.kernels import index_text as ix
 from aotc.kernels.contraction_config import (
@@ -42,12 +42,15 @@ from aotc.kernels.contraction_emit import (
     emit_tile_order,
     full_tile,
     is_multiple,
+    k_reach,
     mask_and,
     reserve,
     size_text,
+    tile_reach,
     unravel,
     why_not_epilogue,
 )
+from aotc.kernels.reach import GRID_X, GRID_Y
 
 if TYPE_CHECKING:
     from aotc.kernels.emit import KernelBuilder
@@ -193,9 +196,12 @@ def _emit_rows(builder: KernelBuilder, shape: ConvShape, rows: str, masked: bool
         builder.line(f"mask_m = offs_m < {rows}")
     positions = _prod_text(builder, shape.out_spatial)
     builder.line(f"img = {ix.div('offs_m', positions)}")
+    r, at = builder.reach, _prod_arg(builder, shape.out_spatial)
+    r.define("img", floordiv(r.var("offs_m"), at))
     if positions == "1":
         return "img", ["0"] * len(shape.out_spatial)
     builder.line(f"pos = offs_m % {positions}")
+    r.define("pos", mod(r.var("offs_m"), at))
     out_pos = unravel(builder, "pos", shape.out_spatial, _names("o", shape))
     return "img", out_pos
 
@@ -213,6 +219,13 @@ def _prod_text(builder: KernelBuilder, dims: Sequence[Size]) -> str:
     return size_text(builder, out)
 
 
+def _prod_arg(builder: KernelBuilder, dims: Sequence[Size]) -> Size:
+    out: Size = 1
+    for d in dims:
+        out = mul(out, d)
+    return builder.arg(out)
+
+
 def _input_position(
     builder: KernelBuilder, shape: ConvShape, out_pos: Sequence[str], taps: Sequence[str], row: str, col: str
 ) -> tuple[list[str], str | None]:
@@ -223,17 +236,22 @@ def _input_position(
     when its pad is > 0 (without end padding the last tap of the last output stays inside).
     """
     coords, checks = [], []
+    r = builder.reach
     for d, (o, t, name) in enumerate(zip(out_pos, taps, _names("i", shape))):
         s, dil = shape.strides[d], shape.dilations[d]
         begin, end = shape.pads[2 * d], shape.pads[2 * d + 1]
         base = ix.mul_(o + row if o != "0" else "0", str(s))
         tap = ix.mul_(t + col if t != "0" else "0", str(dil))
         builder.line(f"{name} = {ix.add(ix.add(base, tap), str(-begin))}")
+        held = add(add(mul(r.var(o), s) if o != "0" else 0, mul(r.var(t), dil) if t != "0" else 0), -begin)
+        r.define(name, held)
         coords.append(name)
         if begin:
             checks.append(f"{name} >= 0")
+            r.guard(f"{name} >= 0", name, lo=0)
         if end:
             checks.append(f"{name} < {size_text(builder, shape.in_spatial[d])}")
+            r.guard(checks[-1], name, hi=builder.arg(shape.in_spatial[d]))
     return coords, mask_and(*checks)
 
 
@@ -248,6 +266,9 @@ def _emit_gemm(
     mask_m = None if is_multiple(builder, shape.rows, cfg.block_m) else "mask_m[:, None]"
     mask_n = None if ng % cfg.block_n == 0 else "mask_n[None, :]"
     emit_tile_order(builder, rows, str(ng), "pid")
+    tile_reach(builder, shape.rows, ng)
+    k_reach(builder, k)
+    r = builder.reach
     img, out_pos = _emit_rows(builder, shape, rows, mask_m is not None)
     builder.line("offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)")
     if mask_n:
@@ -256,16 +277,22 @@ def _emit_gemm(
         builder.line("g = tl.program_id(1)")
         builder.line(f"co = g * {ng} + offs_n")
         builder.line(f"ci_base = g * {shape.c_in_group}")
+        r.bound("g", GRID_Y)
+        r.define("co", add(mul(r.var("g"), ng), r.var("offs_n")))
+        r.define("(ci_base + ci[None, :])", add(mul(r.var("g"), shape.c_in_group), r.var("ci")))
     else:
         builder.line("co = offs_n")
+        r.define("co", r.var("offs_n"))
     tail_k = k % cfg.block_k != 0
     builder.line("acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)")
     with builder.block(f"for k0 in range(0, {k}, BLOCK_K)"):
         builder.line("offs_k = k0 + tl.arange(0, BLOCK_K)")
         builder.line(f"ci = {ix.div('offs_k', str(shape.taps))}")
+        r.define("ci", floordiv(r.var("offs_k"), shape.taps))
         taps = ["0"] * len(shape.kernel)
         if shape.taps > 1:
             builder.line(f"tap = offs_k % {shape.taps}")
+            r.define("tap", mod(r.var("offs_k"), shape.taps))
             taps = unravel(builder, "tap", shape.kernel, _names("k", shape))
         coords, pad_mask = _input_position(builder, shape, out_pos, taps, "[:, None]", "[None, :]")
         k_col = f"offs_k[None, :] < {k}" if tail_k else None
@@ -304,6 +331,14 @@ def _emit_direct(
     if mask_n:
         builder.line(f"mask_n = co < {shape.c_out}")
     builder.line(f"ci = co // {mult}" if mult > 1 else "ci = co")
+    r, bm, bn = builder.reach, sym("BLOCK_M"), sym("BLOCK_N")
+    tiles_n = cdiv(shape.c_out, bn)
+    r.bound("offs_m", mul(add(floordiv(add(GRID_X, -1), tiles_n), 1), bm))
+    r.guard("mask_m[:, None]", "offs_m", 0, builder.arg(shape.rows))
+    r.bound("co", mul(tiles_n, bn))
+    r.guard("mask_n[None, :]", "co", 0, shape.c_out)
+    r.define("ci", floordiv(r.var("co"), mult))
+    r.bound("tap", shape.taps)
     loop = "tl.static_range" if shape.taps <= MAX_UNROLLED_TAPS else "range"
     builder.line("acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)")
     with builder.block(f"for tap in {loop}({shape.taps})"):

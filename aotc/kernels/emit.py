@@ -15,23 +15,24 @@ import re
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from aotc.errors import UnsupportedError
+from aotc.errors import ShapeError, UnsupportedError
 from aotc.ir.dtypes import DType
 from aotc.ir.graph import Graph
 from aotc.ir.index import IndexSpace, by_strides, divisions, flatten, is_index_var, to_triton
 from aotc.ir.ops import ELEMENTWISE, Op
-from aotc.ir.schedule import Arg, ArgKind, IndexCheck, Kernel, KernelKind, Size
-from aotc.ir.symbolic import SymExpr, bounds, divisor, mul, sym, to_sexpr
+from aotc.ir.schedule import GRID_NAMES, Arg, ArgKind, IndexCheck, Kernel, KernelKind, Size
+from aotc.ir.symbolic import SymExpr, add, bounds, divisor, evaluate, mul, substitute, sym, to_sexpr
 from aotc.ir.types import Node, Shape, Value
 from aotc.kernels import index_text as ix
 from aotc.kernels import view_index
 from aotc.kernels.pointwise_ops import POINTER_TYPE, TL_DTYPE, cast, elementwise, is_literal, literal
+from aotc.kernels.reach import Reach
 
 INT32_MAX = 2**31 - 1
 # Names the templates use as they are, plus Python and Triton names a size argument must not shadow.
 _RESERVED = frozenset(
     "pid offs mask xoffs xmask roffs rmask r0 flags_ptr BLOCK XBLOCK RBLOCK tl triton range float int min max"
-    " abs len sum None True False and or not in is if for while def return lambda".split()
+    " abs len sum None True False and or not in is if for while def return lambda grid_x grid_y grid_z".split()
 )
 # A per-dim index: Triton text from a template, or an index expression (see ``index_var``).
 IndexItem = str | int | SymExpr
@@ -89,9 +90,11 @@ class KernelBuilder:
         self._ranges = graph.ranges
         self._multiples = graph.multiples
         self.space = IndexSpace(graph.ranges, graph.multiples)
-        self._atoms: dict[tuple[str, int | SymExpr], SymExpr] = {}
+        self._atoms: dict[tuple[str, int | SymExpr, bool], SymExpr] = {}
         self._atom_text: dict[str, str] = {}
         self._index_lets: dict[str, int] = {}  # name -> its line
+        # what the template's variables hold and every load and store's offset, for the kernel's Extents
+        self.reach = Reach()
 
     # -- statements and names ------------------------------------------------------------------
     def line(self, text: str) -> None:
@@ -178,6 +181,36 @@ class KernelBuilder:
             self.args.append(Arg(name, "i64" if self.wide(expr) else "i32", ArgKind.SIZE, size=expr))
         return self._arg_names[key]
 
+    def arg(self, expr: Size) -> Size:
+        """``expr`` over the kernel's own names (aotc/kernels/reach.py): an int, or its size arg's name. Only for
+        sizes the kernel's text passes already (``size_arg``)."""
+        return expr if isinstance(expr, int) else sym(self.size_arg(expr))
+
+    def names_of(self, e: int | SymExpr) -> int | SymExpr:
+        """Index expression ``e`` as its printed text computes it, over the kernel's own names: each symbol its
+        size arg, each index variable its template variable's placeholder."""
+        if isinstance(e, int):
+            return e
+        env: dict[str, int | SymExpr] = {}
+        for name in e.free_symbols():
+            if is_index_var(name):
+                env[name] = self.reach.var(self._atom_text[name])
+            else:
+                env[name] = sym(self.size_arg(sym(name)))
+        return substitute(e, env)
+
+    def _names_passed(self, e: int | SymExpr) -> int | SymExpr | None:
+        """``names_of(e)`` when ``e`` or every symbol of it is a size arg already (None: it would add an arg)."""
+        if isinstance(e, SymExpr) and not (e.free_symbols() & self.space.extents.keys()):
+            whole = self._arg_names.get(("size", to_sexpr(e)))
+            if whole is not None:
+                return sym(whole)
+        if not isinstance(e, int):
+            for name in e.free_symbols():
+                if not is_index_var(name) and ("size", to_sexpr(sym(name))) not in self._arg_names:
+                    return None
+        return self.names_of(e)
+
     def pointer_arg(self, value: Value) -> str:
         key = ("ptr", value.id)
         if key not in self._arg_names:
@@ -206,16 +239,17 @@ class KernelBuilder:
         ]
 
     # -- index expressions --------------------------------------------------------------------------
-    def index_var(self, text: str, extent: Size) -> int | SymExpr:
+    def index_var(self, text: str, extent: Size, opaque: bool = False) -> int | SymExpr:
         """Template text ``text`` as an index expression: a variable over ``[0, extent)``, a fact that need only
         hold where the masks of its loads and stores keep a lane. A name bound by ``let_index`` gives its
-        expression back, a literal its int."""
+        expression back (unless ``opaque``: a variable whose range a mask, not its expression, decides), a
+        literal its int. What the text holds over the kernel's names is the template's to declare (``reach``)."""
         if ix.is_int(text):
             return int(text)
-        for scope in reversed(self._scopes):
+        for scope in reversed(self._scopes if not opaque else ()):
             if text in scope.defs:
                 return scope.defs[text]
-        key = (text, extent)
+        key = (text, extent, opaque)
         var = self._atoms.get(key)
         if var is None:  # one variable per extent: the same text may index dims of other sizes elsewhere
             var = self.space.var(f"v{len(self._atoms)}", extent)
@@ -310,41 +344,119 @@ class KernelBuilder:
         if value.id in self._discard:
             return
         ptr = self.output_arg(value)
-        off = self._offset(value, idx)
+        off, at = self._offset_at(value, idx)
         if mask is not None and not _variables(idx):
             off = ix.add(off, f"tl.zeros_like({mask}).to(tl.int32)")  # a tile pointer for a tile of values
+        self.reach.access(ptr, at, mask, self._unsimplified(value, idx), self._site(value, ptr, off))
         args = f"{ptr} + {ix.paren(off)}, {var}"
         self.line(f"tl.store({args}, mask={mask})" if mask else f"tl.store({args})")
 
-    def offset(self, value: Value, index: Sequence[IndexItem]) -> str:
+    def offset(self, value: Value, index: Sequence[IndexItem], mask: str | None = None) -> str:
         """Row-major element offset, simplified over the index ranges and printed dim by dim (Horner form);
-        int64 arithmetic when the buffer may hold more than 2**31 elements."""
-        return self._offset(value, self._index(value, index))
+        int64 arithmetic when the buffer may hold more than 2**31 elements. The template's own load or store
+        through it counts toward the pointer's extents, in-mask lanes only."""
+        full = self._index(value, index)
+        off, at = self._offset_at(value, full)
+        self.reach.access(self._arg_names[("ptr", value.id)], at, mask, self._unsimplified(value, full))
+        return off
 
-    def _offset(self, value: Value, index: Index) -> str:
+    def _offset_at(self, value: Value, index: Index) -> tuple[str, int | SymExpr]:
+        """The offset's text and the same offset over the kernel's own names (``names_of``)."""
         shape = value.type.shape
         # an index is in range wherever the mask keeps a lane, so a dim of size 1 is read at 0
         flat = self.simplify(flatten([0 if ix.is_one(d) else i for i, d in zip(index, shape)], shape))
         wide = self.wide(numel(shape))
-        off = ix.row_major([self.index_text(p, wide) for p in by_strides(flat, shape)], self.dims(shape))
+        parts = by_strides(flat, shape)
+        dims = self.dims(shape)
+        off = ix.row_major([self.index_text(p, wide) for p in parts], dims)
+        at: int | SymExpr = 0
+        for k, (p, d) in enumerate(zip(parts, dims)):  # as row_major prints it, with the dims' own args
+            at = add(mul(at, int(d) if ix.is_int(d) else sym(d)) if k else at, self.names_of(p))
         # A variable simplified away still shapes the tile: ``x * 0`` keeps the pointer as wide as the index
         # (a template's tl.dot needs its full tile), and the mask terms that guard it (folded when compiled).
         lost = sorted(_variables(index) - _variables(flat))
-        return ix.add(off, " + ".join(f"{ix.paren(self._atom_text[v])} * 0" for v in lost)) if lost else off
+        if lost:
+            off = ix.add(off, " + ".join(f"{ix.paren(self._atom_text[v])} * 0" for v in lost))
+        return off, at
+
+    def _unsimplified(self, value: Value, index: Index) -> tuple[Size, tuple[tuple[Size, Size], ...]] | None:
+        """The offset as the per-dim indices give it before simplification, over the kernel's names, and what
+        each index variable must hold for the printed offset to equal it (``Reach.access``); None where that
+        would need a size arg the kernel does not pass."""
+        shape = value.type.shape
+        dims = self.dims(shape)
+        at: int | SymExpr = 0
+        for k, (i, d) in enumerate(zip(index, shape)):
+            part = self._names_passed(0 if ix.is_one(d) else i)
+            if part is None:
+                return None
+            at = add(mul(at, int(dims[k]) if ix.is_int(dims[k]) else sym(dims[k])) if k else at, part)
+        within = []
+        for v in sorted(_variables(index)):
+            extent = self._names_passed(self.space.extents[v])
+            if extent is None:
+                return None
+            within.append((self.reach.var(self._atom_text[v]), extent))
+        return at, tuple(within)
+
+    def _site(self, value: Value, ptr: str, off: str) -> tuple[str, Size]:
+        """Where a load or store is written (its pointer's text) and its value's element count, for a clamp."""
+        return f"{ptr} + {ix.paren(off)}", numel(value.type.shape)
+
+    def _clamp_unbounded(self, constexprs: Sequence[tuple[str, int]], grid: tuple[Size, Size, Size]) -> bool:
+        """Clamps into its value each load and store whose derived offsets fall outside it at the symbols' least
+        or greatest binding (the plan checks would refuse the launch): interval arithmetic loses how the digits
+        of a rolled, regrouped index fit together (Swin's shifted windows), and ``tl.minimum(tl.maximum(off, 0),
+        numel - 1)`` changes nothing where the index math is right while keeping any lane inside its value
+        whatever a file passes. Returns whether it clamped any."""
+        lows_highs = self.reach.per_access(self.args, constexprs, grid, self._ranges, self._multiples)
+        passed: dict[str, Size] = {a.name: a.size for a in self.args if a.kind is ArgKind.SIZE}
+        passed.update(constexprs)
+        passed.update(zip(GRID_NAMES, grid))
+        lo_env = {n: r[0] for n, r in self._ranges.items()}
+        hi_env = {n: r[1] for n, r in self._ranges.items()}
+        clamped = False
+        for k, (lo, hi) in enumerate(lows_highs):
+            site = self.reach.accesses[k][4]
+            if site is None:
+                continue
+            text, n = site
+            try:
+                glo, ghi = substitute(lo, passed), substitute(hi, passed)
+                inside = all(
+                    evaluate(glo, env) >= 0 and evaluate(ghi, env) < evaluate(n, env) for env in (lo_env, hi_env)
+                )
+            except ShapeError:
+                inside = False
+            if inside:
+                continue
+            top = self.size_arg(n, "numel")
+            pointer, _, offset = text.partition(" + ")
+            clamp = f"{pointer} + tl.minimum(tl.maximum({offset}, 0), {top} - 1)"
+            lines = [line.replace(text, clamp) for line in self._lines]
+            if lines == self._lines:  # not written as recorded: its extents stay as derived
+                continue
+            self._lines = lines
+            self.reach.clamp(k, n if isinstance(n, int) else sym(top))
+            clamped = True
+        return clamped
 
     def _load_memory(self, value: Value, index: Index, mask: str | None, other: str) -> str:
         if value.id not in self.reads:
             self.reads.append(value.id)
         ptr = self.pointer_arg(value)
-        off = self._offset(value, index)
+        off, at = self._offset_at(value, index)
         if not value.type.dtype.is_float:
             other = "0"
         if mask is not None:
             mask = self._trim(mask, off)
+        alt = self._unsimplified(value, index)
         if all(isinstance(i, int) for i in index) or mask is None:
+            self.reach.access(ptr, at, None, alt, self._site(value, ptr, off))
             return self.let("v", f"tl.load({ptr} + {ix.paren(off)})")
         if not _variables(index):  # one element for every lane: a tile pointer keeps the mask's shape
             off = ix.add(off, f"tl.zeros_like({mask}).to(tl.int32)")
+        self.reach.access(ptr, at, mask, alt, self._site(value, ptr, off))
         return self.let("v", f"tl.load({ptr} + {ix.paren(off)}, mask={mask}, other={other})")
 
     # -- one node -------------------------------------------------------------------------------
@@ -394,6 +506,8 @@ class KernelBuilder:
     ) -> Kernel:
         nodes = tuple(sorted(self.nodes | set(extra_nodes)))
         fused = tuple(self.graph.nodes[i].op.value for i in nodes)
+        self._clamp_unbounded(constexprs, grid)
+        extents = self.reach.extents(self.args, constexprs, grid, self._ranges, self._multiples)
         return Kernel(
             name=name,
             kind=kind,
@@ -409,6 +523,7 @@ class KernelBuilder:
             divisible=self.divisible_args(),
             checks=tuple(self.checks),
             fused=fused,
+            extents=extents,
         )
 
     def divisible_args(self) -> tuple[int, ...]:

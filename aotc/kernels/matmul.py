@@ -22,7 +22,7 @@ from aotc.errors import UnsupportedError
 from aotc.ir.dtypes import DType
 from aotc.ir.ops import Op
 from aotc.ir.schedule import Kernel, KernelKind
-from aotc.ir.symbolic import SymExpr, floordiv, mod, mul
+from aotc.ir.symbolic import SymExpr, add, floordiv, mod, mul, sym
 from aotc.ir.types import Node, Value
 from aotc.kernels.contraction_config import TileConfig, check_dot_config, matmul_config, upper
 from aotc.kernels.contraction_emit import (
@@ -35,12 +35,15 @@ from aotc.kernels.contraction_emit import (
     full_tile,
     grid_with_batch,
     is_multiple,
+    k_reach,
     mask_and,
     reserve,
     size_text,
+    tile_reach,
     unravel,
     why_not_epilogue,
 )
+from aotc.kernels.reach import GRID_X, GRID_Y
 
 if TYPE_CHECKING:
     from aotc.kernels.emit import IndexItem, KernelBuilder
@@ -164,6 +167,8 @@ def emit_matmul(
     mask_n = None if is_multiple(builder, shape.n, cfg.block_n) else "mask_n[None, :]"
     tail_k = not is_multiple(builder, shape.k, cfg.block_k)
     a_idx, b_idx, out_batch, m_idx = _emit_program_ids(builder, shape, rows, n, batch_on_x)
+    tile_reach(builder, shape.rows, shape.n, grid_bound=not (batch_on_x and shape.batch_count != 1))
+    k_reach(builder, shape.k)
     if mask_m:
         builder.line(f"mask_m = offs_m < {rows}")
     if mask_n:
@@ -218,6 +223,8 @@ def _emit_program_ids(
         else:
             builder.line("pid_b = tl.program_id(1)")
         pid_b = "pid_b"
+        tiles = mul(cdiv(builder.arg(shape.rows), sym("BLOCK_M")), cdiv(builder.arg(shape.n), sym("BLOCK_N")))
+        builder.reach.bound(pid_b, add(floordiv(add(GRID_X, -1), tiles), 1) if batch_on_x else GRID_Y)
     emit_tile_order(builder, rows, n, "pid")
     builder.line("offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)")
     builder.line("offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)")
@@ -225,6 +232,7 @@ def _emit_program_ids(
     if shape.fold and shape.batch and shape.m == 1:
         # Every row is a batch entry; the row index is 0, kept as a tile-shaped name so stores keep their shape.
         builder.line("row = offs_m % 1")
+        builder.reach.define("row", 0)
         flat = unravel(builder, "offs_m", shape.batch, _batch_names(shape))
         m_idx = "row[:, None]"
         out_batch = [i if i == "0" else f"{i}[:, None]" for i in flat]

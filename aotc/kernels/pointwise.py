@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from aotc.ir.index import unflatten
-from aotc.ir.schedule import Kernel, KernelKind
-from aotc.ir.symbolic import add, bounds, floordiv
+from aotc.ir.schedule import Kernel, KernelKind, Size
+from aotc.ir.symbolic import add, bounds, floordiv, mul, sym
 from aotc.ir.types import Shape, Value
 from aotc.kernels import index_text as ix
 from aotc.kernels.config import KernelConfig
 from aotc.kernels.emit import KernelBuilder, numel
+from aotc.kernels.reach import GRID_X
 
 
 def emit_pointwise(b: KernelBuilder, outputs: Sequence[Value], name: str, config: KernelConfig) -> Kernel:
@@ -27,6 +28,7 @@ def emit_pointwise(b: KernelBuilder, outputs: Sequence[Value], name: str, config
     start = "pid.to(tl.int64) * BLOCK" if b.wide(n) else "pid * BLOCK"
     b.line(f"offs = {start} + tl.arange(0, BLOCK)")
     b.line(f"mask = offs < {b.size_arg(n, 'numel')}")
+    flat_reach(b, n)
     index = unravel_into(b, "offs", shape, "x")
     env: dict[int, str] = {}
     for v in outputs:  # a later output reads an earlier one at the same element: from the register
@@ -34,6 +36,12 @@ def emit_pointwise(b: KernelBuilder, outputs: Sequence[Value], name: str, config
         b.store(v, index, env[v.id], "mask")
     grid = (floordiv(add(n, block - 1), block), 1, 1)
     return b.finish(name, KernelKind.POINTWISE, grid, (("BLOCK", block),), num_warps=warps, num_stages=1)
+
+
+def flat_reach(b: KernelBuilder, n: Size) -> None:
+    """What ``offs`` holds: ``pid * BLOCK + tl.arange(0, BLOCK)``, and below ``n`` where ``mask`` keeps a lane."""
+    b.reach.bound("offs", mul(GRID_X, sym("BLOCK")))
+    b.reach.guard("mask", "offs", 0, b.arg(n))
 
 
 def unravel_into(b: KernelBuilder, linear: str, shape: Shape, stem: str) -> list[str]:

@@ -13,12 +13,13 @@ from collections.abc import Mapping, Sequence
 from aotc.ir.dtypes import DType
 from aotc.ir.ops import Op
 from aotc.ir.schedule import Kernel, KernelKind
-from aotc.ir.symbolic import add, bounds, floordiv
+from aotc.ir.symbolic import add, bounds, floordiv, mul, sym
 from aotc.ir.types import Node, Shape, Value
 from aotc.kernels.config import KernelConfig
 from aotc.kernels.emit import KernelBuilder, numel
 from aotc.kernels.pointwise import unravel_into
 from aotc.kernels.pointwise_ops import HALF, TL_DTYPE, is_literal
+from aotc.kernels.reach import GRID_X
 
 _COMBINE = {Op.REDUCE_SUM: "tl.sum", Op.REDUCE_MAX: "tl.max", Op.REDUCE_MIN: "tl.min"}
 
@@ -50,11 +51,18 @@ def emit_reduction(
     start = "pid.to(tl.int64) * XBLOCK" if b.wide(x_n) else "pid * XBLOCK"
     b.line(f"xoffs = {start} + tl.arange(0, XBLOCK)[:, None]")
     b.line(f"xmask = xoffs < {b.size_arg(x_n, 'rows')}")
-    b.guard("xmask", "xoffs")
-    b.guard("rmask", "roffs")
+    b.guard("xmask", "xoffs")  # a value with no rows has no programs
+    if bounds(r_n, ranges, multiples)[0] >= 1:  # an empty row: rmask keeps every load of the row's value off
+        b.guard("rmask", "roffs")
     outer_idx = iter(unravel_into(b, "xoffs", tuple(outer), "x"))
     row = [("0" if k in axes else next(outer_idx)) for k in range(len(shape))]
     r_size = b.size_arg(r_n, "row_len")
+    rb = sym("RBLOCK")
+    b.reach.bound("xoffs", mul(GRID_X, sym("XBLOCK")))
+    b.reach.guard("xmask", "xoffs", 0, b.arg(x_n))
+    # a persistent row is one tl.arange(0, RBLOCK); a looped one steps r0 < row_len by RBLOCK
+    b.reach.bound("roffs", rb if persistent else mul(floordiv(add(b.arg(r_n), add(rb, -1)), rb), rb))
+    b.reach.guard("rmask", "roffs", 0, b.arg(r_n))
 
     def full_index(roffs: str) -> tuple[list[str], str]:
         b.line(f"rmask = {roffs} < {r_size}")

@@ -47,11 +47,11 @@ from aotc.ir.dtypes import DType
 from aotc.ir.index_check import index_range, index_source, op_where
 from aotc.ir.ops import Op
 from aotc.ir.schedule import IndexCheck, Kernel, KernelKind, Size
-from aotc.ir.symbolic import add, bounds, floordiv
+from aotc.ir.symbolic import add, bounds, floordiv, smax, smin
 from aotc.ir.types import Node, Shape
 from aotc.kernels.config import KernelConfig
 from aotc.kernels.emit import KernelBuilder, numel
-from aotc.kernels.pointwise import unravel_into
+from aotc.kernels.pointwise import flat_reach, unravel_into
 from aotc.kernels.pointwise_ops import TL_DTYPE, elementwise
 
 # reduction attr -> the elementwise op that combines an element with an update
@@ -94,7 +94,8 @@ def emit_scatter(b: KernelBuilder, node: Node, name: str, config: KernelConfig) 
     val = b.load(upd, index, "mask")
     ptr = b.output_arg(out)
     b.reads.append(out.id)  # read-modify-write of the buffer the copy filled
-    off = b.let("off", b.offset(out, [*coords, *index[lead:]]))
+    b.reach.imply(ok, "mask")  # ok is mask & every coordinate in range
+    off = b.let("off", b.offset(out, [*coords, *index[lead:]], ok))
     if reduction == "none":
         # With repeated coordinates ONNX leaves the result undefined and the reference keeps the last update;
         # here lanes and programs race, so on a GPU one of the updates is kept, which one is not specified.
@@ -120,10 +121,15 @@ def _coordinate(b: KernelBuilder, node: Node, at: tuple[str, ...], dim: Size) ->
     bad = b.let("bad", f"({raw} < {b.size_arg(low)}) | ({raw} >= {b.size_arg(high)})")
     slot = b.flags.take()
     b.line(f"tl.store({b.flag_arg()} + {slot} + tl.zeros_like({bad}).to(tl.int32), 1, mask=mask & {bad})")
+    b.reach.access(b.flag_arg(), slot, None)
     source, _ = index_source(b.graph, node)
     b.checks.append(IndexCheck(slot, source or "", op_where(node), low, high))
     pos = b.let("idx", f"tl.where({raw} < 0, {raw} + {b.size_arg(dim)}, {raw})")
-    return b.let("idx", f"tl.where({bad}, 0, {pos})"), bad
+    safe = b.let("idx", f"tl.where({bad}, 0, {pos})")
+    # an id in [low, high) (a negative one counting from the end), or 0 where it is not
+    lo, hi, d = b.arg(low), b.arg(high), b.arg(dim)
+    b.reach.bound(safe, smax(smax(hi, d), 1), smin(add(lo, d), 0))
+    return safe, bad
 
 
 def _swap_loop(b: KernelBuilder, op: Op, dt: DType, ptr: str, off: str, val: str, ok: str) -> None:
@@ -134,6 +140,7 @@ def _swap_loop(b: KernelBuilder, op: Op, dt: DType, ptr: str, off: str, val: str
     against, which changes nothing whether or not it matches. The loop ends when every lane's swap landed.
     """
     addr = b.let("addr", f"{ptr} + tl.where({ok}, {off}, 0)")
+    b.reach.access(ptr, 0, None)  # every lane swaps at offset 0 once its own lane is done
     bits = _BITS.get(dt)
     swap = b.let("addr", f"{addr}.to(tl.pointer_type({bits}), bitcast=True)") if bits else addr
     cur, todo, old = b.fresh("cur"), b.fresh("todo"), b.fresh("old")
@@ -159,6 +166,7 @@ def _flat(
     start = "pid.to(tl.int64) * BLOCK" if b.wide(n) else "pid * BLOCK"
     b.line(f"offs = {start} + tl.arange(0, BLOCK)")
     b.line(f"mask = offs < {b.size_arg(n, 'numel')}")
+    flat_reach(b, n)
     grid = (floordiv(add(n, block - 1), block), 1, 1)
     return unravel_into(b, "offs", shape, "x"), grid, (("BLOCK", block),), warps
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from aotc.ir.digest import seal_all
 from aotc.ir.graph import Graph
 from aotc.ir.ops import Op
 from aotc.ir.schedule import ArchVariant, Kernel, Schedule, same_launch
@@ -24,7 +25,8 @@ def schedule_graph(graph: Graph, options: Any = None, tiles: Mapping[int, Any] |
     """Fuse ``graph`` into kernels, generate each kernel's Triton source and plan the arena.
 
     ``options`` may carry ``targets`` (e.g. ``("sm_80", "sm_90")``); the heuristics size blocks for the
-    oldest. A newer target whose heuristics choose other tiles (sm_90's wider matmul tiles, bigger
+    oldest; every launch carries the ``Extents`` its template derived and a digest binding it to its nodes
+    (aotc.ir.digest). A newer target whose heuristics choose other tiles (sm_90's wider matmul tiles, bigger
     pointwise blocks) gets an ``ArchVariant`` of the kernel, compiled for that target only. Identical
     kernels (same source apart from the name) share one name and source.
 
@@ -67,7 +69,8 @@ def schedule_graph(graph: Graph, options: Any = None, tiles: Mapping[int, Any] |
         flags.count = end
         kernels.append(kernel.replace(variants=tuple(variants)) if variants else kernel)
     buffers, arena = plan_memory(graph, kernels, plan.views)
-    return Schedule(tuple(kernels), buffers, arena, tuple(plan.views), flags.count, tuple(plan.declined))
+    # each launch bound to the nodes it computes, now that its name, code and variants are final
+    return Schedule(seal_all(graph, kernels), buffers, arena, tuple(plan.views), flags.count, tuple(plan.declined))
 
 
 def _shared(kernel: Kernel, seen: dict[tuple, Kernel]) -> Kernel:

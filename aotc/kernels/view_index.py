@@ -18,7 +18,7 @@ from aotc.ir.index import flatten, unflatten
 from aotc.ir.index_check import allows_negative, index_range, index_source, op_where
 from aotc.ir.ops import Op
 from aotc.ir.schedule import IndexCheck
-from aotc.ir.symbolic import SymExpr, add, mul
+from aotc.ir.symbolic import SymExpr, add, mul, smax, smin
 from aotc.ir.types import Node, ShapeDim
 from aotc.kernels import index_text as ix
 from aotc.kernels.pointwise_ops import TL_DTYPE, literal
@@ -87,18 +87,29 @@ def flip(b: KernelBuilder, node: Node, index: Index, mask: str | None, env: Mapp
 def pad(b: KernelBuilder, node: Node, index: Index, mask: str | None, env: Mapping[int, str]) -> str:
     x = node.inputs[0]
     pads = node.attrs["pads"]
-    src, conds = [], []
+    src, conds, padded, fixed = [], [], [], []
     for k, (i, d) in enumerate(zip(index, x.type.shape)):
         lo, hi = pads[2 * k], pads[2 * k + 1]
         if lo == 0 and hi == 0:
             src.append(i)
             continue
-        j = b.let("p", b.index_text(b.simplify(add(i, mul(lo, -1)))))
-        src.append(b.index_var(j, d))  # in [0, d) wherever the load below keeps a lane
+        shifted = b.simplify(add(i, mul(lo, -1)))
+        j = b.let("p", b.index_text(shifted))
+        if not ix.is_int(j):
+            b.reach.define(j, b.names_of(shifted))
+            padded.append((j, d))
+        else:  # a tap at a fixed position: in [0, d) or never read
+            fixed.append((int(j), d))
+        src.append(b.index_var(j, d, opaque=True))  # in [0, d) wherever the load below keeps a lane
         conds.append(f"({j} >= 0) & ({j} < {b.size_arg(d)})")
     if not conds:
         return b.compute(x, src, mask, env)
     inside = b.let("inside", " & ".join(conds))
+    for j, d in padded:
+        b.reach.guard(inside, j, 0, b.arg(d))
+    for at, d in fixed:
+        b.reach.when(inside, at)
+        b.reach.when(inside, add(b.arg(d), -1 - at))
     v = b.compute(x, src, and_(mask, inside), env)
     fill = literal(node.attrs.get("value", 0.0), x.type.dtype)
     return b.let("t", f"tl.where({inside}, {v}, {fill})")
@@ -115,12 +126,17 @@ def concat(b: KernelBuilder, node: Node, index: Index, mask: str | None, env: Ma
         starts.append(pos)
         pos = add(pos, x.type.shape[axis])
     parts = []
+    at = b.names_of(b.simplify(i))  # what i_text holds
     for x, start in zip(node.inputs, starts):
         lo = b.size_arg(start)
         hi = b.size_arg(add(start, x.type.shape[axis]))
         here = b.let("part", f"({i_text} >= {lo}) & ({i_text} < {hi})")
+        # the position in this part, in [0, hi - lo) where ``here`` keeps a lane
+        shifted = i_text if start == 0 and ix.is_name(i_text) else f"({i_text} - {lo})"
         src = list(index)
-        src[axis] = add(i, mul(start, -1))
+        src[axis] = b.index_var(shifted, x.type.shape[axis], opaque=True)
+        b.reach.define(shifted, add(at, mul(b.arg(start), -1)))
+        b.reach.guard(here, shifted, 0, add(b.arg(add(start, x.type.shape[axis])), mul(b.arg(start), -1)))
         parts.append((here, b.compute(x, src, and_(mask, here), env)))
     out = parts[-1][1]
     for here, v in reversed(parts[:-1]):
@@ -144,12 +160,16 @@ def gather(b: KernelBuilder, node: Node, index: Index, mask: str | None, env: Ma
     flags = b.flag_arg()
     flagged = b.let("flagged", and_(mask, bad) or bad)
     b.line(f"tl.store({flags} + {slot} + tl.zeros_like({flagged}).to(tl.int32), 1, mask={flagged})")
+    b.reach.access(flags, slot, None)
     name, _ = index_source(b.graph, node)
     b.checks.append(IndexCheck(slot, name or "", op_where(node), low, high))
+    lo, hi = b.arg(low), b.arg(high)
     pos = raw
     if negative:
         pos = b.let("idx", f"tl.where({raw} < 0, {raw} + {b.size_arg(n)}, {raw})")
+        lo, hi = smin(add(lo, b.arg(n)), 0), smax(hi, b.arg(n))  # a negative id counts from the end
     safe = b.let("idx", f"tl.where({bad}, 0, {pos})")
+    b.reach.bound(safe, smax(hi, 1), smin(lo, 0))  # an id in [low, high), or 0 where it is not
     src = [*index[:axis], b.index_var(safe, n), *index[axis + r :]]  # in [0, n) on every lane
     return b.compute(data, src, and_(mask, f"({bad} == 0)"), env)
 

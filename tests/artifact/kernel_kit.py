@@ -48,6 +48,7 @@ def meta(k: Kernel, arch: str, shared: int = 1024) -> LaunchMeta:
         ptx_version="8.4",
         ptxas_version="12.9",
         enable_fp_fusion=True,
+        constexprs=tuple(k.constexprs),
     )
 
 

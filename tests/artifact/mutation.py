@@ -1,8 +1,9 @@
 """Resealed mutations of artifacts and the classification of what the reader makes of them.
 
 A mutation changes one integer of the FlatBuffer (an index, a count, an offset, a length, a vtable
-entry, a scalar field) or one weight, then recomputes every checksum, so only the reader's consistency
-checks stand between the file and the caller. Each outcome is classified:
+entry, a scalar field), one character of one of its strings (a kernel's source, an expression, a name, a
+digest) or one weight, then recomputes every checksum, so only the reader's consistency checks stand
+between the file and the caller. Each outcome is classified:
 
 - ``refused``: ArtifactError;
 - ``identical``: the reader returns exactly the original artifact;
@@ -15,6 +16,7 @@ Anything else (another exception, a model the writer would not write) fails the 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import re
@@ -70,13 +72,16 @@ class Subject:
     art: Artifact
     slots: list[Slot]
     segments: list[tuple[int, int, int]]  # (file offset, length, where its checksum is in the FlatBuffer)
+    texts: list[Slot] = dataclasses.field(default_factory=list)  # each string's characters
 
     @classmethod
     def of(cls, name: str, data: bytes) -> Subject:
         start, end = fb_region(data)
         fb = data[start:end]
-        slots: list[Slot] = []
-        verify_flatbuffer(fb, on_slot=lambda pos, size, what: slots.append(Slot(pos, size, what)))
+        found: list[Slot] = []
+        verify_flatbuffer(fb, on_slot=lambda pos, size, what: found.append(Slot(pos, size, what)))
+        texts = [s for s in found if s.what.endswith(" text")]
+        slots = [s for s in found if not s.what.endswith(" text")]
         # Cubin bytes are opaque to the reader, like weights (a changed byte is a different binary the writer
         # writes so): a few of each stand for them, so the sweep's samples go to the structure.
         slots = [s for s in slots if not _OPAQUE.search(s.what)]
@@ -86,7 +91,7 @@ class Subject:
             (data_start + s.offset, s.length, sums[f"Artifact.segments[{i}].checksum[0]"])
             for i, s in enumerate(Decoder(fb).segments())
         ]
-        return cls(name, data, read_artifact(data), slots, segs)
+        return cls(name, data, read_artifact(data), slots, segs, texts)
 
 
 def mutate_slot(subject: Subject, slot: Slot, rng: np.random.Generator) -> bytes:
@@ -117,6 +122,27 @@ def mutate_slot(subject: Subject, slot: Slot, rng: np.random.Generator) -> bytes
     buf = bytearray(subject.data)
     struct.pack_into(fmt, buf, at, new)
     return reseal(buf)
+
+
+# what a character of a string becomes: a neighbouring digit or letter keeps most texts well-formed (a block size
+# 64 -> 65, an offset's 192 -> 193, a name's in_ptr0 -> in_ptr1), so the checks behind the parser are exercised
+_SWAPS = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_ +-*/%()[]<>=.,:"
+
+
+def mutate_text(subject: Subject, rng: np.random.Generator, where: str = "") -> tuple[str, bytes]:
+    """The file with one character of one string changed (of a string whose path holds ``where``), resealed."""
+    pool = [t for t in subject.texts if where in t.what] or subject.texts
+    text = pool[int(rng.integers(len(pool)))]
+    start, _ = fb_region(subject.data)
+    at = start + text.pos + int(rng.integers(text.size))
+    buf = bytearray(subject.data)
+    old = buf[at]
+    if chr(old).isdigit() and rng.random() < 0.5:
+        new = ord("0") + (old - ord("0") + int(rng.choice([-1, 1]))) % 10
+    else:
+        new = _SWAPS[int(rng.integers(len(_SWAPS)))]
+    buf[at] = new if new != old else (old + 1) % 128 or 1
+    return text.what, reseal(buf)
 
 
 def mutate_weight(subject: Subject, rng: np.random.Generator) -> bytes:

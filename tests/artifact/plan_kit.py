@@ -1,6 +1,7 @@
 """A small scheduled model and hostile variants of its launch plan, written by the project's own writer with its
 plan checks switched off and resealed: the files an inference server must refuse (test_plan_verification.py
-at load, tests/runtime/test_plan_bounds.py at the call).
+at load, tests/runtime/test_plan_bounds.py at the call). ``sealed`` recomputes the launches' digests, as an
+attacker who knows aotc's digest would, so that the checks behind the digest are what refuse the file.
 
 The model: x[batch, seq, 192] -> gelu(x @ w1) @ w3 + relu(x @ w2), three matmul launches over two arena
 buffers of 768*batch*seq bytes each (the first live for launches 0..1, the second for 1..2), batch in
@@ -10,7 +11,7 @@ buffers of 768*batch*seq bytes each (the first live for launches 0..1, the secon
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import cache
 from typing import Any
 
@@ -21,8 +22,11 @@ from mutation import reseal
 
 from aotc.artifact import write_artifact
 from aotc.ir import DType, Graph, Op, Symbol, TensorType, sym
+from aotc.ir.digest import seal
+from aotc.ir.launch import KernelBinary
 from aotc.ir.schedule import ArchVariant, Kernel, Schedule
 from aotc.ir.symbolic import smin
+from aotc.ir.types import Node
 
 D = 192
 BATCH, SEQ = sym("batch"), sym("seq")
@@ -56,12 +60,45 @@ def model() -> tuple[Graph, Schedule]:
     return variant, schedule_graph(variant)
 
 
-def write(schedule: Schedule, binaries: bool = False) -> bytes:
-    """The file the writer makes of ``schedule`` with its plan checks off, resealed."""
-    graph, _ = model()
+def write(schedule: Schedule, binaries: bool | Sequence[KernelBinary] = False, graph: Graph | None = None) -> bytes:
+    """The file the writer makes of ``schedule`` (of ``graph``: the model's by default) with its plan checks off,
+    resealed; ``binaries``: fake ones made for ``schedule``'s kernels, or those given."""
+    graph = graph or model()[0]
+    if isinstance(binaries, bool):
+        binaries = fake_binaries(schedule) if binaries else ()
     with unchecked():
-        data = write_artifact([graph], schedules=[schedule], binaries=fake_binaries(schedule) if binaries else ())
+        data = write_artifact([graph], schedules=[schedule], binaries=tuple(binaries))
     return reseal(data)
+
+
+def sealed(s: Schedule, graph: Graph | None = None) -> Schedule:
+    """``s`` with every launch's (and variant's) digest recomputed from ``graph``."""
+    graph = graph or model()[0]
+    return dataclasses.replace(s, kernels=tuple(seal(graph, k) for k in s.kernels))
+
+
+def constexpr(s: Schedule, i: int, name: str, value: int, grid: Callable[[Kernel], tuple] | None = None) -> Schedule:
+    """Launch ``i`` with constexpr ``name`` set to ``value`` (and its grid made by ``grid``)."""
+    k = s.kernels[i]
+    changes: dict[str, Any] = {"constexprs": tuple((n, value if n == name else v) for n, v in k.constexprs)}
+    if grid is not None:
+        changes["grid"] = grid(k)
+    return launch(s, i, **changes)
+
+
+def with_source(s: Schedule, i: int, old: str, new: str) -> Schedule:
+    """Launch ``i`` with ``old`` replaced by ``new`` in its source."""
+    k = s.kernels[i]
+    assert old in k.source, (old, k.source)
+    return launch(s, i, source=k.source.replace(old, new))
+
+
+def edited(graph: Graph, match: Callable[[Node], bool], **attrs: Any) -> Graph:
+    """``graph`` with the first node ``match`` picks given ``attrs``: a graph edit its kernels do not follow."""
+    nodes = list(graph.nodes)
+    i = next(i for i, n in enumerate(nodes) if match(n))
+    nodes[i] = nodes[i].replace(attrs=nodes[i].attrs.set(**attrs))
+    return graph.replace(nodes=tuple(nodes))
 
 
 def launch(s: Schedule, i: int, **changes: Any) -> Schedule:
@@ -87,13 +124,14 @@ def times(n: int) -> Callable[[Kernel], tuple]:
 
 
 def with_variant(s: Schedule, i: int, grid: Callable[[Kernel], tuple] | None = None) -> Schedule:
-    """Launch ``i`` with an sm_90 variant of its own code (renamed), its grid changed by ``grid``."""
+    """Launch ``i`` with an sm_90 variant of its own code (renamed), its grid changed by ``grid``; sealed as the
+    compiler seals a plan (a hostile grid is then the grid check's to refuse)."""
     k = s.kernels[i]
     name = f"{k.name}_sm90"
     code = k.replace(name=name, source=k.source.replace(f"def {k.name}(", f"def {name}("))
     if grid is not None:
         code = code.replace(grid=grid(k))
-    return launch(s, i, variants=(ArchVariant("sm_90", code),))
+    return launch(s, i, variants=(ArchVariant("sm_90", seal(model()[0], code)),))
 
 
 def min_sized_buffer(s: Schedule) -> Schedule:

@@ -17,6 +17,7 @@ from kernel_kit import golden_model, unchecked, write
 import aotc
 from aotc.artifact import code_checks, read_artifact
 from aotc.errors import ArtifactError
+from aotc.ir.digest import seal
 from aotc.ir.schedule import Schedule
 from aotc_cli.errors import EXIT_USER
 from aotc_cli.main import cli
@@ -45,8 +46,10 @@ def _payloads(marker: str) -> dict[str, tuple[str, int]]:
 
 
 def _with_source(schedule: Schedule, source: str) -> Schedule:
-    k0 = schedule.kernels[0]
-    return dataclasses.replace(schedule, kernels=(k0.replace(source=source), *schedule.kernels[1:]))
+    """Kernel 0 with ``source``, its digest recomputed as a deliberate attacker would (so only the source checks
+    stand in the way)."""
+    k0 = seal(golden_model()[1], schedule.kernels[0].replace(source=source))
+    return dataclasses.replace(schedule, kernels=(k0, *schedule.kernels[1:]))
 
 
 def _refusal(e: BaseException, line: int) -> None:

@@ -1,34 +1,43 @@
-"""The resealed-mutation sweep: one integer (or one weight) of a real model's artifact changed and every
-checksum recomputed. The reader must refuse the file, return the original, or return a different model
-that the writer itself writes exactly so (see mutation.py): never accept a file it could have refused.
+"""The resealed-mutation sweep: one integer, one character of one string or one weight of a real model's
+artifact changed and every checksum recomputed. The reader must refuse the file, return the original, or return
+a different model that the writer itself writes exactly so (see mutation.py): never accept a file it could have
+refused. Every file it accepts as another model is then called on every backend it runs on (sweep_run.py): no
+access out of bounds (the interpreter's address fence, narrowed to each pointer's extents, and the fake CUDA
+driver see none), no hang, no untyped error, no allocation over 1 GiB, and every difference in the outputs is a
+weight edit.
 
-Subjects: three example models (models/mlp.py, cnn.py, gpt2.py, default sizes; compiled with their launch
-plans, no cubins: the suite sets AOTC_TARGETS=none), the golden model (tests/golden/make_golden.py), which
-adds guards, multiple_of symbols and bool/int64 constants, and the schema 3 golden file, whose kernels
-carry real sm_80 cubins and PTX with their launch metadata and index checks. The
-default run samples 150 mutations per subject; ``-m slow`` / AOTC_RUN_SLOW=1 runs 1,700 per subject
-(5,100 files over the three example models, 6,800 in all).
+Subjects: three example models (models/mlp.py, cnn.py, gpt2.py, default sizes), scheduled for sm_80 and sm_90
+(launches with per-architecture variants) with fake binaries, so launch tables, variants, kernel code, launch
+metadata and graph tables are all in the file; the golden model (tests/golden/make_golden.py) with its launch plan,
+which adds guards, multiple_of symbols and bool/int64 constants; and today's golden file, whose kernels carry real sm_80/sm_90 cubins
+and PTX. The default run samples 150 mutations per subject; ``-m slow`` / AOTC_RUN_SLOW=1 runs 3,400 per example
+model and 1,700 per golden subject (10,200 files over the example models, 13,600 in all).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import resource
 from collections import Counter
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 
 import numpy as np
 import pytest
-from mutation import Subject, classify, mutate_slot, mutate_weight
+from kernel_kit import fake_binaries
+from mutation import Subject, classify, mutate_slot, mutate_text, mutate_weight
+from sweep_run import Violation, feeds_for, leaves, run, tally
 
 import aotc
-from aotc.artifact import SCHEMA_VERSION, write_artifact
+from aotc.artifact import SCHEMA_VERSION, read_artifact, write_artifact
 from aotc.lowering.decompose import decompose
+from aotc.runtime import Executable
 
 TESTS = Path(__file__).resolve().parents[1]
 MODELS = TESTS.parent / "models"
+EXAMPLES = ("mlp", "cnn", "gpt2")
 # golden_newest: the golden file of today's schema (a mutation re-written by today's writer is of that version).
-NAMES = ("mlp", "cnn", "gpt2", "golden", "golden_newest")
+NAMES = (*EXAMPLES, "golden", "golden_newest")
 
 
 def load_module(path: Path) -> ModuleType:
@@ -41,13 +50,21 @@ def load_module(path: Path) -> ModuleType:
 def compile_model(name: str, path: Path) -> bytes:
     if name == "golden_newest":
         return (TESTS / "golden" / f"v{SCHEMA_VERSION}_mlp.aotc").read_bytes()
-    if name == "golden":
+    from aotc.kernels.scheduler import schedule_graph
+
+    if name == "golden":  # its launch plan, no binaries
         golden = load_module(TESTS / "golden" / "make_golden.py")
         src = golden.source_graph()
-        return write_artifact([decompose(src)], source=src, meta={"golden": True})
+        variant = decompose(src)
+        return write_artifact([variant], source=src, meta={"golden": True}, schedules=[schedule_graph(variant)])
+
     model, inputs = load_module(MODELS / f"{name}.py").build()
-    aotc.compile(model, inputs).save(path)
-    return path.read_bytes()
+    compiled = aotc.compile(model, inputs)
+    meta = read_artifact(compiled.artifact_bytes).meta
+    plan = schedule_graph(compiled.lowered, SimpleNamespace(targets=("sm_80", "sm_90")))
+    return write_artifact(
+        [compiled.lowered], source=compiled.graph, meta=meta, schedules=[plan], binaries=fake_binaries(plan)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -56,57 +73,89 @@ def subjects(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Subject]:
     return {name: Subject.of(name, compile_model(name, tmp / f"{name}.aotc")) for name in NAMES}
 
 
-def sweep(subject: Subject, n: int, seed: int) -> Counter[str]:
+def mutate(subject: Subject, rng: np.random.Generator) -> tuple[str, bytes]:
+    """(what was changed, the file): a weight 5% of the time, a character of a string 15% (half of them in a
+    kernel's source), else one integer."""
+    draw = rng.random()
+    if draw < 0.05:
+        return "a weight", mutate_weight(subject, rng)
+    if draw < 0.20 and subject.texts:
+        return mutate_text(subject, rng, ".source" if draw < 0.125 else "")
+    slot = subject.slots[int(rng.integers(len(subject.slots)))]
+    return slot.what, mutate_slot(subject, slot, rng)
+
+
+def sweep(subject: Subject, n: int, seed: int) -> tuple[Counter[str], Counter[str], list[str]]:
+    """(the reader's outcomes, what the accepted files did when called, the violations)."""
     rng = np.random.default_rng([seed, NAMES.index(subject.name)])
+    feeds = feeds_for(subject.art.variants[0])
+    ref = leaves(Executable(subject.art, "cpu")(**feeds))
     outcomes: Counter[str] = Counter()
+    calls: Counter[str] = Counter()
+    violations: list[str] = []
     examples: dict[str, str] = {}
     for _ in range(n):
-        if rng.random() < 0.05:
-            what, data = "a weight", mutate_weight(subject, rng)
-        else:
-            slot = subject.slots[int(rng.integers(len(subject.slots)))]
-            what, data = slot.what, mutate_slot(subject, slot, rng)
+        what, data = mutate(subject, rng)
         try:
             outcome = classify(subject, data)
         except Exception as e:
             raise AssertionError(f"{subject.name}: mutating {what}: {type(e).__name__}: {e}") from e
         outcomes[outcome] += 1
         examples.setdefault(outcome, what)
+        if not outcome.startswith("different"):
+            continue
+        try:
+            label, _ = run(read_artifact(data), feeds, ref)
+        except Violation as e:
+            violations.append(f"{subject.name}: mutating {what}: {e}")
+            continue
+        calls[label] += 1
+        if "outputs differ" in label and what != "a weight":
+            violations.append(
+                f"{subject.name}: mutating {what}: a silent difference ({outcome}) that is no weight edit"
+            )
     print(f"{subject.name} examples: {examples}")
-    return outcomes
+    return outcomes, calls, violations
 
 
-def check(outcomes: Counter[str], n: int) -> None:
+def check(outcomes: Counter[str], violations: list[str], n: int) -> None:
     assert sum(outcomes.values()) == n
     # every "different:..." outcome passed check_writer_makes: a file the writer itself makes
     assert all(k in ("refused", "identical") or k.startswith("different:") for k in outcomes), outcomes
     # weights changed under a recomputed checksum are the one change no check can see
     assert outcomes["different:weights"] > 0 and outcomes["refused"] > n // 2
+    assert not violations, violations[:10]
 
 
-def report(name: str, outcomes: Counter[str]) -> None:
-    print(f"{name}: " + ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())))
+def report(name: str, outcomes: Counter[str], calls: Counter[str]) -> None:
+    print(f"{name}: read: {tally(outcomes)}; called: {tally(calls)}")
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_resealed_mutations(subjects: dict[str, Subject], name: str) -> None:
-    outcomes = sweep(subjects[name], 150, seed=1)
-    report(name, outcomes)
-    check(outcomes, 150)
+    outcomes, calls, violations = sweep(subjects[name], 150, seed=1)
+    report(name, outcomes, calls)
+    check(outcomes, violations, 150)
 
 
 @pytest.mark.slow
 def test_resealed_mutations_full(subjects: dict[str, Subject]) -> None:
     total: Counter[str] = Counter()
+    called: Counter[str] = Counter()
     examples = 0
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     for name in NAMES:
-        outcomes = sweep(subjects[name], 1700, seed=2)
-        report(name, outcomes)
-        check(outcomes, 1700)
+        n = 3400 if name in EXAMPLES else 1700
+        outcomes, calls, violations = sweep(subjects[name], n, seed=2)
+        report(name, outcomes, calls)
+        check(outcomes, violations, n)
         total += outcomes
-        examples += 1700 if not name.startswith("golden") else 0
-    report("total", total)
-    assert examples >= 5000  # over the three example models
+        called += calls
+        examples += n if name in EXAMPLES else 0
+    report("total", total, called)
+    grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss) * 1024
+    print(f"peak memory grew by {grown / 2**20:.0f} MiB over the sweep")
+    assert examples >= 10_000 and grown < 1 << 30
 
 
 def test_subjects_cover_every_kind_of_slot(subjects: dict[str, Subject]) -> None:
@@ -118,9 +167,14 @@ def test_subjects_cover_every_kind_of_slot(subjects: dict[str, Subject]) -> None
         field = {"Symbol": "symbols", "Guard": "guards", "Constant": "constants", "Segment": "segments",
                  "AttrValue": "attr_values", "AttrSet": "attr_sets", "TensorType": "types"}[table]  # fmt: skip
         assert any(f".{field}[" in w for w in whats), table
-    # the schema 3 tables: launch plans (launches, args, checks, buffers, views) and kernel code with binaries
+    # the schema 3-6 tables: launch plans (launches, args, checks, buffers, views, variants, extents) and kernel
+    # code with binaries and their constexprs
     for part in (".schedule.launches[", ".arg_kinds[", ".arg_values[", ".checks[0].slot", ".schedule.buffers[",
                  ".schedule.flags", "Artifact.kernels[", ".cubins[0].data[", ".cubins[0].meta.shared",
                  ".ptx_meta.params", ".divisible[", ".constexpr_values[", "Artifact.features[",
-                 "Artifact.kernel_features["):  # fmt: skip
+                 "Artifact.kernel_features[", ".variants[0].code", ".schedule.extents[", ".range_lows[",
+                 ".meta.constexpr_values[", ".extents"):  # fmt: skip
         assert any(part in w for w in whats), part
+    texts = {t.what for sub in subjects.values() for t in sub.texts}
+    for part in (".source text", ".arg_sizes[", ".digest text", ".highs[", ".grid[", "Artifact.strings["):
+        assert any(part in w for w in texts), part

@@ -3,7 +3,8 @@
     .venv/bin/python tests/golden/make_golden.py            # writes tests/golden/v<SCHEMA_VERSION>_mlp.{aotc,npz}
 
 From version 3 the file also holds the variant's launch plan and its kernels compiled for sm_80 (cubin and
-PTX; triton compiles them with no GPU); from version 4 for sm_80 and sm_90, with sm_90 variants. Run it once per schema version, when SCHEMA_VERSION is bumped, and check both files in. Never
+PTX; triton compiles them with no GPU); from version 4 for sm_80 and sm_90, with sm_90 variants; from version 6
+every launch carries its digest and extents and every binary the constexprs it was compiled with. Run it once per schema version, when SCHEMA_VERSION is bumped, and check both files in. Never
 regenerate an older version's files: they prove that files written by earlier aotc versions still load.
 The model touches most of the schema: symbols with ranges and multiple_of, a guard with its source
 location, float32/int64/bool constants, attrs of every kind, a nested output tree and a source graph.
@@ -97,6 +98,7 @@ def main() -> int:
     variant = lower(src)
     verify(src)
     verify(variant, primitive_only=True)
+    from aotc.ir.digest import seal
     from aotc.ir.schedule import ArchVariant, KernelKind
     from aotc.kernels.aot import compile_kernels
     from aotc.kernels.scheduler import schedule_graph
@@ -115,7 +117,7 @@ def main() -> int:
             name=name, source=k.source.replace(f"def {k.name}(", f"def {name}(", 1), num_warps=2 * k.num_warps
         )
         kernels = list(schedule.kernels)
-        kernels[i] = k.replace(variants=(ArchVariant("sm_90", v),))
+        kernels[i] = seal(variant, k.replace(variants=(ArchVariant("sm_90", v),)))  # digests of both codes
         schedule = dataclasses.replace(schedule, kernels=tuple(kernels))
     distinct = list({k.name: k for k in schedule.kernels}.values())
     binaries = compile_kernels(distinct, targets=targets)

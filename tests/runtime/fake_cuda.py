@@ -9,7 +9,9 @@ capture records launches (with their parameter values read at capture, as CUDA d
 replay them. The fake checks what a real driver would reject: launch geometry against the binary's
 metadata, large shared memory without the opt-in attribute, cluster kernels launched without a cluster,
 scratch pointers, memcpys while capturing, cubins for another arch, PTX newer than the driver. A kernel that
-touches memory it does not own faults as on a GPU: every later call fails (``fail`` injects such failures).
+touches memory it does not own faults as on a GPU: every later call fails (``fail`` injects such failures). The
+interpreter's address fence (triton_interp) checks every access a kernel makes against its arguments' allocations
+(from each pointer to its allocation's end); a refused access is such a fault, and is kept in ``faults``.
 """
 
 from __future__ import annotations
@@ -117,6 +119,7 @@ class FakeDriver(StreamsMixin):
         self.memsets = 0
         self.pools: dict[int, _Pool] = {}
         self.fault: CUresult | None = None  # set by a kernel fault: every later call fails with it
+        self.faults: list[str] = []  # what each fault was
         self._objects: dict[int, Any] = {}
         self._images: dict[int, Cubin] = {}
         self._lock = threading.RLock()
@@ -448,7 +451,8 @@ class FakeDriver(StreamsMixin):
             else:
                 _, f, grid, cluster, values = op
                 self._run_kernel(f, grid, cluster, values)
-        except _Fault:
+        except _Fault as e:
+            self.faults.append(str(e))
             self.fault = CUresult.CUDA_ERROR_ILLEGAL_ADDRESS
             self.fail(self.fault)
             return (self.fault,)
@@ -456,7 +460,7 @@ class FakeDriver(StreamsMixin):
 
     def _run_kernel(self, f: _Function, grid: tuple[int, int, int], cluster: int, values: tuple[Any, ...]) -> None:
         from aotc.ir.dtypes import DType
-        from aotc.runtime.backends.triton_interp import launch
+        from aotc.runtime.backends.triton_interp import AddressFenceError, launch
 
         kernel, _ = self.kernels[f.name]
         m = f.meta
@@ -483,8 +487,11 @@ class FakeDriver(StreamsMixin):
             n = (arr.size - off) // dt.itemsize
             args.append(arr[off : off + n * dt.itemsize].view(dt))
         self.launches.append((f.name, grid, m.threads, m.shared, cluster))
-        with np.errstate(all="ignore"):
-            launch(kernel, (grid[0] // cluster, grid[1], grid[2]), args)
+        try:
+            with np.errstate(all="ignore"):
+                launch(kernel, (grid[0] // cluster, grid[1], grid[2]), args)
+        except AddressFenceError as e:  # an illegal address, as the GPU would fault on
+            raise _Fault(str(e)) from None
 
 
 def _failed(error: CUresult, *_args: Any) -> tuple[CUresult, None]:

@@ -142,7 +142,7 @@ def fake_binaries(
                 name=k.name, arch=arch, num_warps=k.num_warps, num_ctas=num_ctas, shared=shared,
                 global_scratch_size=global_scratch, global_scratch_align=16 if global_scratch else 1,
                 profile_scratch_size=0, profile_scratch_align=1, params=params, triton_version="3.9.0",
-                ptx_version=ptx_version, enable_fp_fusion=True,
+                ptx_version=ptx_version, enable_fp_fusion=True, constexprs=tuple(k.constexprs),
             )  # fmt: skip
 
         cubins = tuple(Cubin(a, f"FAKE-CUBIN {a}\0".encode(), meta(a)) for a in archs)

@@ -14,6 +14,7 @@ import pytest
 
 import aotc
 from aotc.artifact import write_artifact
+from aotc.ir.digest import seal
 from aotc.runtime.backends import triton_interp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "artifact"))
@@ -47,10 +48,13 @@ def _ours() -> tuple[int, int, int]:
 
 
 def _renamed(j: int) -> bytes:
-    """The golden model with every kernel renamed (as autotuning renames its candidates): distinct sources."""
+    """The golden model with every kernel renamed (as autotuning renames its candidates, and seals them again):
+    distinct sources."""
     _, variant, schedule = golden_model()
     kernels = tuple(
-        k.replace(name=f"{k.name}_{j}", source=k.source.replace(f"def {k.name}(", f"def {k.name}_{j}(", 1))
+        seal(
+            variant, k.replace(name=f"{k.name}_{j}", source=k.source.replace(f"def {k.name}(", f"def {k.name}_{j}(", 1))
+        )
         for k in schedule.kernels
     )
     return write_artifact([variant], schedules=[dataclasses.replace(schedule, kernels=kernels)])

@@ -58,7 +58,21 @@ class ArchLaunch(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
         return o == 0
 
-def ArchLaunchStart(builder): builder.StartObject(3)
+    # ArchLaunch
+    def Digest(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
+    # ArchLaunch
+    def Extents(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
+        return 0
+
+def ArchLaunchStart(builder): builder.StartObject(5)
 def Start(builder):
     return ArchLaunchStart(builder)
 def ArchLaunchAddArch(builder, arch): builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(arch), 0)
@@ -73,6 +87,12 @@ def AddGrid(builder, grid):
 def ArchLaunchStartGridVector(builder, numElems): return builder.StartVector(4, numElems, 4)
 def StartGridVector(builder, numElems):
     return ArchLaunchStartGridVector(builder, numElems)
+def ArchLaunchAddDigest(builder, digest): builder.PrependUOffsetTRelativeSlot(3, flatbuffers.number_types.UOffsetTFlags.py_type(digest), 0)
+def AddDigest(builder, digest):
+    return ArchLaunchAddDigest(builder, digest)
+def ArchLaunchAddExtents(builder, extents): builder.PrependUint32Slot(4, extents, 0)
+def AddExtents(builder, extents):
+    return ArchLaunchAddExtents(builder, extents)
 def ArchLaunchEnd(builder): return builder.EndObject()
 def End(builder):
     return ArchLaunchEnd(builder)

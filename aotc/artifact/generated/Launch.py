@@ -276,7 +276,21 @@ class Launch(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(24))
         return o == 0
 
-def LaunchStart(builder): builder.StartObject(11)
+    # Launch
+    def Digest(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(26))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
+    # Launch
+    def Extents(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(28))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
+        return 0
+
+def LaunchStart(builder): builder.StartObject(13)
 def Start(builder):
     return LaunchStart(builder)
 def LaunchAddCode(builder, code): builder.PrependUint32Slot(0, code, 0)
@@ -342,6 +356,12 @@ def AddVariants(builder, variants):
 def LaunchStartVariantsVector(builder, numElems): return builder.StartVector(4, numElems, 4)
 def StartVariantsVector(builder, numElems):
     return LaunchStartVariantsVector(builder, numElems)
+def LaunchAddDigest(builder, digest): builder.PrependUOffsetTRelativeSlot(11, flatbuffers.number_types.UOffsetTFlags.py_type(digest), 0)
+def AddDigest(builder, digest):
+    return LaunchAddDigest(builder, digest)
+def LaunchAddExtents(builder, extents): builder.PrependUint32Slot(12, extents, 0)
+def AddExtents(builder, extents):
+    return LaunchAddExtents(builder, extents)
 def LaunchEnd(builder): return builder.EndObject()
 def End(builder):
     return LaunchEnd(builder)

@@ -135,7 +135,54 @@ class LaunchMeta(object):
             return self._tab.String(o + self._tab.Pos)
         return None
 
-def LaunchMetaStart(builder): builder.StartObject(14)
+    # LaunchMeta
+    def ConstexprNames(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(32))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.String(a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return ""
+
+    # LaunchMeta
+    def ConstexprNamesLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(32))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # LaunchMeta
+    def ConstexprNamesIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(32))
+        return o == 0
+
+    # LaunchMeta
+    def ConstexprValues(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(34))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Int64Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 8))
+        return 0
+
+    # LaunchMeta
+    def ConstexprValuesAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(34))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Int64Flags, o)
+        return 0
+
+    # LaunchMeta
+    def ConstexprValuesLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(34))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # LaunchMeta
+    def ConstexprValuesIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(34))
+        return o == 0
+
+def LaunchMetaStart(builder): builder.StartObject(16)
 def Start(builder):
     return LaunchMetaStart(builder)
 def LaunchMetaAddName(builder, name): builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(name), 0)
@@ -183,6 +230,18 @@ def AddEnableFpFusion(builder, enableFpFusion):
 def LaunchMetaAddPtxasVersion(builder, ptxasVersion): builder.PrependUOffsetTRelativeSlot(13, flatbuffers.number_types.UOffsetTFlags.py_type(ptxasVersion), 0)
 def AddPtxasVersion(builder, ptxasVersion):
     return LaunchMetaAddPtxasVersion(builder, ptxasVersion)
+def LaunchMetaAddConstexprNames(builder, constexprNames): builder.PrependUOffsetTRelativeSlot(14, flatbuffers.number_types.UOffsetTFlags.py_type(constexprNames), 0)
+def AddConstexprNames(builder, constexprNames):
+    return LaunchMetaAddConstexprNames(builder, constexprNames)
+def LaunchMetaStartConstexprNamesVector(builder, numElems): return builder.StartVector(4, numElems, 4)
+def StartConstexprNamesVector(builder, numElems):
+    return LaunchMetaStartConstexprNamesVector(builder, numElems)
+def LaunchMetaAddConstexprValues(builder, constexprValues): builder.PrependUOffsetTRelativeSlot(15, flatbuffers.number_types.UOffsetTFlags.py_type(constexprValues), 0)
+def AddConstexprValues(builder, constexprValues):
+    return LaunchMetaAddConstexprValues(builder, constexprValues)
+def LaunchMetaStartConstexprValuesVector(builder, numElems): return builder.StartVector(8, numElems, 8)
+def StartConstexprValuesVector(builder, numElems):
+    return LaunchMetaStartConstexprValuesVector(builder, numElems)
 def LaunchMetaEnd(builder): return builder.EndObject()
 def End(builder):
     return LaunchMetaEnd(builder)

@@ -162,7 +162,32 @@ class Schedule(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
         return o == 0
 
-def ScheduleStart(builder): builder.StartObject(7)
+    # Schedule
+    def Extents(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            x = self._tab.Vector(o)
+            x += flatbuffers.number_types.UOffsetTFlags.py_type(j) * 4
+            x = self._tab.Indirect(x)
+            from aotc.artifact.generated.Extents import Extents
+            obj = Extents()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+    # Schedule
+    def ExtentsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Schedule
+    def ExtentsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        return o == 0
+
+def ScheduleStart(builder): builder.StartObject(8)
 def Start(builder):
     return ScheduleStart(builder)
 def ScheduleAddLaunches(builder, launches): builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(launches), 0)
@@ -201,6 +226,12 @@ def AddDeclined(builder, declined):
 def ScheduleStartDeclinedVector(builder, numElems): return builder.StartVector(4, numElems, 4)
 def StartDeclinedVector(builder, numElems):
     return ScheduleStartDeclinedVector(builder, numElems)
+def ScheduleAddExtents(builder, extents): builder.PrependUOffsetTRelativeSlot(7, flatbuffers.number_types.UOffsetTFlags.py_type(extents), 0)
+def AddExtents(builder, extents):
+    return ScheduleAddExtents(builder, extents)
+def ScheduleStartExtentsVector(builder, numElems): return builder.StartVector(4, numElems, 4)
+def StartExtentsVector(builder, numElems):
+    return ScheduleStartExtentsVector(builder, numElems)
 def ScheduleEnd(builder): return builder.EndObject()
 def End(builder):
     return ScheduleEnd(builder)
