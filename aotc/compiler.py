@@ -29,6 +29,7 @@ from aotc.lowering.padding import padded_lines
 from aotc.lowering.pipeline import lower
 from aotc.lowering.precision import check_precision
 from aotc.lowering.source_constants import rebase_source
+from aotc.onnx.runtime_model import RuntimeOnnx, runtime_onnx
 from aotc.torch_export import is_torch_model
 
 Progress = Callable[[str], None] | None
@@ -37,8 +38,9 @@ Progress = Callable[[str], None] | None
 class CompiledModel:
     """A compiled model: call it like the model (numpy in, numpy out, same output structure).
 
-    The cpu executable is loaded from the artifact bytes on first use, so writing an artifact
-    (as the CLI does) never pays for a load it doesn't need.
+    The executable is loaded from the artifact bytes on first use, so writing an artifact (as the CLI does)
+    never pays for a load it doesn't need. It runs the numpy references (device="reference"), the reference every
+    other backend is checked against; ``aotc.load(compiled.artifact_bytes, device="cpu")`` runs onnxruntime.
     """
 
     def __init__(
@@ -48,12 +50,14 @@ class CompiledModel:
         artifact_bytes: bytes,
         kernels: Kernels | None = None,
         options: CompileOptions | None = None,
+        onnx_note: str = "",
     ) -> None:
         self.graph = graph  # the traced (or imported) high-level graph
         self.lowered = lowered  # the primitive graph stored in the artifact
         self.artifact_bytes = artifact_bytes
         self.kernels = kernels or Kernels(None, {}, "not scheduled")
         self.options = options or CompileOptions.from_env()
+        self.onnx_note = onnx_note  # whether the artifact stores an ONNX model for onnxruntime, and why not
         self._executable: Any = None
 
     @property
@@ -77,6 +81,8 @@ class CompiledModel:
         passes = explain_lowering(self.graph, self.options)
         if passes:
             text += "lowering:\n" + "".join(f"  - {p}\n" for p in passes)
+        if self.onnx_note:
+            text += self.onnx_note + "\n"
         return text
 
     @property
@@ -84,7 +90,7 @@ class CompiledModel:
         if self._executable is None:
             from aotc.runtime import load
 
-            self._executable = load(self.artifact_bytes, device="cpu")
+            self._executable = load(self.artifact_bytes, device="reference")
         return self._executable
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -156,8 +162,11 @@ def compile_graph(
 
     lowered = lower(graph, options, dump_dir=dump_ir, progress=progress, observe=record_padding)
     kernels = kernel_stage(lowered, options, progress)
-    artifact = write_stage(graph, lowered, kernels, options, progress, padded)
-    return CompiledModel(graph, lowered, artifact, kernels, options)
+    # Lowering may store a weight padded or in half precision under its own name: the source graph reads that.
+    source = rebase_source(graph, lowered)
+    onnx = onnx_stage(source, progress)
+    artifact = write_stage(source, lowered, kernels, options, progress, padded)
+    return CompiledModel(graph, lowered, artifact, kernels, options, onnx.note)
 
 
 def kernel_stage(lowered: Graph, options: CompileOptions, progress: Progress = None) -> Kernels:
@@ -191,28 +200,35 @@ def kernel_stage(lowered: Graph, options: CompileOptions, progress: Progress = N
     return Kernels(schedule, binaries, "", tuning)
 
 
+def onnx_stage(source: Graph, progress: Progress = None) -> RuntimeOnnx:
+    """The high-level graph as ONNX without weights, which the cpu backend runs on onnxruntime; None (with the
+    reason, for ``--explain``) when the exporter cannot write one of its ops."""
+    _report(progress, "export onnx")
+    return runtime_onnx(source)
+
+
 def write_stage(
-    graph: Graph,
+    source: Graph,
     lowered: Graph,
     kernels: Kernels,
     options: CompileOptions,
     progress: Progress = None,
     padded: Sequence[str] = (),
 ) -> bytes:
-    """The artifact bytes for the lowered graph, its kernels, the source graph and the compile's metadata
-    (``padded``: the padding pass's 'padded:' lines, which ``aotc inspect`` shows)."""
+    """The artifact bytes for the lowered graph, its kernels, the source graph (already on the weights the
+    lowered graph stores: rebase_source) and the compile's metadata (``padded``: the padding pass's 'padded:'
+    lines, which ``aotc inspect`` shows)."""
     _report(progress, "write artifact")
-    meta: dict[str, Any] = {"name": graph.name, "producer": f"aotc {__version__}", "options": options.to_meta()}
+    meta: dict[str, Any] = {"name": source.name, "producer": f"aotc {__version__}", "options": options.to_meta()}
     if kernels.note:
         meta["kernels"] = kernels.note
     if kernels.tuning is not None:
         meta["autotune"] = kernels.tuning.to_meta()
     if padded:
         meta["padded_matmuls"] = list(padded)
-    # Lowering may store a weight padded or in half precision under its own name: the source graph reads that.
     return write_artifact(
         [lowered],
-        source=rebase_source(graph, lowered),
+        source=source,
         meta=meta,
         schedules=[kernels.schedule] if kernels.schedule is not None else None,
         binaries=tuple(kernels.binaries.values()),

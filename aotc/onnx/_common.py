@@ -21,6 +21,8 @@ MIN_IMPORT_OPSET = 7
 DEFAULT_DIM_RANGE = (1, 65536)
 # Metadata key the exporter uses to record symbol ranges, so that a re-import restores them.
 SYMBOLS_META_KEY = "aotc.symbols"
+# Metadata key of a model written with its weights as inputs: JSON of ONNX input name -> the artifact constant it binds.
+WEIGHTS_META_KEY = "aotc.weights"
 
 _ONNX_INSTALL_HINT = "ONNX support needs the 'onnx' package: pip install 'aotc[compiler]'"
 

@@ -23,8 +23,8 @@ RunFn = Callable[[Sequence[np.ndarray]], list[np.ndarray]]
 
 def compile_graph(graph: Graph, runtime_device: str = "cpu") -> RunFn:
     """An imported high-level graph as a function of its flat inputs: lowered, written as an artifact and
-    loaded by the runtime on ``runtime_device`` ("cpu", or "interpret" to run the scheduled Triton kernels
-    under the Triton interpreter), the path ``aotc compile model.onnx`` takes.
+    loaded by the runtime on ``runtime_device`` ("cpu": the numpy references, or "interpret" to run the
+    scheduled Triton kernels under the Triton interpreter), the path ``aotc compile model.onnx`` takes.
 
     Raises UnsupportedError for "interpret" when the model has no kernel to run: the scheduler refused it (its
     reason is given) or every output is an input, a weight or a view of one."""
@@ -48,7 +48,9 @@ def compile_graph(graph: Graph, runtime_device: str = "cpu") -> RunFn:
             "device 'interpret' runs the scheduled kernels; this model needs none "
             "(its outputs are inputs, weights or views of them)"
         )
-    exe = aotc.runtime.load(compiled.artifact_bytes, device=runtime_device)
+    # "cpu" is the numpy references over the lowered graph: this adapter checks aotc's import and lowering, which
+    # load(device="cpu") on onnxruntime would bypass by running the ONNX model the artifact stores.
+    exe = aotc.runtime.load(compiled.artifact_bytes, device="reference" if runtime_device == "cpu" else runtime_device)
     names = exe.input_names
 
     def run(feeds: Sequence[np.ndarray]) -> list[np.ndarray]:

@@ -27,7 +27,7 @@ from aotc.ir.ops import OPS, Op
 from aotc.ir.symbolic import SymExpr, to_infix
 from aotc.ir.types import Node, TensorType
 from aotc.ir.verify import verify
-from aotc.onnx._common import EXPORT_OPSET, SYMBOLS_META_KEY, require_onnx, unique
+from aotc.onnx._common import EXPORT_OPSET, SYMBOLS_META_KEY, WEIGHTS_META_KEY, require_onnx, unique
 from aotc.onnx.export_ctx import ExportCtx, elem_type
 from aotc.onnx.export_ops import EMITTERS
 
@@ -53,14 +53,19 @@ def export_artifact(artifact: Any, path: str | os.PathLike | None) -> Any:
     return export_graph(graph, path)
 
 
-def export_graph(graph: Graph, path: str | os.PathLike | None = None) -> Any:
-    """Write ``graph`` as an ONNX model to ``path`` (when given) and return the ``onnx.ModelProto``."""
+def export_graph(graph: Graph, path: str | os.PathLike | None = None, *, weights_as_inputs: bool = False) -> Any:
+    """Write ``graph`` as an ONNX model to ``path`` (when given) and return the ``onnx.ModelProto``.
+
+    ``weights_as_inputs`` writes no weight data: each of the graph's constants becomes a graph input after the
+    model's own, and the model's metadata maps those inputs to the constants' names (``aotc.weights``), so that
+    whoever runs it binds arrays it already holds (aotc/onnx/runtime_model.py)."""
     onnx = require_onnx()
     verify(graph, stage="onnx export")
     ctx = ExportCtx(graph)
     inputs = _declare_inputs(ctx, graph)
     out_names = _declare_outputs(ctx, graph)
-    _declare_constants(ctx, graph)
+    weight_inputs = _declare_constants(ctx, graph, as_inputs=weights_as_inputs)
+    inputs += [_value_info(name, t) for name, (_, t) in weight_inputs.items()]
     for node in graph.nodes:
         _emit(ctx, node)
     outputs = []
@@ -75,10 +80,15 @@ def export_graph(graph: Graph, path: str | os.PathLike | None = None) -> Any:
     meta = {SYMBOLS_META_KEY: json.dumps({s.name: [s.min, s.max] for s in graph.symbols})}
     if graph.guards:
         meta["aotc.guards"] = json.dumps([str(gd) for gd in graph.guards])
+    if weights_as_inputs:
+        meta[WEIGHTS_META_KEY] = json.dumps({name: constant for name, (constant, _) in weight_inputs.items()})
     onnx.helper.set_model_props(model, meta)
     if path is not None:
         _save(model, Path(path), sum(int(np.asarray(a).nbytes) for a in graph.constants.values()))
-    elif sum(int(np.asarray(a).nbytes) for a in graph.constants.values()) > EXTERNAL_DATA_THRESHOLD:
+    elif (
+        not weights_as_inputs
+        and sum(int(np.asarray(a).nbytes) for a in graph.constants.values()) > EXTERNAL_DATA_THRESHOLD
+    ):
         raise UnsupportedError("a model with over 2 GiB of weights needs a path to write its external data")
     return model
 
@@ -154,12 +164,25 @@ def _declare_outputs(ctx: ExportCtx, graph: Graph) -> list[str]:
     return out
 
 
-def _declare_constants(ctx: ExportCtx, graph: Graph) -> None:
+def _declare_constants(ctx: ExportCtx, graph: Graph, as_inputs: bool) -> dict[str, tuple[str, TensorType]]:
+    """Name each CONSTANT's value; returns ONNX input name -> (constant name, type) for the weights made inputs."""
+    inputs: dict[str, tuple[str, TensorType]] = {}
+    by_constant: dict[str, str] = {}
     for n in graph.nodes:
-        if n.op is Op.CONSTANT:
-            name = ctx.fresh(n.attrs["name"])
-            ctx.names[n.outputs[0].id] = name
-            ctx.initializer(np.asarray(graph.constants[n.attrs["name"]]), name)
+        if n.op is not Op.CONSTANT:
+            continue
+        constant = n.attrs["name"]
+        if as_inputs and constant in by_constant:  # one input per weight, however many nodes read it
+            ctx.names[n.outputs[0].id] = by_constant[constant]
+            continue
+        name = ctx.fresh(constant)
+        ctx.names[n.outputs[0].id] = name
+        if as_inputs:
+            by_constant[constant] = name
+            inputs[name] = (constant, n.outputs[0].type)
+        else:
+            ctx.initializer(np.asarray(graph.constants[constant]), name)
+    return inputs
 
 
 def _emit(ctx: ExportCtx, node: Node) -> None:

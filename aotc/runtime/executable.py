@@ -27,10 +27,13 @@ def load(
     allow_unverified_weights: bool = False,
     trusted_keys: KeySource | Sequence[KeySource] | None = None,
     require_signature: bool | None = None,
+    threads: int | None = None,
 ) -> Executable:
     """Map and verify an artifact (a path, its bytes, or an already read Artifact) and bind it to ``device``.
 
-    ``device``: "cpu", "cuda" (or "cuda:N"), or None for the best one available. ``outputs``: "numpy"
+    ``device``: "cpu" (onnxruntime when installed and the file stores an ONNX model, else the numpy references),
+    "reference" (the numpy references), "cuda" (or "cuda:N"), "interpret", or None for the best one available.
+    ``threads``: onnxruntime's intra-op threads for "cpu" (None: onnxruntime's default). ``outputs``: "numpy"
     (default) or "device" (cuda only: outputs stay on the GPU as arrays exposing ``__dlpack__`` and
     ``__cuda_array_interface__``). Raises ArtifactError for a bad file and AotcError for a device this
     build or artifact can't run on. An Artifact read with ``verify_weights=False`` is refused unless
@@ -46,10 +49,12 @@ def load(
         check_signature(artifact, trusted_keys, require_signature)
     else:
         artifact = read_artifact(source, trusted_keys=trusted_keys, require_signature=require_signature)
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 0):
+        raise AotcError(f"threads must be a non-negative integer (0: onnxruntime's default), got {threads!r}")
     if device is None:
-        backend = default_backend(artifact.kernels.values() if artifact.kernels else None)
+        backend = default_backend(artifact.kernels.values() if artifact.kernels else None, artifact, threads=threads)
     else:
-        backend = get_backend(device)
+        backend = get_backend(device, artifact, threads=threads)
     return Executable(artifact, backend, outputs=outputs, allow_unverified_weights=allow_unverified_weights)
 
 
@@ -101,7 +106,9 @@ class Executable:
                 "read it again with verification (read_artifact(path)) or pass allow_unverified_weights=True"
             )
         self._artifact = artifact
-        self._backend = backend if backend is not None and not isinstance(backend, str) else get_backend(backend)
+        self._backend = (
+            backend if backend is not None and not isinstance(backend, str) else get_backend(backend, artifact)
+        )
         self._outputs = self._check_outputs(outputs)
         try:
             self._variants: tuple[tuple[Binder, Program], ...] = tuple(

@@ -7,10 +7,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from ort_kit import PATHS, executable
 
 import aotc
 import aotc.functional as F
 from aotc import Dim, TensorSpec, nn
+from aotc.artifact.reader import read_artifact
 from aotc.errors import ExecError
 
 VOCAB, WIDTH = 512, 8
@@ -35,12 +37,13 @@ TABLE = np.random.default_rng(0).standard_normal((VOCAB, WIDTH)).astype(np.float
 SPEC = {"input_ids": TensorSpec((Dim("batch", min=1, max=4), Dim("seq", min=1, max=16)), "int64")}
 
 
-@pytest.fixture(scope="module", params=["nn.Embedding", "F.embedding"])
+@pytest.fixture(scope="module", params=[(m, p) for m in ("nn.Embedding", "F.embedding") for p in PATHS], ids=str)
 def model(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[aotc.Executable, np.ndarray]:
     """A saved and reloaded artifact, so the rule travels through the file; and its table."""
-    if request.param == "nn.Embedding":
+    kind, cpu_path = request.param
+    if kind == "nn.Embedding":
         m = Embed()
         table = np.asarray(m.wte.weight.data)
         compiled = aotc.compile(m, SPEC)
@@ -49,7 +52,7 @@ def model(
         compiled = aotc.compile(embed_fn, SPEC)
     path = tmp_path_factory.mktemp("gather") / "embed.aotc"
     compiled.save(path)
-    return aotc.load(path, device="cpu"), table
+    return executable(read_artifact(path), cpu_path), table
 
 
 @pytest.mark.parametrize("ids", [[[0, VOCAB - 1]], [[7]], [[0, 1, 2], [VOCAB - 1, VOCAB - 2, 5]]])

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from ort_kit import PATHS, executable
 from runtime_graphs import artifact_bytes, make_graph
 
 import aotc.runtime
 from aotc.errors import ArtifactError, GuardError
 from aotc.ir import DType, Guard, Op, Symbol, TensorType, sym
 from aotc.runtime.backends.cpu import CpuProgram
+from aotc.runtime.backends.onnxrt import OrtProgram
 
 F32, I64, BOOL = DType.float32, DType.int64, DType.bool
 batch, seq, n = sym("batch"), sym("seq"), sym("n")
@@ -18,20 +20,20 @@ batch, seq, n = sym("batch"), sym("seq"), sym("n")
 
 @pytest.fixture
 def runs(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, int]]:
-    """The symbol bindings the backend was called with (the real run still happens)."""
+    """The symbol bindings the backend was called with (the real run still happens), on either cpu path."""
     calls: list[dict[str, int]] = []
-    real = CpuProgram.run
+    for program in (CpuProgram, OrtProgram):
 
-    def spy(self, feeds, env):
-        calls.append(dict(env))
-        return real(self, feeds, env)
+        def spy(self, feeds, env, real=program.run):
+            calls.append(dict(env))
+            return real(self, feeds, env)
 
-    monkeypatch.setattr(CpuProgram, "run", spy)
+        monkeypatch.setattr(program, "run", spy)
     return calls
 
 
-@pytest.fixture(scope="module")
-def exe() -> aotc.runtime.Executable:
+@pytest.fixture(scope="module", params=PATHS)
+def exe(request: pytest.FixtureRequest) -> aotc.runtime.Executable:
     def body(b, x, mask):
         s = b.op(Op.REDUCE_SUM, x, axes=(2,), keepdim=False)
         return [b.op(Op.WHERE, mask, s, b.full(0.0, F32))]
@@ -42,7 +44,7 @@ def exe() -> aotc.runtime.Executable:
         symbols=(Symbol("batch", 1, 8), Symbol("seq", 1, 2048, multiple_of=16)),
         guards=(Guard(seq, "<=", 128, "model.py:12"),),
     )
-    return aotc.runtime.load(artifact_bytes(g))
+    return executable(artifact_bytes(g), request.param)
 
 
 def x(b: int = 2, s: int = 16, d: int = 256, dtype: type = np.float32) -> np.ndarray:
@@ -125,11 +127,12 @@ def test_non_arrays(exe, runs) -> None:
     refused(runs, lambda: exe(x=object(), mask=mask()), rf"^input 'x' is an object, {want}$")
 
 
-def test_anything_asarray_takes_is_accepted_without_casting(runs) -> None:
+@pytest.mark.parametrize("path", PATHS)
+def test_anything_asarray_takes_is_accepted_without_casting(runs, path) -> None:
     g = make_graph(
         {"i": TensorType(I64, (n,)), "flag": TensorType(BOOL, ())}, lambda b, i, f: [i], symbols=(Symbol("n", 1, 9),)
     )
-    exe = aotc.runtime.load(artifact_bytes(g))
+    exe = executable(artifact_bytes(g), path)
     (out,) = exe(i=[1, 2, 3], flag=True)
     np.testing.assert_array_equal(out, [1, 2, 3])
     assert out.dtype == np.int64

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from ort_kit import PATHS, executable
 from runtime_graphs import artifact_bytes, make_graph
 
 import aotc.runtime
@@ -15,15 +16,15 @@ F32 = DType.float32
 WANT = r"expected a numpy array of float32 with shape \(n, 2\)"
 
 
-@pytest.fixture(scope="module")
-def exe() -> aotc.runtime.Executable:
+@pytest.fixture(scope="module", params=PATHS)
+def exe(request: pytest.FixtureRequest) -> aotc.runtime.Executable:
     # a reduction over an np.matrix left as one fails inside numpy (matrix.sum takes no keepdims)
     g = make_graph(
         {"x": TensorType(F32, (sym("n"), 2)), "y": TensorType(F32, (sym("n"), 2))},
         lambda b, x, y: [b.op(Op.REDUCE_SUM, b.op(Op.MUL, x, y), axes=(0,), keepdim=False)],
         symbols=(Symbol("n", 1, 8),),
     )
-    return aotc.runtime.load(artifact_bytes(g), device="cpu")
+    return executable(artifact_bytes(g), request.param)
 
 
 def good() -> np.ndarray:

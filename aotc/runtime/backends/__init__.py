@@ -2,9 +2,16 @@
 ``prepare(graph) -> Program`` (the interpret backend also takes the variant's ``Schedule``, the cuda backend
 ``schedule`` and ``binaries``); a program's ``run(feeds, env)`` takes checked input arrays (in input order) and
 the bound symbols, and returns fresh output arrays the caller owns (cuda: ``run(..., outputs="device")`` keeps
-them on the GPU). The cuda backend (aotc/runtime/backends/cuda/) is imported only when asked for."""
+them on the GPU). The cuda backend (aotc/runtime/backends/cuda/) is imported only when asked for.
+
+``cpu`` is onnxruntime over the artifact's stored ONNX model (backends/onnxrt.py) when onnxruntime is installed
+and the file stores one, else the numpy references (backends/cpu.py), which ``reference`` picks explicitly."""
 
 from __future__ import annotations
+
+import importlib.util
+import warnings
+from typing import Any
 
 from aotc.errors import AotcError, UnsupportedError
 from aotc.runtime.backends.base import Backend, Program
@@ -12,18 +19,22 @@ from aotc.runtime.backends.cpu import CpuBackend
 from aotc.runtime.backends.interpret import InterpretBackend
 
 # Devices aotc knows of; only those with a backend in this build can be picked.
-KNOWN_DEVICES = ("cpu", "cuda", "interpret")
+KNOWN_DEVICES = ("cpu", "reference", "cuda", "interpret")
+ONNXRUNTIME_HINT = "pip install 'aotc[cpu]'"
 
 
-def get_backend(device: str | None) -> Backend:
-    """The backend for ``device``; None picks the best available (cpu, until the cuda backend lands)."""
+def get_backend(device: str | None, artifact: Any = None, *, threads: int | None = None) -> Backend:
+    """The backend for ``device`` and ``artifact`` (an Artifact; None: one with no ONNX model); None picks cpu.
+    ``threads``: onnxruntime's intra-op threads on the cpu backend (None: its default)."""
     if device is None:
-        return CpuBackend()
+        return cpu_backend(artifact, threads)
     if not isinstance(device, str):
         raise AotcError(f"device must be a string such as 'cpu', got {type(device).__name__}")
     kind = device.strip().lower().split(":", 1)[0]
     if kind == "cpu":
-        return CpuBackend()
+        return cpu_backend(artifact, threads)
+    if kind == "reference":
+        return CpuBackend(name="reference")
     if kind == "interpret":
         return InterpretBackend()
     if kind == "cuda":
@@ -37,12 +48,12 @@ def get_backend(device: str | None) -> Backend:
     raise AotcError(f"unknown device {device!r}; expected one of {', '.join(map(repr, KNOWN_DEVICES))} or None")
 
 
-def default_backend(binaries: object = None) -> Backend:
+def default_backend(binaries: object = None, artifact: Any = None, *, threads: int | None = None) -> Backend:
     """What ``device=None`` runs on once the artifact is read: cuda when a GPU is present and every kernel in
     ``binaries`` (an iterable of KernelBinary; None when the artifact has none) has code for it, else cpu.
     Probing never raises: any failure picks cpu."""
     if binaries is None:
-        return CpuBackend()
+        return cpu_backend(artifact, threads)
     try:
         from aotc.runtime.backends.cuda import CudaBackend, runs_here
 
@@ -50,7 +61,30 @@ def default_backend(binaries: object = None) -> Backend:
             return CudaBackend()
     except Exception:  # a GPU that probes fine but fails to open still leaves the cpu
         pass
-    return CpuBackend()
+    return cpu_backend(artifact, threads)
+
+
+def cpu_backend(artifact: Any = None, threads: int | None = None) -> Backend:
+    """onnxruntime over the artifact's ONNX model when both exist, else the numpy references; without
+    onnxruntime, one warning says what to install."""
+    model = stored_onnx(artifact)
+    if model is None:
+        return CpuBackend()
+    if importlib.util.find_spec("onnxruntime") is None:
+        warnings.warn(
+            f"aotc: device='cpu' runs the numpy references (slow): {ONNXRUNTIME_HINT} to run it on onnxruntime",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return CpuBackend()
+    from aotc.runtime.backends.onnxrt import OrtBackend
+
+    return OrtBackend(model, artifact.constants, threads=threads)
+
+
+def stored_onnx(artifact: Any) -> bytes | None:
+    """The ONNX model the artifact stores for onnxruntime, or None (an older file, or a graph with no ONNX form)."""
+    return getattr(artifact, "onnx", None) or None
 
 
 def _ordinal(device: str) -> int:
@@ -62,4 +96,14 @@ def _ordinal(device: str) -> int:
     return int(index)
 
 
-__all__ = ["KNOWN_DEVICES", "Backend", "CpuBackend", "InterpretBackend", "Program", "default_backend", "get_backend"]
+__all__ = [
+    "KNOWN_DEVICES",
+    "Backend",
+    "CpuBackend",
+    "InterpretBackend",
+    "Program",
+    "cpu_backend",
+    "default_backend",
+    "get_backend",
+    "stored_onnx",
+]

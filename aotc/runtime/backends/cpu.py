@@ -11,7 +11,10 @@ from aotc.ir.graph import Graph
 
 
 class CpuBackend:
-    name = "cpu"
+    """``name`` is "cpu" where it stands in for onnxruntime (see backends/__init__.py), "reference" when asked for."""
+
+    def __init__(self, name: str = "cpu") -> None:
+        self.name = name
 
     def prepare(self, graph: Graph) -> CpuProgram:
         return CpuProgram(graph)

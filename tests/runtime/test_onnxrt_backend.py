@@ -1,0 +1,98 @@
+"""How device="cpu" picks its engine, what the ONNX model an artifact stores looks like, and the threads option."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import onnx
+import pytest
+from ort_kit import executable
+
+import aotc
+import aotc.functional as F
+from aotc import Dim, TensorSpec, nn
+from aotc.artifact.reader import read_artifact
+from aotc.errors import AotcError
+from aotc.ir.ops import Op
+from aotc.lowering.options import CompileOptions
+from aotc.onnx import export_ops
+from aotc.onnx.runtime_model import runtime_onnx
+from aotc.runtime.backends import CpuBackend, cpu_backend, get_backend
+
+pytest.importorskip("onnxruntime")
+
+OPTIONS = CompileOptions(kernels=False, targets=())
+SPEC = {"x": TensorSpec((Dim("batch", min=1, max=8), 16), "float32")}
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(16, 32), nn.Linear(32, 4)
+
+    def forward(self, x):
+        return {"y": self.fc2(F.gelu(self.fc1(x))), "e": aotc.exp(x)}
+
+
+@pytest.fixture(scope="module")
+def compiled() -> aotc.CompiledModel:
+    return aotc.compile(Net(), SPEC, options=OPTIONS)
+
+
+def test_the_stored_model_holds_no_weight_data_and_names_each_weight(compiled) -> None:
+    artifact = read_artifact(compiled.artifact_bytes)
+    made = runtime_onnx(artifact.source)
+    model = onnx.load_from_string(made.model)
+    onnx.checker.check_model(model, full_check=True)
+    weights = json.loads({p.key: p.value for p in model.metadata_props}["aotc.weights"])
+    assert set(weights.values()) == set(artifact.source.constants)
+    assert [i.name for i in model.graph.input] == ["x", *weights]
+    assert all(t.name not in weights for t in model.graph.initializer)
+    assert sum(len(t.raw_data) for t in model.graph.initializer) < 1024  # small constants only (axes, scalars)
+    assert len(made.model) < 16 * 1024
+
+
+def test_a_graph_the_exporter_cannot_write_stores_none_and_explain_names_the_op(monkeypatch) -> None:
+    monkeypatch.delitem(export_ops.EMITTERS, Op.EXP)  # exp is a primitive: without its emitter it has no ONNX form
+    compiled = aotc.compile(Net(), SPEC, options=OPTIONS)
+    assert compiled.onnx_note.startswith("onnx: none stored") and "exp" in compiled.onnx_note
+    assert compiled.onnx_note in compiled.explain().splitlines()
+
+
+def test_reference_is_the_numpy_references_by_name() -> None:
+    backend = get_backend("reference")
+    assert isinstance(backend, CpuBackend) and backend.name == "reference"
+
+
+def test_cpu_without_onnxruntime_falls_back_with_one_line_saying_what_to_install(monkeypatch) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "onnxruntime" else real(name, *a))
+    with pytest.warns(RuntimeWarning, match=r"pip install 'aotc\[cpu\]'") as record:
+        backend = cpu_backend(SimpleNamespace(onnx=b"model", constants={}))
+    assert isinstance(backend, CpuBackend) and backend.name == "cpu"
+    assert len(record) == 1 and "\n" not in str(record[0].message)
+
+
+def test_cpu_with_no_stored_model_runs_the_references_quietly() -> None:
+    backend = cpu_backend(SimpleNamespace(constants={}))
+    assert isinstance(backend, CpuBackend)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 0])
+def test_intra_op_threads(compiled, threads: int) -> None:
+    exe = executable(compiled.artifact_bytes, "onnxruntime", threads=threads)
+    x = np.random.default_rng(0).standard_normal((3, 16)).astype(np.float32)
+    want = executable(compiled.artifact_bytes, "reference")(x=x)
+    got = exe(x=x)
+    assert set(got) == {"y", "e"}
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("threads", [-1, 1.5, True, "2"])
+def test_bad_threads_are_refused(compiled, threads: object) -> None:
+    with pytest.raises(AotcError, match="threads must be a non-negative integer"):
+        aotc.load(compiled.artifact_bytes, device="cpu", threads=threads)  # type: ignore[arg-type]
