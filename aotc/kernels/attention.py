@@ -10,9 +10,9 @@ queries is index arithmetic, never a copy.
 Numerics follow the op table's reference (aotc/ir/ops/nn.py ``_sdpa_ref``): ``softmax(q k^T * scale
 [+ float mask] [masked where a bool mask or the causal triangle is False]) v``. Dots accumulate in
 fp32 (fp32 inputs in IEEE precision), the probabilities are rounded to v's dtype for the second dot
-as the decomposition does, and a row whose keys are all masked comes out NaN exactly as the
-reference's 0/0 does; a row with any finite score is never NaN, however the masked keys fall into
-blocks (the row max used for rescaling is 0 while it is still -inf). Without a float mask the scale
+as the decomposition does, and a row whose keys are all masked comes out 0, as PyTorch's SDPA gives
+(its safe softmax) and the reference does; a row with any finite score is never NaN, however the masked
+keys fall into blocks (the row max used for rescaling is 0 while it is still -inf). Without a float mask the scale
 is folded with log2(e) so the softmax runs on exp2; with one, scores stay in natural units so a
 mask of finfo.min cannot overflow to -inf (HF BERT's fully padded rows stay uniform, as in numpy).
 """
@@ -273,8 +273,8 @@ def emit_attention(
         full_tile(builder, v_tile, "(BLOCK_N, BLOCK_E)", dtype, "vt")
         builder.line(f"acc = acc * alpha[:, None] + tl.dot(p.to({TL_DTYPE[dtype]}), vt{precision})")
         builder.line("m_i = m_new")
-    # a fully masked row divides 0 by 0: NaN, as the reference's softmax over only -inf gives
-    builder.line("out = acc / l_i[:, None]")
+    # a fully masked row has l_i = 0 and acc = 0: out 0, as PyTorch's SDPA gives (any other row has l_i >= 1)
+    builder.line("out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]")
     if bounds(shape.lk, ranges)[0] <= 0:
         builder.line(f"out = tl.where({lk} > 0, out, 0.0)")  # no keys at all: the reference's empty sum, 0
     out_index = [*out_batch, "offs_m[:, None]", "offs_e[None, :]"]

@@ -35,7 +35,10 @@ def _same_results(graph, feeds, env, tol=1e-5):
         got = GraphRunner(fused).run(feeds, env)
         want = GraphRunner(plain).run(feeds, env)
     for g, w in zip(got, want):
-        assert (np.isnan(g) == np.isnan(w)).all()
+        # a hand-written softmax over a row whose keys are all masked is 0/0; the SDPA it folds into gives 0 there,
+        # as PyTorch's SDPA (and torch.compile's own attention patterns) do
+        assert not np.isnan(g).any()
+        w = np.where(np.isnan(w), 0.0, w)
         np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=tol, atol=tol)
     return fused
 

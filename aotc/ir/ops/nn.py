@@ -310,8 +310,18 @@ def _sdpa_dec(b: B, xs: Sequence[Value], a: Attrs) -> tuple[Value, ...]:
     if len(xs) > 3:
         m = xs[3]
         s = b.op(Op.WHERE, m, s, neg_inf) if m.type.dtype is DType.bool else b.op(Op.ADD, s, _up(b, m))
-    (p,) = _softmax_dec(b, [s], Attrs(axis=-1))
-    return (b.op(Op.MATMUL, b.cast(p, dt), v),)
+    return (b.op(Op.MATMUL, b.cast(_safe_softmax(b, s), dt), v),)
+
+
+def _safe_softmax(b: B, s: Value) -> Value:
+    """Softmax over the last axis of fp32 scores in which a row of only -inf (every key masked) gives 0, not
+    0/0: PyTorch's SDPA does so (its ``_safe_softmax``), and so does the attention kernel."""
+    axis = s.type.rank - 1
+    m = b.op(Op.REDUCE_MAX, s, axes=(axis,), keepdim=True)
+    m = b.op(Op.WHERE, b.op(Op.EQ, m, b.full(-math.inf, F32)), b.full(0.0, F32), m)
+    e = b.op(Op.EXP, b.op(Op.SUB, s, m))
+    den = b.op(Op.REDUCE_SUM, e, axes=(axis,), keepdim=True)
+    return b.op(Op.DIV, e, b.op(Op.WHERE, b.op(Op.EQ, den, b.full(0.0, F32)), b.full(1.0, F32), den))
 
 
 def _sdpa_ref(xs: Sequence[np.ndarray], a: Attrs) -> tuple[np.ndarray, ...]:
@@ -325,7 +335,11 @@ def _sdpa_ref(xs: Sequence[np.ndarray], a: Attrs) -> tuple[np.ndarray, ...]:
     if len(xs) > 3:
         m = xs[3]
         s = np.where(m, s, -np.inf) if m.dtype == np.bool_ else s + m.astype(np.float64)
-    return ((_softmax_np(s, -1) @ v).astype(xs[0].dtype),)
+    # a row of only -inf (every key masked) gives 0, as PyTorch's SDPA does, not softmax's 0/0
+    shift = np.max(s, axis=-1, keepdims=True, initial=-np.inf)
+    e = np.exp(s - np.where(shift == -np.inf, 0.0, shift))
+    den = np.sum(e, axis=-1, keepdims=True)
+    return (((e / np.where(den == 0.0, 1.0, den)) @ v).astype(xs[0].dtype),)
 
 
 # -- small structural ops ------------------------------------------------------------------------------
