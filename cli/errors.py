@@ -53,7 +53,9 @@ def classify(exc: BaseException) -> tuple[int, str]:
         # the compiler produced a broken graph: that is aotc's bug, not the user's (a file's broken plan is the file's)
         return EXIT_INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
     if isinstance(exc, AotcError):
-        return EXIT_USER, f"error: {type(exc).__name__}: {exc}"
+        # one form for every error of the user's input: "error: " and aotc's message, which names the input, the
+        # value and what was expected (the Python API raises the typed exception: GuardError, ArtifactError, ...)
+        return EXIT_USER, f"error: {exc}"
     if isinstance(exc, OSError):
         where = f": {exc.filename}" if exc.filename else ""
         return EXIT_USER, f"error: {exc.strerror or exc}{where}"

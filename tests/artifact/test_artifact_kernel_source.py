@@ -93,7 +93,7 @@ def test_aotc_run_exits_1_with_one_line(tmp_path: Path, label: str) -> None:
     result = CliRunner().invoke(cli, ["run", str(path), "--random", "--device", "interpret"])
     assert result.exit_code == EXIT_USER, (result.exit_code, result.output)
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr
-    assert result.stderr.startswith("error: ArtifactError: ")
+    assert result.stderr.startswith("error: invalid artifact ")
     assert f"kernel k0_reduction_sum: its source line {line} (`" in result.stderr, result.stderr
     assert not marker.exists()
 

@@ -83,7 +83,7 @@ def test_bad_dim_values_exit_1_with_the_range(artifact: Path, no_inputs_built: N
 
 def test_guards_are_checked_before_inputs_are_built(artifact: Path, no_inputs_built: None) -> None:
     result = invoke("run", artifact, "--random", "--dim", "seq=2")
-    user_error(result, "GuardError: input 'tokens' dim 1 (seq) = 2 breaks guard seq >= 4 (recorded at model.py:3)")
+    user_error(result, "error: input 'tokens' dim 1 (seq) = 2 breaks guard seq >= 4 (recorded at model.py:3)")
 
 
 def test_input_files_are_checked_with_the_guards_before_random_inputs(

@@ -117,7 +117,7 @@ def test_malformed_onnx_graph_is_a_user_error(tmp_path: Path) -> None:
     onnx.save(model, path)
     result = invoke("compile", path, "-o", tmp_path / "m.aotc")
     assert result.exit_code == EXIT_USER and "Traceback" not in result.stderr
-    assert "ModelError" in result.stderr and "'w'" in result.stderr and "proj" in result.stderr
+    assert "\nerror: " in "\n" + result.stderr and "'w'" in result.stderr and "proj" in result.stderr
 
 
 def test_export_onnx_from_model_file_and_artifact(tmp_path: Path) -> None:

@@ -92,7 +92,7 @@ def test_sign_in_place_and_to_another_path(tmp_path: Path, artifact: Path, keys:
 
 
 def test_run_refusals(tmp_path: Path, artifact: Path, keys: dict[str, Path]) -> None:
-    user_error(aotc("run", artifact, "--random", "--trusted-key", keys["alice.pub"]), "SignatureError")
+    user_error(aotc("run", artifact, "--random", "--trusted-key", keys["alice.pub"]), "artifact is not signed")
     user_error(aotc("run", artifact, "--random", "--trusted-key", keys["alice.pub"]), "is not signed")
     assert aotc("sign", artifact, "--key", keys["alice"]).exit_code == EXIT_OK
     user_error(aotc("run", artifact, "--random", "--trusted-key", keys["mallory.pub"]), "not a trusted key")
