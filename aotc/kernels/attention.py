@@ -29,8 +29,8 @@ from aotc.ir.dtypes import DType
 from aotc.ir.ops import Op
 from aotc.ir.schedule import Kernel, KernelKind
 from aotc.ir.symbolic import SymExpr, add, bounds, floordiv, mul, sym
+from aotc.ir.tiles import upper
 from aotc.ir.types import Node, Value
-from aotc.kernels.contraction_config import upper
 from aotc.kernels.contraction_emit import (
     anchor_index,
     cdiv,

@@ -1,6 +1,6 @@
 """Autotuning (``aotc compile --autotune``): contraction tiles measured on the compiling machine's GPU.
 
-With no GPU, heuristics choose every kernel's tiles (contraction_config.py, attention.py) and a newer
+With no GPU, heuristics choose every kernel's tiles (ir/tiles.py, attention.py) and a newer
 target gets its own heuristic variant (scheduler.py). With a GPU at compile time, ``autotune`` times a
 short list of candidate tiles for each matmul, conv (implicit GEMM) and attention launch, at one tuning
 shape (each dim at its maximum unless given), and records each launch's fastest kernel as its
@@ -33,8 +33,8 @@ from aotc.ir.launch import KernelBinary, capability
 from aotc.ir.ops import Op
 from aotc.ir.schedule import ArchVariant, Kernel, KernelKind, Schedule, same_launch
 from aotc.ir.symbolic import evaluate
+from aotc.ir.tiles import MIN_DOT_BLOCK, TileConfig, matmul_config, upper
 from aotc.kernels.attention import AttentionConfig, attention_config, attention_shape
-from aotc.kernels.contraction_config import MIN_DOT_BLOCK, TileConfig, matmul_config, upper
 from aotc.kernels.conv import conv_shape
 from aotc.kernels.matmul import DOT_DTYPES, matmul_shape
 

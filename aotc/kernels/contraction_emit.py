@@ -17,9 +17,9 @@ from aotc.ir.dtypes import DType
 from aotc.ir.graph import Graph
 from aotc.ir.ops import ELEMENTWISE
 from aotc.ir.symbolic import SymExpr, add, divisor, floordiv, mod, mul, sym
+from aotc.ir.tiles import upper
 from aotc.ir.types import Node, Value
 from aotc.kernels import index_text as ix
-from aotc.kernels.contraction_config import upper
 from aotc.kernels.pointwise_ops import TL_DTYPE
 from aotc.kernels.reach import GRID_X
 

@@ -23,15 +23,15 @@ from aotc.ir.dtypes import DType
 from aotc.ir.ops import Op
 from aotc.ir.schedule import Kernel, KernelKind
 from aotc.ir.symbolic import SymExpr, add, floordiv, mod, mul, sym
-from aotc.ir.types import Node, Value
-from aotc.kernels import index_text as ix
-from aotc.kernels.contraction_config import (
+from aotc.ir.tiles import (
     TileConfig,
     check_dot_config,
     direct_conv_config,
     matmul_config,
     upper,
 )
+from aotc.ir.types import Node, Value
+from aotc.kernels import index_text as ix
 from aotc.kernels.contraction_emit import (
     MAX_GRID_YZ,
     anchor_index,

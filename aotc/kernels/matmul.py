@@ -23,8 +23,8 @@ from aotc.ir.dtypes import DType
 from aotc.ir.ops import Op
 from aotc.ir.schedule import Kernel, KernelKind
 from aotc.ir.symbolic import SymExpr, add, floordiv, mod, mul, sym
+from aotc.ir.tiles import TileConfig, check_dot_config, matmul_config, upper
 from aotc.ir.types import Node, Value
-from aotc.kernels.contraction_config import TileConfig, check_dot_config, matmul_config, upper
 from aotc.kernels.contraction_emit import (
     anchor_index,
     can_fuse_epilogue,

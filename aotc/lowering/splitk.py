@@ -20,7 +20,7 @@ half-precision product is still rounded once, by the final cast.
 
 The rule. The sizes are the largest the symbols allow (the artifact serves its whole range, and a split
 sized for a small call is a loss for a large one); tiles are counted with the block sizes the kernel would
-use on the oldest target (``contraction_config.matmul_config``, sm_80), against SMS = 108 (A100). A matmul
+use on the oldest target (``ir.tiles.matmul_config``, sm_80), against SMS = 108 (A100). A matmul
 is split when:
 
 - it is a float matmul, ``b`` has no batch dims, and K is static (S must divide it);
@@ -45,9 +45,9 @@ from aotc.ir.dtypes import DType
 from aotc.ir.graph import Graph
 from aotc.ir.ops import Op
 from aotc.ir.symbolic import SymExpr, bounds, mul, to_infix
+from aotc.ir.tiles import matmul_config
 from aotc.ir.types import Node, Value
 from aotc.ir.verify import graph_ctx
-from aotc.kernels.contraction_config import matmul_config
 
 SMS = 108  # A100, the oldest target: the fewest SMs a kernel must fill
 MIN_K = 1024

@@ -12,7 +12,7 @@ from aotc.errors import UnsupportedError
 from aotc.ir import DType, Op, Symbol, TensorType
 from aotc.ir.schedule import KernelKind
 from aotc.ir.symbolic import sym
-from aotc.kernels.contraction_config import TileConfig
+from aotc.ir.tiles import TileConfig
 from aotc.kernels.conv import conv_shape, emit_conv, why_not_conv
 from tests.graph_kit import make_graph
 from tests.kernels.contraction_graphs import CONV_CASES, conv_attrs, conv_bn_relu_graph, conv_graph

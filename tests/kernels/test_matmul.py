@@ -12,7 +12,7 @@ from aotc.errors import UnsupportedError
 from aotc.ir import DType, Op, Symbol, TensorType
 from aotc.ir.schedule import ArgKind, KernelKind
 from aotc.ir.symbolic import sym
-from aotc.kernels.contraction_config import TileConfig, matmul_config
+from aotc.ir.tiles import TileConfig, matmul_config
 from aotc.kernels.matmul import emit_matmul, matmul_shape, why_not_epilogue, why_not_matmul
 from tests.graph_kit import make_graph
 from tests.kernels.contraction_graphs import linear_graph, matmul_graph

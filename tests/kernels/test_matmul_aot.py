@@ -11,7 +11,7 @@ import pytest
 
 from aotc.ir import DType, Op, Symbol
 from aotc.ir.symbolic import sym
-from aotc.kernels.contraction_config import TileConfig
+from aotc.ir.tiles import TileConfig
 from aotc.kernels.conv import emit_conv
 from aotc.kernels.matmul import emit_matmul
 from tests.kernels.contraction_graphs import CONV_CASES, conv_bn_relu_graph, conv_graph, linear_graph, matmul_graph

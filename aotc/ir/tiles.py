@@ -1,4 +1,5 @@
-"""Tile configurations for the contraction templates (matmul, conv), from per-arch heuristics.
+"""Tile configurations of the contraction templates (matmul, conv), from per-arch heuristics: in ir/ because the
+lowering (split-K) and the kernels both size work by them.
 
 Sizes may be symbolic: a heuristic looks at the largest value a dim can take (its upper bound over the
 symbols' ranges), so a kernel is sized for the big calls and stays correct (masked) for small ones.
