@@ -187,7 +187,7 @@ def kernel_stage(lowered: Graph, options: CompileOptions, progress: Progress = N
     tuning = None
     if options.autotune:
         _report(progress, "autotune kernels")
-        from aotc.kernels.autotune import autotune
+        from aotc.autotune import autotune
 
         schedule, tuning = autotune(lowered, schedule, options.targets, dims=dict(options.tune_dims))
     binaries: dict[str, KernelBinary] = {}
@@ -242,7 +242,7 @@ class Kernels:
     schedule: Schedule | None
     binaries: Mapping[str, KernelBinary]
     note: str
-    tuning: Any = None  # the autotune report (aotc.kernels.autotune.TuneReport) when options.autotune
+    tuning: Any = None  # the autotune report (aotc.autotune.TuneReport) when options.autotune
 
 
 def _with_precision(options: CompileOptions | None, precision: str | None) -> CompileOptions:

@@ -39,7 +39,7 @@ class CompileOptions:
     # kernels (enough for the interpret backend) but compiles no binaries.
     targets: tuple[str, ...] = ("sm_80", "sm_90")
     # Time candidate tiles of the matmul, conv and attention kernels on this machine's GPU and record the
-    # winners for its target (aotc/kernels/autotune.py); needs a GPU. ``tune_dims`` binds dims for the
+    # winners for its target (aotc/autotune.py); needs a GPU. ``tune_dims`` binds dims for the
     # timing, as (name, value) pairs; a dim not named is timed at its maximum.
     autotune: bool = False
     tune_dims: tuple[tuple[str, int], ...] = ()

@@ -1,7 +1,8 @@
-"""Autotuning (``aotc compile --autotune``): contraction tiles measured on the compiling machine's GPU.
+"""Autotuning (``aotc compile --autotune``): contraction tiles measured on the compiling machine's GPU. It sits
+with the compiler, above kernels and runtime, since it needs both (DESIGN section 2).
 
-With no GPU, heuristics choose every kernel's tiles (ir/tiles.py, attention.py) and a newer
-target gets its own heuristic variant (scheduler.py). With a GPU at compile time, ``autotune`` times a
+With no GPU, heuristics choose every kernel's tiles (ir/tiles.py, kernels/attention.py) and a
+newer target gets its own heuristic variant (kernels/scheduler.py). With a GPU at compile time, ``autotune`` times a
 short list of candidate tiles for each matmul, conv (implicit GEMM) and attention launch, at one tuning
 shape (each dim at its maximum unless given), and records each launch's fastest kernel as its
 ``ArchVariant`` for the GPU's target: GPUs running that target's code launch it, every other GPU keeps
