@@ -87,7 +87,7 @@ def run_case(case: Any, op: str, device: str = "cpu") -> Result:
     from onnx.backend.test.runner import Runner, _normalize_tensor
 
     from aotc.errors import UnsupportedError
-    from aotc.onnx.backend import AotcBackend
+    from aotc.onnx_backend import AotcBackend
 
     start = time.perf_counter()
     try:

@@ -1,4 +1,5 @@
-"""ONNX interop: export a Graph as ONNX, import ONNX as a Graph, and an onnx.backend adapter.
+"""ONNX interop: export a Graph as ONNX and import ONNX as a Graph (the onnx.backend adapter, which compiles and
+runs, is aotc/onnx_backend.py, beside the compiler).
 
 Names load on first use, so ``import aotc.onnx`` works without the onnx package; using them without it
 raises UnsupportedError saying what to install.

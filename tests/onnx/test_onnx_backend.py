@@ -15,7 +15,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from aotc.errors import GuardError, UnsupportedError
-from aotc.onnx.backend import AotcBackend, SpecializingRep
+from aotc.onnx_backend import AotcBackend, SpecializingRep
 
 ROOT = Path(__file__).resolve().parents[2]
 F = TensorProto.FLOAT

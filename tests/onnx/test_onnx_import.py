@@ -14,8 +14,8 @@ from aotc.errors import AotcError, ModelError, ShapeError, UnsupportedError
 from aotc.ir.evaluate import run_graph
 from aotc.onnx import import_onnx
 from aotc.onnx._common import DEFAULT_DIM_RANGE
-from aotc.onnx.backend import compile_graph
 from aotc.onnx.importer import DefaultRangeWarning
+from aotc.onnx_backend import compile_graph
 
 ort = pytest.importorskip("onnxruntime")
 F = TensorProto.FLOAT

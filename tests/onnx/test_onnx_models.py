@@ -17,7 +17,7 @@ from onnx import numpy_helper
 from onnx_light import LIGHT, data_input, runner_input, with_random_weights
 
 from aotc.onnx import import_onnx
-from aotc.onnx.backend import compile_graph
+from aotc.onnx_backend import compile_graph
 
 SLOW = {"vgg19"}  # about 12 s of numpy convolutions
 NAMES = sorted(p.stem.removeprefix("light_") for p in LIGHT.glob("light_*.onnx"))

@@ -1,4 +1,5 @@
-"""An ``onnx.backend.base.Backend`` so ONNX's backend test suite (and any ONNX tooling) can drive aotc.
+"""An ``onnx.backend.base.Backend`` so ONNX's backend test suite (and any ONNX tooling) can drive aotc. It sits with
+the compiler (it imports, compiles and loads), above aotc/onnx/, which only converts.
 
 ``prepare`` imports the model and compiles it the way ``aotc compile model.onnx`` does (lower, write the
 artifact, load it with the runtime on the cpu backend). ``compile_graph`` is the one place that decides how an
