@@ -12,19 +12,47 @@ compose, so a reshape undone by the row-major offset of the load after it costs 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
+from aotc.ir.graph import Graph
 from aotc.ir.index import flatten, unflatten
 from aotc.ir.index_check import allows_negative, index_range, index_source, op_where
 from aotc.ir.ops import Op
-from aotc.ir.schedule import IndexCheck
+from aotc.ir.schedule import IndexCheck, Size
 from aotc.ir.symbolic import SymExpr, add, mul, smax, smin
-from aotc.ir.types import Node, ShapeDim
+from aotc.ir.types import Node, ShapeDim, Value
 from aotc.kernels import index_text as ix
 from aotc.kernels.pointwise_ops import TL_DTYPE, literal
+from aotc.kernels.reach import Reach
 
-if TYPE_CHECKING:
-    from aotc.kernels.emit import KernelBuilder
+
+class KernelBuilder(Protocol):
+    """What the view rules use of the kernel builder (``emit.KernelBuilder``, which calls them): named here so
+    this module needs nothing of the module above it."""
+
+    graph: Graph
+    checks: list[IndexCheck]
+    flags: Any  # emit.FlagSlots: ``take()`` hands out an error-flag slot
+    reach: Reach
+
+    def line(self, text: str) -> None: ...
+    def let(self, stem: str, expr: str) -> str: ...
+    def size_arg(self, expr: int | SymExpr, stem: str = "size") -> str: ...
+    def arg(self, expr: Size) -> Size: ...
+    def names_of(self, e: int | SymExpr) -> int | SymExpr: ...
+    def flag_arg(self) -> str: ...
+    def index_var(self, text: str, extent: Size, opaque: bool = False) -> int | SymExpr: ...
+    def simplify(self, e: int | SymExpr) -> int | SymExpr: ...
+    def index_text(self, e: int | SymExpr, wide: bool = False) -> str: ...
+    def compute(
+        self,
+        value: Value,
+        index: Sequence[int | str | SymExpr],
+        mask: str | None,
+        env: Mapping[int, str],
+        other: str = "0.0",
+    ) -> str: ...
+
 
 Index = tuple[int | SymExpr, ...]
 
