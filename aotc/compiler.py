@@ -30,9 +30,12 @@ from aotc.lowering.pipeline import lower
 from aotc.lowering.precision import check_precision
 from aotc.lowering.source_constants import rebase_source
 from aotc.onnx.runtime_model import RuntimeOnnx, runtime_onnx
+from aotc.progress import StageTimer
 from aotc.torch_export import is_torch_model
 
-Progress = Callable[[str], None] | None
+# progress(stage) as each compile stage starts; progress(stage, done, total) as counted work in it advances
+# (kernels compiled): aotc.progress.StageTimer prints both
+Progress = Callable[..., None] | None
 
 
 class CompiledModel:
@@ -120,16 +123,24 @@ def compile(
     name: str | None = None,
     progress: Progress = None,
     precision: str | None = None,
+    verbose: bool = False,
 ) -> CompiledModel:
     """Trace ``model`` over ``inputs``, lower it to primitives, write the artifact and load it on the cpu.
 
     ``model`` is an aotc ``nn.Module`` or function of tensors, a ``torch.nn.Module`` (captured with torch.export;
     ``inputs`` as for an aotc model) or a ``torch.export.ExportedProgram`` (no ``inputs``: its dims come from its
     dynamic_shapes). ``options`` is an ``aotc.CompileOptions``; ``dump_ir`` a folder that receives every stage's graph;
-    ``progress(stage)`` is called as each compile stage starts. ``precision`` ("fp32", "tf32", "bf16" or
+    ``progress(stage)`` is called as each compile stage starts and ``progress(stage, done, total)`` as kernels
+    compile; ``verbose=True`` prints both to stderr (a live line on a terminal). ``precision`` ("fp32", "tf32", "bf16" or
     "fp16") overrides ``options.precision``.
     """
     options = _with_precision(options, precision)
+    if verbose and progress is None:
+        timer = StageTimer(threshold_s=0.0)
+        try:
+            return compile(model, inputs, options=options, dump_ir=dump_ir, name=name, progress=timer)
+        finally:
+            timer.finish()
     if is_torch_model(model):
         from aotc.torch_export import import_torch
 
@@ -196,7 +207,8 @@ def kernel_stage(lowered: Graph, options: CompileOptions, progress: Progress = N
         from aotc.kernels.aot import AotOptions, compile_kernels
 
         aot = AotOptions(cuda_driver_floor=options.cuda_driver_floor)
-        binaries = compile_kernels(schedule.kernels, targets=options.targets, options=aot)
+        counted = None if progress is None else lambda done, total: progress("compile kernels", done, total)
+        binaries = compile_kernels(schedule.kernels, targets=options.targets, options=aot, on_done=counted)
     return Kernels(schedule, binaries, "", tuning)
 
 

@@ -13,11 +13,11 @@ from aotc.errors import AotcError
 from aotc.ir.graph import Graph
 from aotc.lowering.options import CompileOptions
 from aotc.lowering.precision import PRECISIONS
+from aotc.progress import StageTimer
 from aotc_cli.dims import parse_dim_ranges
 from aotc_cli.errors import UserError, debug_option
 from aotc_cli.loader import call_user_code, load_model
 from aotc_cli.paths import check_output_path, require_file
-from aotc_cli.progress import StageTimer
 from aotc_cli.text import format_size
 
 if TYPE_CHECKING:

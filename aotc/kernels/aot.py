@@ -20,8 +20,10 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
+import threading
 import types
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -108,8 +110,11 @@ def compile_kernels(
     kernels: Sequence[Kernel],
     targets: Sequence[str] = DEFAULT_TARGETS,
     options: AotOptions | None = None,
+    on_done: Callable[[int, int], None] | None = None,
 ) -> dict[str, KernelBinary]:
     """Compile every kernel for every target (and sm_80 for the portable PTX), by kernel name.
+    ``on_done(done, total)`` is called with the count of (kernel, target) compiles finished (cache hits first,
+    then each as its worker answers), from the calling thread or a worker's reader thread.
 
     A kernel's ``variants`` (ArchVariant) are compiled too, each for its own target only (its PTX is
     that target's: a GPU only ever picks a variant it has the cubin for).
@@ -153,8 +158,13 @@ def compile_kernels(
         if hit is not None:
             done[jk] = hit
     misses = [jk for jk in jobs if jk not in done]
+    counted = None
+    if on_done is not None:
+        hits, total = len(done), len(jobs)
+        on_done(hits, total)
+        counted = lambda n: on_done(hits + n, total)  # noqa: E731  (n of the misses compiled)
     errors: list[str] = []
-    for jk, result in zip(misses, _run_jobs([jobs[jk] for jk in misses], options.jobs)):
+    for jk, result in zip(misses, _run_jobs([jobs[jk] for jk in misses], options.jobs, counted)):
         if isinstance(result, str):
             errors.append(result)
             continue
@@ -204,7 +214,9 @@ def spec_key(spec: Mapping[str, Any], triton: str) -> str:
     return cache_key({**{k: v for k, v in spec.items() if k != "ptxas_path"}, "triton": triton})
 
 
-def _run_jobs(specs: list[dict[str, Any]], jobs: int | None) -> list[Compiled | str]:
+def _run_jobs(
+    specs: list[dict[str, Any]], jobs: int | None, on_done: Callable[[int], None] | None = None
+) -> list[Compiled | str]:
     workers = max(1, min(jobs or os.cpu_count() or 1, len(specs)))
     # Fresh interpreters running this module, never this process: the Triton interpreter (the
     # interpret backend) patches triton.language process-wide, after which an in-process compile
@@ -213,40 +225,67 @@ def _run_jobs(specs: list[dict[str, Any]], jobs: int | None) -> list[Compiled | 
     order = sorted(range(len(specs)), key=lambda i: -len(specs[i]["source"]))  # big kernels spread first
     chunks = [order[w::workers] for w in range(workers)]
     results: list[Compiled | str] = [""] * len(specs)
+    lock = threading.Lock()
+    finished = 0
+
+    def one_done() -> None:
+        nonlocal finished
+        with lock:
+            finished += 1
+            if on_done is not None:
+                on_done(finished)
+
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-        for chunk, out in zip(chunks, pool.map(lambda c: _run_worker([specs[i] for i in c]), chunks)):
+        for chunk, out in zip(chunks, pool.map(lambda c: _run_worker([specs[i] for i in c], one_done), chunks)):
             for i, r in zip(chunk, out):
                 results[i] = r
     return results
 
 
-def _run_worker(specs: list[dict[str, Any]]) -> list[Compiled | str]:
+def _run_worker(specs: list[dict[str, Any]], one_done: Callable[[], None]) -> list[Compiled | str]:
+    """One worker process over ``specs``: it answers one JSON line per spec as each compile ends (so progress
+    shows while it works), in order."""
     package_root = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
-    proc = subprocess.run(
-        [sys.executable, "-c", "from aotc.kernels.aot import worker_main; worker_main()"],
-        input=json.dumps(specs).encode(),
-        capture_output=True,
-        env=env,
-    )
-    try:
-        if proc.returncode != 0:
-            raise ValueError(f"exit status {proc.returncode}")
-        return [from_json(r["ok"]) if "ok" in r else str(r["error"]) for r in json.loads(proc.stdout)]
-    except (ValueError, KeyError, TypeError) as e:
-        tail = proc.stderr.decode(errors="replace").strip()[-2000:]
-        return [f"kernel {s['name']}: the compile worker for {s['arch']} failed ({e}): {tail}" for s in specs]
+    with (
+        tempfile.TemporaryFile() as err,
+        subprocess.Popen(
+            [sys.executable, "-c", "from aotc.kernels.aot import worker_main; worker_main()"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=err,  # a file, not a pipe: a chatty compile must never block on a full stderr pipe
+            env=env,
+        ) as proc,
+    ):
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(json.dumps(specs).encode())
+        proc.stdin.close()
+        out: list[Compiled | str] = []
+        try:
+            for line in proc.stdout:
+                r = json.loads(line)
+                out.append(from_json(r["ok"]) if "ok" in r else str(r["error"]))
+                one_done()
+            code = proc.wait()
+            if code != 0 or len(out) != len(specs):
+                raise ValueError(f"exit status {code}, {len(out)} of {len(specs)} answers")
+            return out
+        except (ValueError, KeyError, TypeError) as e:
+            proc.kill()
+            proc.wait()
+            err.seek(0)
+            tail = err.read().decode(errors="replace").strip()[-2000:]
+            return [f"kernel {s['name']}: the compile worker for {s['arch']} failed ({e}): {tail}" for s in specs]
 
 
 def worker_main() -> None:
-    """A compile worker's body: compile the JSON list of job specs on stdin, answer on stdout."""
+    """A compile worker's body: compile the JSON list of job specs on stdin, answer one JSON line per spec."""
     specs = json.loads(sys.stdin.buffer.read())
-    out = []
     for spec in specs:
         r = compile_one(spec)
-        out.append({"error": r} if isinstance(r, str) else {"ok": to_json(r)})
-    sys.stdout.write(json.dumps(out))
+        sys.stdout.write(json.dumps({"error": r} if isinstance(r, str) else {"ok": to_json(r)}) + "\n")
+        sys.stdout.flush()
 
 
 def compile_one(spec: Mapping[str, Any]) -> Compiled | str:

@@ -14,9 +14,9 @@ from aotc.ir.graph import Graph
 from aotc.ir.ops import Op
 from aotc.ir.types import TensorType
 from aotc.lowering.pipeline import lower
+from aotc.progress import StageTimer
 from aotc_cli.errors import EXIT_USER
 from aotc_cli.main import cli
-from aotc_cli.progress import StageTimer
 
 MODELS_DIR = Path(__file__).resolve().parents[2] / "models"
 

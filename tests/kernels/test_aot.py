@@ -146,8 +146,17 @@ def test_vector_add_for_sm80_and_sm90_then_from_the_cache(tmp_path: Path) -> Non
         binary.cubin("sm_100")
 
     # the hit itself compiling nothing is test_a_cache_hit_compiles_nothing
-    again = compile_kernels([_add()], ("sm_80", "sm_90"), opts)["add_kernel"]
+    counts: list[tuple[int, int]] = []
+    again = compile_kernels([_add()], ("sm_80", "sm_90"), opts, on_done=lambda *c: counts.append(c))["add_kernel"]
     assert again == binary
+    assert counts == [(2, 2)]  # both (kernel, target) compiles were cache hits: counted at once
+
+
+def test_progress_counts_each_compile_as_its_worker_answers(tmp_path: Path) -> None:
+    counts: list[tuple[int, int]] = []
+    opts = AotOptions(cache_dir=str(tmp_path), jobs=1)
+    compile_kernels([_add()], ("sm_80", "sm_90"), opts, on_done=lambda *c: counts.append(c))
+    assert counts == [(0, 2), (1, 2), (2, 2)]
 
 
 SCALE = (
