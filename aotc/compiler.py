@@ -29,7 +29,7 @@ from aotc.lowering.padding import padded_lines
 from aotc.lowering.pipeline import lower
 from aotc.lowering.precision import check_precision
 from aotc.lowering.source_constants import rebase_source
-from aotc.onnx.runtime_model import RuntimeOnnx, runtime_onnx
+from aotc.onnx.runtime_model import ONNX_META_KEY, RuntimeOnnx, runtime_onnx
 from aotc.progress import StageTimer
 from aotc.torch_export import is_torch_model
 
@@ -176,7 +176,7 @@ def compile_graph(
     # Lowering may store a weight padded or in half precision under its own name: the source graph reads that.
     source = rebase_source(graph, lowered)
     onnx = onnx_stage(source, progress)
-    artifact = write_stage(source, lowered, kernels, options, progress, padded)
+    artifact = write_stage(source, lowered, kernels, options, progress, padded, onnx)
     return CompiledModel(graph, lowered, artifact, kernels, options, onnx.note)
 
 
@@ -226,10 +226,12 @@ def write_stage(
     options: CompileOptions,
     progress: Progress = None,
     padded: Sequence[str] = (),
+    onnx: RuntimeOnnx | None = None,
 ) -> bytes:
     """The artifact bytes for the lowered graph, its kernels, the source graph (already on the weights the
-    lowered graph stores: rebase_source) and the compile's metadata (``padded``: the padding pass's 'padded:'
-    lines, which ``aotc inspect`` shows)."""
+    lowered graph stores: rebase_source), the ONNX model for onnxruntime (``onnx``: onnx_stage's) and the
+    compile's metadata (``padded``: the padding pass's 'padded:' lines, which ``aotc inspect`` shows, as it
+    shows the ONNX model's summary)."""
     _report(progress, "write artifact")
     meta: dict[str, Any] = {"name": source.name, "producer": f"aotc {__version__}", "options": options.to_meta()}
     if kernels.note:
@@ -238,12 +240,15 @@ def write_stage(
         meta["autotune"] = kernels.tuning.to_meta()
     if padded:
         meta["padded_matmuls"] = list(padded)
+    if onnx is not None:
+        meta[ONNX_META_KEY] = onnx.summary
     return write_artifact(
         [lowered],
         source=source,
         meta=meta,
         schedules=[kernels.schedule] if kernels.schedule is not None else None,
         binaries=tuple(kernels.binaries.values()),
+        onnx=onnx.model if onnx is not None else None,
     )
 
 

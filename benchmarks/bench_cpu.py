@@ -124,8 +124,6 @@ def worker(engine: str, artifact: str, onnx_file: str, feeds_file: str, threads:
         import aotc
 
         exe = aotc.load(artifact, device="cpu" if engine == "aotc" else "reference", threads=threads)
-        if engine == "aotc" and type(exe._backend).__name__ != "OrtBackend":
-            exe = _onnxruntime_executable(exe.artifact, threads)
 
         def call() -> object:
             return exe.run(feeds)
@@ -139,16 +137,6 @@ def worker(engine: str, artifact: str, onnx_file: str, feeds_file: str, threads:
             call()
             times.append((time.perf_counter() - start) * 1e3)
         print(json.dumps(times), flush=True)
-
-
-def _onnxruntime_executable(artifact: Any, threads: int | None) -> Any:
-    """For an artifact that stores no ONNX model (written before it was stored): the one the compiler stores."""
-    import aotc.runtime
-    from aotc.onnx.runtime_model import runtime_onnx
-    from aotc.runtime.backends.onnxrt import OrtBackend
-
-    made = runtime_onnx(artifact.source)
-    return aotc.runtime.Executable(artifact, OrtBackend(made.model, artifact.constants, threads=threads))
 
 
 # -- the coordinator -----------------------------------------------------------------------------------------------

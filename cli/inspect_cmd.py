@@ -94,9 +94,12 @@ def render_text(info: dict[str, Any]) -> str:
         src = info["source"]
         lines.append(f"source     high-level graph, {src['nodes']} ops ({_counts(src['op_counts'])})")
     lines += _kernel_lines(info)
+    if info.get("onnx"):
+        lines.append(f"onnx       {onnx_line(info['onnx'])}")
     if "signature" in info:
         lines.append(f"signature  {signature_line(info['signature'])}")
     meta = dict(info.get("meta") or {})
+    meta.pop("onnx", None)  # the compiler's summary of the ONNX model: the onnx line above
     padded = meta.get(PADDED_KEY)
     if isinstance(padded, list) and all(isinstance(p, str) for p in padded):  # else it shows as JSON below
         del meta[PADDED_KEY]
@@ -110,12 +113,25 @@ def render_text(info: dict[str, Any]) -> str:
         "segments_verified",
         "constants", "weight_bytes", "inputs", "outputs", "output_tree", "symbols", "guards", "variants",
         "source", "meta", "features", "kernel_features", "unusable_kernel_features", "kernels", "toolchain", "arena_bytes",
-        "arena_by_dim",
+        "arena_by_dim", "onnx",
         "signature",
     }  # fmt: skip
     # anything describe() grows later still shows, as JSON
     lines += [f"{k}: {json.dumps(v)}" for k, v in info.items() if k not in shown]
     return "\n".join(lines)
+
+
+def onnx_line(onnx: dict[str, Any]) -> str:
+    """What device="cpu" runs: the stored ONNX model on onnxruntime, or the numpy references and why."""
+    if not onnx["stored"]:
+        return f"none ({onnx['reason']}): device='cpu' runs the numpy references"
+    line = f"{format_size(onnx['bytes'])} model for device='cpu' on onnxruntime"
+    if onnx.get("nodes") is not None:
+        line += f": {onnx['nodes']} nodes, {onnx['weights']} weights bound in place by name"
+    line += ", computes in float32"
+    if onnx.get("widened_from"):
+        line += f" ({' and '.join(onnx['widened_from'])} weights cast to float32 once, at load)"
+    return line
 
 
 def signature_line(sig: dict[str, Any]) -> str:

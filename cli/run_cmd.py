@@ -40,7 +40,9 @@ def _stats(a: np.ndarray) -> tuple[str, str, str]:
 @click.option("--random", "random_inputs", is_flag=True, help="Draw every input not given with --input at random.")
 @click.option("--dim", "dims", multiple=True, metavar="NAME=VALUE", help="Value of a dynamic dim for random inputs.")
 @click.option("--seed", default=0, show_default=True, help="Seed for --random.")
-@click.option("--device", metavar="DEVICE", help="cpu, cuda, cuda:N or interpret  [default: the best available]")
+@click.option(
+    "--device", metavar="DEVICE", help="cpu, reference, cuda, cuda:N or interpret  [default: the best available]"
+)
 @click.option("-o", "--output", metavar="OUT.npz", help="Also write the outputs to an .npz file.")
 @click.option(
     "--trusted-key",

@@ -28,6 +28,8 @@ from aotc.ir.ops import Op
 from aotc.ir.symbolic import sym
 from aotc.ir.types import Node, Value
 
+# The first schema with the ONNX model for onnxruntime (Artifact.onnx).
+ONNX_VERSION = 7
 # aotc.__version__, as the writer stores it (PEP 440 characters)
 _VERSION = re.compile(r"[0-9A-Za-z.+!_-]{1,64}")
 
@@ -133,6 +135,17 @@ class Decoder:
 
     def source(self) -> Any | None:
         return self.root.Source()
+
+    def onnx(self) -> bytes | None:
+        """The ONNX model the file stores for onnxruntime (schema >= 7), or None."""
+        if self.root.OnnxIsNone():
+            return None
+        if self.version < ONNX_VERSION:
+            raise ArtifactError(f"a schema version {self.version} file holds a schema {ONNX_VERSION} onnx model")
+        data = self.root.OnnxAsNumpy()
+        if len(data) == 0:
+            raise ArtifactError("the onnx model is empty (a file without one leaves the field out)")
+        return data.tobytes()
 
     def graph(self, g: Any, constants: list[tuple[str, np.ndarray]], what: str) -> Graph:
         t = self.tables

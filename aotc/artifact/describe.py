@@ -48,6 +48,28 @@ def describe(artifact: Artifact) -> dict[str, Any]:
         "toolchain": _toolchain(artifact),
         "arena_bytes": max(arenas) if arenas else None,
         "arena_by_dim": _arena_by_dim(artifact.variants, schedules),
+        "onnx": _onnx(artifact),
+    }
+
+
+def _onnx(artifact: Artifact) -> dict[str, Any]:
+    """The ONNX model the cpu backend runs on onnxruntime: its size and the compiler's summary of it (kept in
+    meta["onnx"], since the reader never parses ONNX), or why the file has none."""
+    summary = artifact.meta.get("onnx")
+    summary = summary if isinstance(summary, dict) else {}
+    if artifact.onnx is None:
+        reason = summary.get("reason")
+        if not isinstance(reason, str):
+            reason = "the file stores none" if artifact.schema_version >= 7 else "written before schema 7"
+        return {"stored": False, "reason": reason}
+    widened = summary.get("widened_from")
+    return {
+        "stored": True,
+        "bytes": len(artifact.onnx),
+        "nodes": summary.get("nodes"),
+        "weights": summary.get("weights"),
+        "computes_in": "float32",
+        "widened_from": [w for w in widened if isinstance(w, str)] if isinstance(widened, list) else [],
     }
 
 

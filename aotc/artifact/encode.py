@@ -90,9 +90,11 @@ def encode_artifact(
     segments: Sequence[SegmentEntry],
     tables: Interner | None = None,
     plan: KernelPlan | None = None,
+    onnx: bytes | None = None,
 ) -> bytes:
     """The artifact's FlatBuffer. ``tables`` may hold entries already (tests encode attr values alone);
-    ``plan`` holds the variants' launch plans and kernel code (plan_encode.plan_kernels)."""
+    ``plan`` holds the variants' launch plans and kernel code (plan_encode.plan_kernels); ``onnx`` the ONNX
+    model for onnxruntime (schema 7), or None."""
     b = new_builder()
     t = Interner() if tables is None else tables
     plan = plan or KernelPlan((None,) * len(variants), (), {})
@@ -116,6 +118,7 @@ def encode_artifact(
     kernel_features = encode_strings(b, plan.kernel_features)
     codes = encode_codes(b, plan)
     floor = _string(b, plan.driver_floor, "CUDA driver floor") if plan.driver_floor else None
+    onnx_vec = _onnx(b, onnx) if onnx is not None else None
     FbArtifact.Start(b)
     FbArtifact.AddSchemaVersion(b, header.schema_version)
     FbArtifact.AddProducerVersion(b, producer)
@@ -135,8 +138,16 @@ def encode_artifact(
     FbArtifact.AddKernels(b, codes)
     if floor is not None:
         FbArtifact.AddCudaDriverFloor(b, floor)
+    if onnx_vec is not None:
+        FbArtifact.AddOnnx(b, onnx_vec)
     b.Finish(FbArtifact.End(b))
     return bytes(b.Output())
+
+
+def _onnx(b: flatbuffers.Builder, model: bytes) -> int:
+    if not isinstance(model, (bytes, bytearray, memoryview)) or len(model) == 0:
+        raise ArtifactError("the onnx model must be non-empty bytes (None: the artifact stores none)")
+    return b.CreateNumpyVector(np.frombuffer(model, dtype=np.uint8))
 
 
 # -- the shared tables ---------------------------------------------------------------------------

@@ -77,6 +77,9 @@ class Artifact:
     # signature was verified against trusted keys when the file was read (read_artifact(trusted_keys=...)).
     signed_by: str | None = None
     signature_verified: bool = False
+    # The model's high-level graph as ONNX with no weight data, for the cpu backend's onnxruntime (schema >= 7;
+    # None: the file stores none). Its weights are inputs bound to ``constants`` by name (aotc/onnx/runtime_model.py).
+    onnx: bytes | None = None
 
     @property
     def plans_bound(self) -> bool:
@@ -282,6 +285,7 @@ def _decode(
         kernel_features=plans.kernel_features,
         unusable_kernel_features=plans.unusable,
         cuda_driver_floor=plans.driver_floor,
+        onnx=dec.onnx(),
     )
 
 

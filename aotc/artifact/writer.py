@@ -56,16 +56,18 @@ def write_artifact(
     meta: Mapping[str, Any] | None = None,
     schedules: Sequence[Schedule | None] | None = None,
     binaries: Sequence[KernelBinary] = (),
+    onnx: bytes | None = None,
 ) -> bytes:
     """The artifact for ``variants`` (lowered, primitive-only graphs of one model) as bytes.
 
     ``source`` is the model's high-level graph, kept for ONNX export. ``meta`` must be JSON-able.
     ``schedules`` holds each variant's launch plan (None: that variant has no kernels), ``binaries`` the
-    compiled kernels (one per distinct kernel name, or none when compiled with no targets).
+    compiled kernels (one per distinct kernel name, or none when compiled with no targets). ``onnx`` is the
+    model for the cpu backend's onnxruntime (aotc/onnx/runtime_model.py), its weights named after constants.
     Raises VerifyError for an invalid graph and ArtifactError for anything that can't be stored,
     including a plan that does not fit its variant (plan_checks.py).
     """
-    return b"".join(_plan(variants, source, meta, schedules, binaries).chunks())
+    return b"".join(_plan(variants, source, meta, schedules, binaries, onnx).chunks())
 
 
 def save_artifact(
@@ -76,11 +78,12 @@ def save_artifact(
     meta: Mapping[str, Any] | None = None,
     schedules: Sequence[Schedule | None] | None = None,
     binaries: Sequence[KernelBinary] = (),
+    onnx: bytes | None = None,
 ) -> None:
     """Write the artifact to ``path`` (see write_artifact), streaming the segments (no copy of the
     weights in memory). The file appears atomically: it is written next to ``path`` and renamed into place.
     """
-    plan = _plan(variants, source, meta, schedules, binaries)
+    plan = _plan(variants, source, meta, schedules, binaries, onnx)
     path = os.fspath(path)
     tmp = f"{path}.tmp{os.getpid()}"
     try:
@@ -104,6 +107,7 @@ def _plan(
     meta: Mapping[str, Any] | None,
     schedules: Sequence[Schedule | None] | None,
     binaries: Sequence[KernelBinary],
+    onnx: bytes | None = None,
 ) -> _Plan:
     variants = _check_graphs(variants, source)
     kernels = plan_kernels(variants, schedules, binaries)
@@ -121,7 +125,7 @@ def _plan(
     # they are known before the FlatBuffer is built and one pass settles the layout.
     offsets = _segment_offsets([len(d) for d in datas])
     segments = [SegmentEntry(o, len(d), c) for o, d, c in zip(offsets, datas, checksums)]
-    fb = encode_artifact(header, variants, source, constants, segments, plan=kernels)
+    fb = encode_artifact(header, variants, source, constants, segments, plan=kernels, onnx=onnx)
     data_start = align_up(PREAMBLE_SIZE + len(fb))
     placed = tuple((data_start + o, d) for o, d in zip(offsets, datas))
     end = placed[-1][0] + len(placed[-1][1]) if placed else PREAMBLE_SIZE + len(fb)

@@ -30,14 +30,18 @@ from aotc.ir.graph import Graph
 _HALF = {10: "float16", 16: "bfloat16"}
 _FLOAT = 1
 WIDENED_META_KEY = "aotc.widened"
+# The artifact's meta key for RuntimeOnnx.summary (aotc inspect reads it there).
+ONNX_META_KEY = "onnx"
 
 
 @dataclasses.dataclass(frozen=True)
 class RuntimeOnnx:
-    """What the compiler stores (``model``; None when the graph has no ONNX form) and its ``--explain`` line."""
+    """What the compiler stores (``model``; None when the graph has no ONNX form), its ``--explain`` line, and
+    what ``aotc inspect`` shows of it (``summary``, kept in the artifact's meta: the reader never parses ONNX)."""
 
     model: bytes | None
     note: str
+    summary: dict[str, Any]
 
 
 def runtime_onnx(graph: Graph) -> RuntimeOnnx:
@@ -47,14 +51,16 @@ def runtime_onnx(graph: Graph) -> RuntimeOnnx:
 
         model = export_graph(graph, weights_as_inputs=True)
     except AotcError as e:  # an op with no ONNX form, or no onnx package (UnsupportedError saying what to install)
-        return RuntimeOnnx(None, f"onnx: none stored, device='cpu' runs the numpy references ({e})")
+        note = f"onnx: none stored, device='cpu' runs the numpy references ({e})"
+        return RuntimeOnnx(None, note, {"stored": False, "reason": str(e)})
     widened = widen_to_float32(model)
     if widened:
         _set_prop(model, WIDENED_META_KEY, json.dumps(widened))
     weights = len(json.loads(_props(model)["aotc.weights"]))
     how = f", float32 (widened from {' and '.join(widened)})" if widened else ""
     note = f"onnx: stored for onnxruntime ({len(model.graph.node)} nodes, {weights} weights bound by name{how})"
-    return RuntimeOnnx(model.SerializeToString(), note)
+    summary = {"stored": True, "nodes": len(model.graph.node), "weights": weights, "widened_from": widened}
+    return RuntimeOnnx(model.SerializeToString(), note, summary)
 
 
 def widen_to_float32(model: Any) -> list[str]:

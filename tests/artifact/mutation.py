@@ -184,6 +184,7 @@ def check_writer_makes(art: Artifact, data: bytes) -> None:
             meta=art.meta,
             schedules=list(art.schedules) if any(s is not None for s in art.schedules) else None,
             binaries=tuple(art.kernels.values()),
+            onnx=art.onnx,
         )
     assert not differences(art, read_artifact(again)), "the reader's view does not survive a round trip"
     start, end = fb_region(data)
@@ -211,6 +212,8 @@ def differences(a: Artifact, b: Artifact) -> list[str]:
         out.append("schedules")
     if dict(a.kernels) != dict(b.kernels):
         out.append("kernels")
+    if a.onnx != b.onnx:
+        out.append("onnx")
     return out
 
 

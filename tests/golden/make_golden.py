@@ -4,7 +4,9 @@
 
 From version 3 the file also holds the variant's launch plan and its kernels compiled for sm_80 (cubin and
 PTX; triton compiles them with no GPU); from version 4 for sm_80 and sm_90, with sm_90 variants; from version 6
-every launch carries its digest and extents and every binary the constexprs it was compiled with. Run it once per schema version, when SCHEMA_VERSION is bumped, and check both files in. Never
+every launch carries its digest and extents and every binary the constexprs it was compiled with; from version 7
+the file stores the source graph as ONNX for onnxruntime (aotc/onnx/runtime_model.py). Run it once per schema
+version, when SCHEMA_VERSION is bumped, and check both files in. Never
 regenerate an older version's files: they prove that files written by earlier aotc versions still load.
 The model touches most of the schema: symbols with ranges and multiple_of, a guard with its source
 location, float32/int64/bool constants, attrs of every kind, a nested output tree and a source graph.
@@ -122,13 +124,18 @@ def main() -> int:
     distinct = list({k.name: k for k in schedule.kernels}.values())
     binaries = compile_kernels(distinct, targets=targets)
     print(f"{len(schedule.kernels)} launches, {sum(len(k.variants) for k in schedule.kernels)} with an sm_90 variant")
+    from aotc.onnx.runtime_model import runtime_onnx
+
+    onnx = runtime_onnx(src)  # from version 7
+    assert onnx.model is not None, onnx.note
     save_artifact(
         stem.with_suffix(".aotc"),
         [variant],
         source=src,
-        meta={"golden": True, "schema_version": SCHEMA_VERSION},
+        meta={"golden": True, "schema_version": SCHEMA_VERSION, "onnx": onnx.summary},
         schedules=[schedule],
         binaries=tuple(binaries.values()),
+        onnx=onnx.model,
     )
     feeds = sample_inputs()
     outs = run_graph(variant, list(feeds.values()), {"batch": 3, "seq": 10})

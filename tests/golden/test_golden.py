@@ -136,3 +136,13 @@ def test_files_before_v3_have_no_kernels() -> None:
         assert art.schedules == (None,) and dict(art.kernels) == {}
         assert art.features == ("graph",) and art.kernel_features == ()
         assert describe(art)["kernels"] == [] and describe(art)["arena_bytes"] is None
+
+
+def test_onnx_model_from_v7_runs_on_onnxruntime_and_older_files_run_on_the_references() -> None:
+    pytest.importorskip("onnxruntime")
+    for path in GOLDEN:
+        exe = aotc.runtime.load(path, device="cpu")
+        stored = exe.artifact.onnx is not None
+        assert stored == (exe.artifact.schema_version >= 7), path.name
+        assert type(exe._backend).__name__ == ("OrtBackend" if stored else "CpuBackend"), path.name
+        assert describe(exe.artifact)["onnx"]["stored"] is stored

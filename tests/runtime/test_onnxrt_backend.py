@@ -14,13 +14,15 @@ from ort_kit import executable
 import aotc
 import aotc.functional as F
 from aotc import Dim, TensorSpec, nn
+from aotc.artifact import describe
 from aotc.artifact.reader import read_artifact
-from aotc.errors import AotcError
+from aotc.errors import AotcError, ArtifactError, ExecError
 from aotc.ir.ops import Op
 from aotc.lowering.options import CompileOptions
 from aotc.onnx import export_ops
 from aotc.onnx.runtime_model import runtime_onnx
 from aotc.runtime.backends import CpuBackend, cpu_backend, get_backend
+from aotc.runtime.backends.onnxrt import OrtBackend
 
 pytest.importorskip("onnxruntime")
 
@@ -55,11 +57,27 @@ def test_the_stored_model_holds_no_weight_data_and_names_each_weight(compiled) -
     assert len(made.model) < 16 * 1024
 
 
+def test_the_compiler_stores_the_model_and_cpu_runs_it(compiled) -> None:
+    artifact = read_artifact(compiled.artifact_bytes)
+    assert artifact.schema_version >= 7 and artifact.onnx == runtime_onnx(artifact.source).model
+    assert artifact.meta["onnx"] == {"stored": True, "nodes": 11, "weights": 4, "widened_from": []}
+    for device in ("cpu", None):
+        exe = aotc.load(compiled.artifact_bytes, device=device)
+        assert isinstance(exe._backend, OrtBackend) and exe.device == "cpu"
+    assert describe(artifact)["onnx"] == {
+        "stored": True, "bytes": len(artifact.onnx), "nodes": 11, "weights": 4, "computes_in": "float32",
+        "widened_from": [],
+    }  # fmt: skip
+
+
 def test_a_graph_the_exporter_cannot_write_stores_none_and_explain_names_the_op(monkeypatch) -> None:
     monkeypatch.delitem(export_ops.EMITTERS, Op.EXP)  # exp is a primitive: without its emitter it has no ONNX form
     compiled = aotc.compile(Net(), SPEC, options=OPTIONS)
     assert compiled.onnx_note.startswith("onnx: none stored") and "exp" in compiled.onnx_note
     assert compiled.onnx_note in compiled.explain().splitlines()
+    artifact = read_artifact(compiled.artifact_bytes)
+    assert artifact.onnx is None and "exp" in describe(artifact)["onnx"]["reason"]
+    assert isinstance(aotc.load(artifact, device="cpu")._backend, CpuBackend)
 
 
 def test_reference_is_the_numpy_references_by_name() -> None:
@@ -96,3 +114,44 @@ def test_intra_op_threads(compiled, threads: int) -> None:
 def test_bad_threads_are_refused(compiled, threads: object) -> None:
     with pytest.raises(AotcError, match="threads must be a non-negative integer"):
         aotc.load(compiled.artifact_bytes, device="cpu", threads=threads)  # type: ignore[arg-type]
+
+
+class Shifted(nn.Module):
+    """An embedding whose ids are computed (ids + 1), so no input check can see a bad one before it runs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wte = nn.Embedding(10, 4)
+
+    def forward(self, ids):
+        return self.wte(ids + 1)
+
+
+def test_a_bad_id_computed_inside_the_model_raises_aotcs_error_and_onnxruntime_says_nothing(capfd) -> None:
+    spec = {"ids": TensorSpec((Dim("n", min=1, max=8),), "int64")}
+    compiled = aotc.compile(Shifted(), spec, options=OPTIONS)
+    exe, reference = (executable(compiled.artifact_bytes, p) for p in ("onnxruntime", "reference"))
+    ids = np.array([0, 9, 2])
+    with pytest.raises(ExecError) as fast:
+        exe(ids=ids)
+    with pytest.raises(ExecError) as ref:
+        reference(ids=ids)
+    assert str(fast.value) == str(ref.value) and "computed inside the model" in str(fast.value)
+    np.testing.assert_array_equal(exe(ids=np.array([0, 8])), reference(ids=np.array([0, 8])))
+    assert capfd.readouterr().err == ""
+
+
+def test_an_onnx_model_naming_external_data_is_refused(tmp_path, monkeypatch) -> None:
+    from onnx import TensorProto, helper
+
+    monkeypatch.chdir(tmp_path)
+    np.ones(4, np.float32).tofile(tmp_path / "w.bin")  # a file the crafted model points at, beside the process
+    weight = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[4], data_location=TensorProto.EXTERNAL)
+    for key, value in (("location", "w.bin"), ("offset", "0"), ("length", "16")):
+        weight.external_data.add(key=key, value=value)
+    x, y = helper.make_tensor_value_info("x", 1, [4]), helper.make_tensor_value_info("y", 1, [4])
+    graph = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "g", [x], [y], initializer=[weight])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    helper.set_model_props(model, {"aotc.weights": "{}"})
+    with pytest.raises(ArtifactError, match="onnxruntime cannot load the artifact's ONNX model"):
+        OrtBackend(model.SerializeToString(), {})

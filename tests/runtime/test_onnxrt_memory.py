@@ -15,9 +15,7 @@ import pytest
 
 import aotc
 from aotc import Dim, TensorSpec, nn
-from aotc.artifact.reader import read_artifact
 from aotc.lowering.options import CompileOptions
-from aotc.onnx.runtime_model import runtime_onnx
 
 pytest.importorskip("onnxruntime")
 
@@ -33,7 +31,6 @@ CHILD = textwrap.dedent(
     import onnxruntime as ort
     import aotc.runtime
     from aotc.artifact.reader import read_artifact
-    from aotc.runtime.backends import stored_onnx
     from aotc.runtime.backends.onnxrt import OrtBackend
 
     # onnxruntime's baseline: the library, its thread pools and a session of its own
@@ -41,18 +38,12 @@ CHILD = textwrap.dedent(
         tiny = f.read()
     ort.InferenceSession(tiny, providers=["CPUExecutionProvider"]).run(None, {"x": np.ones(2, np.float32)})
     base = rss()
-    artifact = read_artifact(sys.argv[1])
-    model = stored_onnx(artifact)
-    if model is None:
-        with open(sys.argv[3], "rb") as f:
-            model = f.read()
-        exe = aotc.runtime.Executable(artifact, OrtBackend(model, artifact.constants))
-    else:
-        exe = aotc.runtime.load(artifact, device="cpu")
+    exe = aotc.runtime.load(sys.argv[1], device="cpu")
+    assert isinstance(exe._backend, OrtBackend)
     loaded = rss()
     exe(x=np.ones((1, 2048), np.float32))
     called = rss()
-    print(json.dumps({"weights": artifact.weight_bytes, "load": loaded - base, "call": called - base}))
+    print(json.dumps({"weights": exe.artifact.weight_bytes, "load": loaded - base, "call": called - base}))
     """
 )
 
@@ -86,9 +77,8 @@ def test_rss_after_load_is_the_weights_once(tmp_path: Path) -> None:
     path = tmp_path / "wide.aotc"
     compiled.save(path)
     (tmp_path / "tiny.onnx").write_bytes(tiny_model())
-    (tmp_path / "model.onnx").write_bytes(runtime_onnx(read_artifact(path).source).model)
     del model, compiled
-    args = [str(path), str(tmp_path / "tiny.onnx"), str(tmp_path / "model.onnx")]
+    args = [str(path), str(tmp_path / "tiny.onnx")]
     done = subprocess.run([sys.executable, "-c", CHILD, *args], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     got = json.loads(done.stdout.strip().splitlines()[-1])

@@ -33,8 +33,10 @@ def plain(artifacts: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) 
 
 @pytest.fixture(scope="module")
 def batched(artifacts: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """The MLP and BERT with batching on (requests wait up to 20 ms for company), 1 MiB bodies at most."""
+    """The MLP and BERT with batching on (requests wait up to 20 ms for company), 1 MiB bodies at most, on the numpy
+    references: a full-size BERT call there is long enough for the health check test to watch one run."""
     args = [artifacts["mlp"], artifacts["bert"], "--batch-timeout-ms", "20", "--max-body-mb", "1"]
+    args += ["--device", "reference"]
     with running_server(args, tmp_path_factory.mktemp("batched") / "server.log") as server:
         yield server
 
@@ -42,6 +44,12 @@ def batched(artifacts: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
 @pytest.fixture(scope="module")
 def exes(artifacts: dict[str, Path]) -> dict[str, Any]:
     return {m: aotc.load(artifacts[m], device="cpu") for m in MODELS}
+
+
+@pytest.fixture(scope="module")
+def references(artifacts: dict[str, Path]) -> dict[str, Any]:
+    """What the batched server runs (device="reference"), for its bit-exact checks."""
+    return {m: aotc.load(artifacts[m], device="reference") for m in MODELS}
 
 
 def infer_inputs(feeds: dict[str, np.ndarray], binary: bool = True, datatypes: dict[str, str] | None = None) -> list:
@@ -217,13 +225,13 @@ def test_grpc(plain: Server, exes: dict[str, Any]) -> None:
 
 
 # -- batching ------------------------------------------------------------------------------------------------------
-def test_64_concurrent_requests_batched(batched: Server, exes: dict[str, Any]) -> None:
+def test_64_concurrent_requests_batched(batched: Server, references: dict[str, Any]) -> None:
     rng = np.random.default_rng(11)
     jobs = []
     for i in range(64):
         model = "bert" if i % 2 else "mlp"
         dims = {"batch": 1 + i % 3, "seq": 8 if i % 4 == 1 else 12}  # two BERT shapes: two keys to batch by
-        jobs.append((model, random_feeds(exes[model], rng, dims)))
+        jobs.append((model, random_feeds(references[model], rng, dims)))
     before = {m: batched.metric("aotc_model_calls_total", m) for m in ("mlp", "bert")}
 
     def send(job: tuple[str, dict[str, np.ndarray]]) -> Any:
@@ -233,24 +241,24 @@ def test_64_concurrent_requests_batched(batched: Server, exes: dict[str, Any]) -
     with ThreadPoolExecutor(64) as pool:  # 64 clients at once (tritonclient's async_infer pool is not truly parallel)
         results = list(pool.map(send, jobs))
     for (model, feeds), result in zip(jobs, results):
-        got, want = outputs_of(result), expected(exes[model], feeds)
+        got, want = outputs_of(result), expected(references[model], feeds)
         for k in want:  # batched rows equal separate calls up to rounding (a matmul over more rows sums in other order)
             np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-5, err_msg=f"{model} {k}")
     calls = {m: batched.metric("aotc_model_calls_total", m) - before[m] for m in ("mlp", "bert")}
     assert 0 < calls["mlp"] < 16 and 0 < calls["bert"] < 16, calls  # 32 requests each
 
 
-def test_a_lone_request_is_bit_exact_with_batching_on(batched: Server, exes: dict[str, Any]) -> None:
+def test_a_lone_request_is_bit_exact_with_batching_on(batched: Server, references: dict[str, Any]) -> None:
     client = httpclient.InferenceServerClient(batched.url)
     meta = client.get_model_metadata("bert")
     assert meta["parameters"]["max_batch_size"] == 64  # the batch dim's maximum
-    feeds = random_feeds(exes["bert"], np.random.default_rng(5), {"batch": 3, "seq": 10})
-    got, want = outputs_of(client.infer("bert", infer_inputs(feeds))), expected(exes["bert"], feeds)
+    feeds = random_feeds(references["bert"], np.random.default_rng(5), {"batch": 3, "seq": 10})
+    got, want = outputs_of(client.infer("bert", infer_inputs(feeds))), expected(references["bert"], feeds)
     assert all(np.array_equal(got[k], want[k]) for k in want)
 
 
-def test_health_answers_while_a_long_call_runs(batched: Server, exes: dict[str, Any]) -> None:
-    feeds = random_feeds(exes["bert"], np.random.default_rng(2), {"batch": 64, "seq": 128})
+def test_health_answers_while_a_long_call_runs(batched: Server, references: dict[str, Any]) -> None:
+    feeds = random_feeds(references["bert"], np.random.default_rng(2), {"batch": 64, "seq": 128})
     client = httpclient.InferenceServerClient(batched.url, network_timeout=120)
     span: list[float] = []
 
@@ -300,7 +308,7 @@ def _early_refusal(server: Server, body: Any, headers: dict[str, str], chunked: 
         conn.close()
 
 
-def test_oversized_bodies_and_absurd_shapes(batched: Server, exes: dict[str, Any]) -> None:
+def test_oversized_bodies_and_absurd_shapes(batched: Server, references: dict[str, Any]) -> None:
     big = np.zeros((1024, 512), np.float32)  # 2 MiB of binary data, over the 1 MiB limit
     header = b'{"inputs":[{"name":"x","shape":[1024,512],"datatype":"FP32","parameters":{"binary_data_size":2097152}}]}'
     headers = {"Inference-Header-Content-Length": str(len(header))}
@@ -317,4 +325,4 @@ def test_oversized_bodies_and_absurd_shapes(batched: Server, exes: dict[str, Any
     assert reply["error"] == "input 'x' dim 0 (batch) = 1000000000000 is outside [1, 1024]"
     x = np.ones((1, 32), np.float32)
     client = httpclient.InferenceServerClient(batched.url)
-    assert np.array_equal(client.infer("mlp", infer_inputs({"x": x})).as_numpy("output"), exes["mlp"](x=x))
+    assert np.array_equal(client.infer("mlp", infer_inputs({"x": x})).as_numpy("output"), references["mlp"](x=x))

@@ -305,7 +305,34 @@ class Artifact(object):
             return self._tab.String(o + self._tab.Pos)
         return None
 
-def ArtifactStart(builder): builder.StartObject(16)
+    # Artifact
+    def Onnx(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(36))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint8Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 1))
+        return 0
+
+    # Artifact
+    def OnnxAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(36))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint8Flags, o)
+        return 0
+
+    # Artifact
+    def OnnxLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(36))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Artifact
+    def OnnxIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(36))
+        return o == 0
+
+def ArtifactStart(builder): builder.StartObject(17)
 def Start(builder):
     return ArtifactStart(builder)
 def ArtifactAddSchemaVersion(builder, schemaVersion): builder.PrependUint32Slot(0, schemaVersion, 0)
@@ -386,6 +413,12 @@ def StartKernelsVector(builder, numElems):
 def ArtifactAddCudaDriverFloor(builder, cudaDriverFloor): builder.PrependUOffsetTRelativeSlot(15, flatbuffers.number_types.UOffsetTFlags.py_type(cudaDriverFloor), 0)
 def AddCudaDriverFloor(builder, cudaDriverFloor):
     return ArtifactAddCudaDriverFloor(builder, cudaDriverFloor)
+def ArtifactAddOnnx(builder, onnx): builder.PrependUOffsetTRelativeSlot(16, flatbuffers.number_types.UOffsetTFlags.py_type(onnx), 0)
+def AddOnnx(builder, onnx):
+    return ArtifactAddOnnx(builder, onnx)
+def ArtifactStartOnnxVector(builder, numElems): return builder.StartVector(1, numElems, 1)
+def StartOnnxVector(builder, numElems):
+    return ArtifactStartOnnxVector(builder, numElems)
 def ArtifactEnd(builder): return builder.EndObject()
 def End(builder):
     return ArtifactEnd(builder)

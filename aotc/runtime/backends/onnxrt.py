@@ -1,9 +1,10 @@
 """The cpu backend on onnxruntime: the artifact's stored ONNX model (aotc/onnx/runtime_model.py) run by
 onnxruntime's CPU kernels, its weights read in place from the artifact's mapped, verified segments.
 
-The model has its weights as inputs, named in its metadata; each is bound once, at load, to the mapped array, and
-passed with every call (onnxruntime wraps a contiguous array of the input's dtype in place: no copy). Half-precision weights are cast to float32 once, here;
-that is the one copy this backend makes. onnxruntime is imported only when this backend is built.
+The model has its weights as inputs, named in its metadata; each is bound once, at load, to the mapped array,
+and passed with every call (onnxruntime reads a contiguous array of the input's dtype in place: no copy).
+Half-precision weights are cast to float32 once, here: the one copy this backend makes. onnxruntime is imported
+only when this backend is built.
 
 Every input has passed aotc's guards before a program runs. A token id outside its gather's valid range that
 comes straight from an input is found here, before onnxruntime sees it (onnxruntime would wrap a negative id
@@ -18,6 +19,7 @@ One session serves every thread: onnxruntime's ``run`` is thread-safe and a call
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -51,7 +53,13 @@ class OrtBackend:
         options = ort.SessionOptions()
         if threads is not None:
             options.intra_op_num_threads = threads
-        options.log_severity_level = 3  # errors only: onnxruntime's warnings are about its own optimizations
+        # Fatal only: what onnxruntime reports (an error included) is aotc's to say, as ArtifactError or ExecError.
+        options.log_severity_level = 4
+        # The model carries no weight data; should a crafted one name external data, resolving it under a path that
+        # cannot exist refuses it rather than reading files near the process's working directory.
+        options.add_session_config_entry(
+            "session.model_external_initializers_file_folder_path", os.path.join(os.devnull, "no-external-data")
+        )
         try:
             session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
         except Exception as e:
