@@ -172,6 +172,11 @@ def _tidy(lhs: ShapeDim, rel: str, rhs: ShapeDim) -> tuple[ShapeDim, str, ShapeD
 _ACTIVE: contextvars.ContextVar[Tracer | None] = contextvars.ContextVar("aotc_tracer", default=None)
 
 
+def current_tracer() -> Tracer | None:
+    """The trace running in this context, if any."""
+    return _ACTIVE.get()
+
+
 def active_tracer(what: str = "this operation") -> Tracer:
     tr = _ACTIVE.get()
     if tr is None:
@@ -190,6 +195,8 @@ class Tracer:
         self.builder = Builder(ctx)
         self.constants: dict[str, np.ndarray] = {}
         self.param_names: dict[int, str] = {}  # id(Parameter/buffer) -> state_dict name
+        self.module_names: dict[int, str] = {}  # id(submodule) -> its path in the traced module ("h.0.attn")
+        self._modules: list[str] = []  # the paths of the submodules whose forward is running, innermost last
         self._const_values: dict[int, tuple[Any, Value]] = {}  # id(obj) -> (obj kept alive, value)
         self._taken: set[str] = set()
         self._anon = 0
@@ -206,8 +213,22 @@ class Tracer:
         finally:
             _ACTIVE.reset(token)
 
+    @contextmanager
+    def in_module(self, module: object) -> Iterator[None]:
+        """While ``module``'s forward runs, the nodes it records name its path after their source line
+        (``models/gpt2.py:55 (h.0.attn)``), for --explain, dumped kernels and messages."""
+        path = self.module_names.get(id(module))
+        if path:
+            self._modules.append(path)
+        try:
+            yield
+        finally:
+            if path:
+                self._modules.pop()
+
     def emit(self, op: Op, inputs: Sequence[Value], **attrs: Any) -> tuple[Value, ...]:
-        self.builder.loc = user_loc()
+        loc = user_loc()
+        self.builder.loc = f"{loc} ({self._modules[-1]})" if self._modules and loc else loc
         try:
             return self.builder.emit(op, inputs, attrs)
         except ShapeError as e:

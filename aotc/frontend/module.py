@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from aotc.errors import AotcError
-from aotc.frontend.context import Tracer, active_tracer
+from aotc.frontend.context import Tracer, active_tracer, current_tracer
 from aotc.frontend.symint import Size
 from aotc.frontend.tensor import Tensor
 from aotc.ir.dtypes import DType, dtype_of
@@ -340,7 +340,11 @@ class Module:
 
     # -- conveniences -----------------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.forward(*args, **kwargs)
+        tracer = current_tracer()
+        if tracer is None:
+            return self.forward(*args, **kwargs)
+        with tracer.in_module(self):
+            return self.forward(*args, **kwargs)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         raise ModuleError(f"{type(self).__name__} does not define forward()")

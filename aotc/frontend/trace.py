@@ -73,6 +73,7 @@ def trace(model: Module | Callable[..., Any], inputs: Mapping[str, TensorSpec], 
     if isinstance(model, Module):
         state = list(model.named_parameters()) + list(model.named_buffers())
         tracer.param_names.update({id(t): key for key, t in state})
+        tracer.module_names.update({id(m): path for path, m in model.named_modules() if path})
         tracer.reserve_names([key for key, _ in state] + list(model.state_dict()))
     values = []
     for spec in specs.values():

@@ -17,6 +17,9 @@ def explain(graph: Graph, schedule: Schedule) -> str:
         outs = ", ".join(f"%{v}" for v in k.outputs)
         grid = " x ".join(to_infix(d) for d in k.grid)
         lines.append(f"  [{i}] {k.name} ({k.kind.value}, grid {grid}): {ops} -> {outs}")
+        where = _where(graph, k.nodes)
+        if where:
+            lines.append(f"        from {where}")
         for v in k.variants:
             tiles = " ".join(f"{n}={x}" for n, x in v.kernel.constexprs)
             vgrid = " x ".join(to_infix(d) for d in v.kernel.grid)
@@ -38,3 +41,11 @@ def _counted(ops: tuple[str, ...]) -> list[str]:
     for op in ops:
         counts[op] = counts.get(op, 0) + 1
     return [f"{op}" if n == 1 else f"{op} x{n}" for op, n in counts.items()]
+
+
+def _where(graph: Graph, nodes: tuple[int, ...], most: int = 4) -> str:
+    """The model source lines (with the module path, "models/gpt2.py:37 (h.0.attn.c_attn)") of a kernel's
+    nodes, in node order, each once; after ``most`` of them, how many more."""
+    locs = list(dict.fromkeys(graph.nodes[i].loc for i in nodes if graph.nodes[i].loc))
+    more = f" and {len(locs) - most} more" if len(locs) > most else ""
+    return ", ".join(locs[:most]) + more

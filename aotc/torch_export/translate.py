@@ -26,6 +26,14 @@ from aotc.torch_export.table import ATEN, nearby, target_name
 _FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 
 
+def node_module(node: Any) -> str:
+    """The path of the innermost submodule whose forward recorded the node ("encoder.layer.0.attention"), from
+    torch.export's ``nn_module_stack``; "" for the root module or when torch recorded none."""
+    stack = node.meta.get("nn_module_stack") or {}
+    path = list(stack.values())[-1][0] if stack else ""
+    return path if isinstance(path, str) else ""
+
+
 def node_loc(node: Any) -> str:
     """``file:line`` of the innermost frame of the node's stack trace outside torch itself: the model's source
     line (a Hugging Face modeling file, torchvision, or the user's own)."""
@@ -181,7 +189,8 @@ class Translator:
             near = ", ".join(nearby(name)) or "see aotc/torch_export/table.py"
             raise UnsupportedError(f"{where}{name} is not supported by aotc (supported ops nearby: {near})")
         args = self._args(node)
-        with source_loc(loc):
+        module = node_module(node)
+        with source_loc(f"{loc} ({module})" if loc and module else loc):
             try:
                 out = fn(self, *args)
                 return self._conform(node, name, out)
