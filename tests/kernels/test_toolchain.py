@@ -134,7 +134,9 @@ def test_switching_ptxas_is_a_cache_miss(tmp_path: Path, monkeypatch: pytest.Mon
     compiled: list[str] = []
     run_jobs = aot._run_jobs
     monkeypatch.setattr(
-        aot, "_run_jobs", lambda specs, jobs: compiled.extend(s["name"] for s in specs) or run_jobs(specs, jobs)
+        aot,
+        "_run_jobs",
+        lambda specs, jobs, *rest: compiled.extend(s["name"] for s in specs) or run_jobs(specs, jobs, *rest),
     )
     monkeypatch.setenv("TRITON_PTXAS_PATH", str(wrapper))
     binary = aot.compile_kernels([_add()], ("sm_80",), opts)["add_kernel"]
