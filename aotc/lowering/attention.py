@@ -170,12 +170,10 @@ def _emit_sdpa(b, m: AttentionMatch, new: Callable[[Value], Value]) -> Value:
         keep = x if keep is None else b.op(Op.AND, keep, x)
     if keep is not None:
         mask = keep if mask is None else b.op(Op.WHERE, keep, mask, b.full(-math.inf, dt))
+    # a where zeroing the rows with no allowed key around the softmax (m.zero_masked_rows; for the bias form,
+    # _check_rows_bias proved these are the rows whose bias is -inf everywhere) needs nothing more: SDPA gives 0
+    # on exactly those rows
     out = b.op(Op.SDPA, q, k, v, *([mask] if mask is not None else []), is_causal=False, scale=m.scale)
-    if m.zero_masked_rows:
-        # both wrappers zero the rows with no allowed key (NaN in softmax; for the bias form, _check_rows_bias
-        # proved these are the rows whose bias is -inf everywhere); the same rows come out NaN from attention,
-        # so this is the same result for every finite input
-        out = b.op(Op.WHERE, b.op(Op.ISNAN, out), b.full(0.0, dt), out)
     return out if m.out_shape is None else b.reshape(out, m.out_shape)
 
 
@@ -248,6 +246,7 @@ class _Matcher:
         if n is None or n.op is not Op.DIV:
             return None
         e, total = n.inputs
+        total = self._guarded(total, 0.0, 1.0)  # a safe softmax divides by 1 where a row's sum is 0
         ns, ne = self.node(total), self.node(e)
         rank = e.type.rank
         if ns is None or ne is None or ns.op is not Op.REDUCE_SUM or ns.inputs[0] is not e or ne.op is not Op.EXP:
@@ -258,6 +257,7 @@ class _Matcher:
         if nsub is None or nsub.op is not Op.SUB:
             return None
         s, mx = nsub.inputs
+        mx = self._guarded(mx, -math.inf, 0.0)  # and shifts by 0 where a row's max is -inf
         nmax = self.node(mx)
         if nmax is None or nmax.op is not Op.REDUCE_MAX or nmax.inputs[0].id != s.id or not _last_axis(nmax, rank):
             return None
@@ -265,6 +265,22 @@ class _Matcher:
             raise _Miss(wrapped)
         self.inside |= {x.id, e.id, total.id, ne.inputs[0].id, mx.id}
         return s, rank
+
+    def _guarded(self, x: Value, when: float, fill: float) -> Value:
+        """``y`` when ``x`` is ``where(y == when, fill, y)``, else ``x``: the guards of a safe softmax (a row whose
+        keys are all masked gives 0, as SDPA does: the op table's SDPA decomposition writes them)."""
+        n = self.node(x)
+        if n is None or n.op is not Op.WHERE or self._scalar(n.inputs[1]) != fill:
+            return x
+        cond, _, y = n.inputs
+        nc = self.node(cond)
+        if nc is None or nc.op is not Op.EQ or n.outputs[0].type.shape != y.type.shape:
+            return x
+        a, b = nc.inputs
+        if not ((a.id == y.id and self._scalar(b) == when) or (b.id == y.id and self._scalar(a) == when)):
+            return x
+        self.inside |= {x.id, cond.id}
+        return y
 
     def _zeroed_rows(self, x: Value, n: Node) -> str | None:
         """Take ``x = where(rows, 0, p)`` around the softmax p; the reason it does not fold, or None."""

@@ -444,3 +444,28 @@ def test_near_miss_mask_growing_regrouped_scores() -> None:
 
     (reason,) = _explained(fn, WINDOW_SPEC)
     assert "which a reshape regroups" in reason
+
+
+def test_the_sdpa_decomposition_folds_back_into_one_sdpa() -> None:
+    """ONNX export writes SDPA as the op table's decomposition (a safe softmax: fully masked rows give 0); its
+    import must fold back into one attention with the same answer, fully masked rows included."""
+    pytest.importorskip("onnx")
+    from aotc.onnx import export_graph, import_onnx
+
+    def f(q, k, v, keep):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+
+    s = Dim("seq", 2, 16)
+    spec = TensorSpec((1, 2, s, 8))
+    graph = trace(f, {"q": spec, "k": spec, "v": spec, "keep": TensorSpec((1, 1, s, s), "bool")})
+    again = import_onnx(export_graph(graph), dims={"seq": (2, 16)})
+    fused = lower(again, FUSE)
+    assert _count(fused, Op.SDPA) == 1 and _count(fused, Op.EXP) == 0
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((1, 2, 5, 8)).astype(np.float32) for _ in range(3))
+    keep = np.ones((1, 1, 5, 5), bool)
+    keep[..., 2, :] = False  # a fully masked row: 0, as PyTorch's SDPA gives
+    (got,) = GraphRunner(fused).run([q, k, v, keep], {"seq": 5})
+    (want,) = GraphRunner(graph).run([q, k, v, keep], {"seq": 5})
+    assert (got[..., 2, :] == 0).all()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
