@@ -112,6 +112,7 @@ def worker(engine: str, artifact: str, onnx_file: str, feeds_file: str, threads:
         import onnxruntime as ort
 
         options = ort.SessionOptions()
+        options.log_severity_level = 3  # its warnings (unused initializers of an exported file) are noise here
         if threads is not None:
             options.intra_op_num_threads = threads
         session = ort.InferenceSession(onnx_file, options, providers=["CPUExecutionProvider"])

@@ -26,11 +26,13 @@ INT64_MIN = np.iinfo(np.int64).min
 class ExportCtx:
     """Collects the ONNX graph being written; names are unique across values, nodes and initializers."""
 
-    def __init__(self, graph: Graph) -> None:
+    def __init__(self, graph: Graph, weights_as_inputs: bool = False) -> None:
         import onnx
 
         self.onnx = onnx
         self.graph = graph
+        # The weights are graph inputs (exporter.export_graph): emitters pick forms that read them unfolded.
+        self.weights_as_inputs = weights_as_inputs
         self.shape_ctx = graph_ctx(graph)
         self.nodes: list[Any] = []
         self.initializers: list[Any] = []

@@ -200,6 +200,14 @@ def _linear(ctx: ExportCtx, node: Node, ins: list[str], outs: list[str]) -> None
     if node.inputs[0].type.rank == 2:
         ctx.one("Gemm", ins, outs[0], transB=1)
         return
+    if ctx.weights_as_inputs:
+        # A weight onnxruntime cannot fold (an input) is best read transposed by one Gemm over every row: MatMul of
+        # a 3-D input by a transposed input runs one GEMM per batch, each packing the weight again.
+        k = node.inputs[1].type.shape[1]
+        rows = ctx.one("Reshape", [ins[0], ctx.i64([-1, k])])
+        y = ctx.one("Gemm", [rows, *ins[1:]], transB=1)
+        ctx.one("Reshape", [y, ctx.shape(node.outputs[0].type.shape)], outs[0])
+        return
     wt = ctx.one("Transpose", [ins[1]], perm=[1, 0])
     if len(ins) == 2:
         ctx.one("MatMul", [ins[0], wt], outs[0])

@@ -61,7 +61,7 @@ def export_graph(graph: Graph, path: str | os.PathLike | None = None, *, weights
     whoever runs it binds arrays it already holds (aotc/onnx/runtime_model.py)."""
     onnx = require_onnx()
     verify(graph, stage="onnx export")
-    ctx = ExportCtx(graph)
+    ctx = ExportCtx(graph, weights_as_inputs)
     inputs = _declare_inputs(ctx, graph)
     out_names = _declare_outputs(ctx, graph)
     weight_inputs = _declare_constants(ctx, graph, as_inputs=weights_as_inputs)
