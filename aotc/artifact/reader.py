@@ -7,7 +7,7 @@ it holds (canonical.py, checks.py): an internally inconsistent file is refused, 
 slightly different model. Segment checksums are computed on worker threads while the graphs decode.
 A bad file raises ArtifactError and only ArtifactError. Imports numpy, flatbuffers, xxhash, stdlib and aotc.ir.
 
-Signed files (sigblock.py, signing.py): without ``trusted_keys`` the signature block is only checked for
+Signed files (sigblock.py, keys.py): without ``trusted_keys`` the signature block is only checked for
 damage (cryptography and blake3 are not imported); with them the signature is checked first, and the
 signed BLAKE3 digests are hashed on threads in place of the XXH3 segment checksums.
 """
@@ -40,7 +40,7 @@ from aotc.ir.schedule import Schedule
 from aotc.ir.verify import verify
 
 if TYPE_CHECKING:
-    from aotc.artifact.signing import KeySource, SignaturePolicy
+    from aotc.artifact.keys import KeySource, SignaturePolicy
 
 Buffer = bytes | mmap.mmap
 
@@ -167,7 +167,7 @@ def _signature_policy(
 ) -> SignaturePolicy | None:
     if trusted_keys is None and not require_signature:
         return None
-    from aotc.artifact.signing import SignaturePolicy
+    from aotc.artifact.keys import SignaturePolicy
 
     if not verify_weights:
         raise AotcError("verifying a signature reads every byte: trusted_keys needs verify_weights=True")

@@ -469,3 +469,23 @@ def test_sign_file_in_place_and_to_another_path(tmp_path: Path, key: ed25519.Ed2
     assert sign_file(src, key) == fp
     assert src.read_bytes() == (tmp_path / "out.aotc").read_bytes()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.aotc", "out.aotc"]  # no temporary left behind
+
+
+def test_the_artifact_modules_import_one_way() -> None:
+    """No cycle among aotc.artifact's modules, counting imports inside functions: the reader needs keys.py to
+    verify, signing.py needs the reader to sign, and neither of the first two imports signing.py."""
+    import ast
+    import graphlib
+
+    import aotc.artifact
+
+    root = Path(aotc.artifact.__file__).parent
+    graph = {}
+    for path in root.glob("*.py"):
+        imported = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("aotc.artifact."):
+                imported.add(node.module.split(".")[2])
+        graph[path.stem] = imported - {path.stem}
+    graphlib.TopologicalSorter(graph).prepare()  # raises CycleError
+    assert "signing" not in graph["reader"] | graph["keys"] and "reader" in graph["signing"]
