@@ -9,7 +9,8 @@ A bad file raises ArtifactError and only ArtifactError. Imports numpy, flatbuffe
 
 Signed files (sigblock.py, keys.py): without ``trusted_keys`` the signature block is only checked for
 damage (cryptography and blake3 are not imported); with them the signature is checked first, and the
-signed BLAKE3 digests are hashed on threads in place of the XXH3 segment checksums.
+signed BLAKE3 digests are hashed on threads in place of the XXH3 segment checksums and the FlatBuffer's
+checksum (the signature is the stronger check of the same bytes).
 """
 
 from __future__ import annotations
@@ -180,7 +181,10 @@ def _read(buf: Buffer, path: str | None, verify_weights: bool, policy: Signature
     view = memoryview(buf)
     check = policy.start(view) if policy is not None else None
     try:
-        art = _read_verified(view, buf, path, verify_weights and check is None)
+        # A verified signature covers every byte the checksums cover, with digests an attacker cannot recompute:
+        # with one in flight the XXH3 segment checksums and the FlatBuffer's checksum are redundant, so they are
+        # skipped. Nothing is returned before check.join() has compared every chunk with what was signed.
+        art = _read_verified(view, buf, path, verify_weights and check is None, check is None)
     except Exception:
         if check is not None:
             check.join()
@@ -191,7 +195,9 @@ def _read(buf: Buffer, path: str | None, verify_weights: bool, policy: Signature
     return replace(art, weights_verified=True, signature_verified=True)
 
 
-def _read_verified(view: memoryview, buf: Buffer, path: str | None, verify_weights: bool) -> Artifact:
+def _read_verified(
+    view: memoryview, buf: Buffer, path: str | None, verify_weights: bool, verify_checksum: bool = True
+) -> Artifact:
     file_size = len(view)
     pre = unpack_preamble(view)
     if pre.format_version == SIGNED_FORMAT_VERSION:
@@ -211,7 +217,7 @@ def _read_verified(view: memoryview, buf: Buffer, path: str | None, verify_weigh
     if pre.flatbuffer_length < 8 or fb_end > size:
         raise ArtifactError(f"FlatBuffer length {pre.flatbuffer_length} does not fit in a {size}-byte file")
     fb = bytes(view[PREAMBLE_SIZE:fb_end])
-    if checksum(fb) != pre.flatbuffer_checksum:
+    if verify_checksum and checksum(fb) != pre.flatbuffer_checksum:
         raise ArtifactError("FlatBuffer is corrupted (checksum mismatch)")
     # Every offset, length and table is sound before a generated accessor follows one.
     verify_flatbuffer(fb)
