@@ -7,7 +7,7 @@ What must never happen, each counted and failed on by the sweep:
 - an out-of-bounds access: the interpreter's address fence refuses it (the interpret backend, and the fake driver,
   which runs each launch's source under the interpreter), here with every pointer narrowed to the offsets its
   extents claim (``triton_interp.CHECK_EXTENTS``), so an extent the compiler derived unsoundly counts too;
-- a hang: a call that runs past ``TIMEOUT`` seconds;
+- a hang: a read or a call that runs past ``TIMEOUT`` seconds;
 - an untyped error: anything but an AotcError (GuardError, ExecError, ArtifactError for a per-shape fact, ...);
 - an allocation over ``MAX_ALLOC`` bytes by the interpret backend or on the fake GPU;
 - a silent difference that is not a weight edit: outputs that differ from the original file's (the backends
@@ -43,8 +43,9 @@ TIMEOUT = 120
 MAX_ALLOC = 1 << 30
 
 
-class Violation(Exception):
-    """Something the sweep must never see."""
+class Violation(BaseException):
+    """Something the sweep must never see. A BaseException, so no ``except Exception`` on the way (the reader's
+    last resort, a backend's error wrapping) can turn a hang the alarm interrupts into a typed refusal."""
 
 
 def small_env(graph: Graph) -> dict[str, int]:
@@ -97,7 +98,7 @@ def same(a: list[np.ndarray], b: list[np.ndarray], tol: float = 1e-3) -> bool:
 
 
 @contextmanager
-def _deadline(seconds: int) -> Iterator[None]:
+def deadline(seconds: int) -> Iterator[None]:
     def fire(*_: Any) -> None:
         raise Violation(f"hang: a call ran past {seconds} s")
 
@@ -132,7 +133,7 @@ def run(art: Artifact, feeds: Mapping[str, np.ndarray], ref: list[np.ndarray] | 
     """Call ``art`` on every backend it runs on; (what happened, the cpu outputs). Raises Violation."""
     outs: dict[str, list[np.ndarray]] = {}
     refusals = []
-    with _deadline(TIMEOUT), mock.patch.object(triton_interp, "CHECK_EXTENTS", True):
+    with deadline(TIMEOUT), mock.patch.object(triton_interp, "CHECK_EXTENTS", True):
         for device in ("cpu", "interpret", "cuda"):
             if device != "cpu" and art.schedules[0] is None:
                 continue

@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 from kernel_kit import fake_binaries
 from mutation import Subject, classify, mutate_slot, mutate_text, mutate_weight
-from sweep_run import Violation, feeds_for, leaves, run, tally
+from sweep_run import TIMEOUT, Violation, deadline, feeds_for, leaves, run, tally
 
 import aotc
 from aotc.artifact import SCHEMA_VERSION, read_artifact, write_artifact
@@ -97,7 +97,11 @@ def sweep(subject: Subject, n: int, seed: int) -> tuple[Counter[str], Counter[st
     for _ in range(n):
         what, data = mutate(subject, rng)
         try:
-            outcome = classify(subject, data)
+            with deadline(TIMEOUT):
+                outcome = classify(subject, data)
+        except Violation as e:
+            violations.append(f"{subject.name}: reading the file after mutating {what}: {e}")
+            continue
         except Exception as e:
             raise AssertionError(f"{subject.name}: mutating {what}: {type(e).__name__}: {e}") from e
         outcomes[outcome] += 1
@@ -178,3 +182,28 @@ def test_subjects_cover_every_kind_of_slot(subjects: dict[str, Subject]) -> None
     texts = {t.what for sub in subjects.values() for t in sub.texts}
     for part in (".source text", ".arg_sizes[", ".digest text", ".highs[", ".grid[", "Artifact.strings["):
         assert any(part in w for w in texts), part
+
+
+def test_the_harness_fails_on_an_out_of_bounds_access_and_a_hang() -> None:
+    """What the sweep counts as a violation is seen: a kernel storing 4 MiB past its output (source edited, digest
+    recomputed: the reader cannot see it) on the interpret backend and on the fake GPU, and a call that hangs."""
+    import sweep_run
+    from plan_kit import D, model, sealed, with_source
+    from plan_kit import write as write_plan
+    from test_plan_verification import STORE
+
+    hostile = sealed(with_source(model()[1], 2, STORE, f"{STORE} + 1048576"))
+    feeds = {"x": np.ones((2, 3, D), np.float32)}
+    with pytest.raises(Violation, match=r"out of bounds on interpret: kernel \w+: a store"):
+        run(read_artifact(write_plan(hostile)), feeds, None)
+    with pytest.raises(Violation, match=r"out of bounds on the fake GPU: kernel \w+: a store"):
+        sweep_run._call(read_artifact(write_plan(hostile, binaries=True)), "cuda", feeds)
+    import time
+    from unittest import mock
+
+    def hang(*_: object) -> None:
+        time.sleep(30)
+
+    with mock.patch.object(sweep_run, "TIMEOUT", 1), mock.patch.object(sweep_run, "_call", hang):
+        with pytest.raises(Violation, match="hang: a call ran past 1 s"):
+            run(read_artifact(write_plan(model()[1])), feeds, None)
