@@ -190,7 +190,7 @@ def emit_attention(
     batch_names = [f"b{i}" for i in range(len(shape.batch))]
     reserve(builder, (*FIXED_NAMES, *batch_names))
 
-    lq, lk = size_text(builder, shape.lq), size_text(builder, shape.lk)
+    lq, lk = size_text(builder, shape.lq, "q_len"), size_text(builder, shape.lk, "kv_len")
     batch_count = _prod(shape.batch)
     grid, batch_on_x = grid_with_batch(cdiv(shape.lq, cfg.block_m), batch_count, ranges)
     builder.line("pid_m = tl.program_id(0)")
@@ -235,8 +235,9 @@ def emit_attention(
             r.guard(term, f"offs_{axis}", 0, size)
 
     q_mask = mask_and(_col(mask_m), _row(mask_d))
-    q_tile = builder.load(q, [*q_b, "offs_m[:, None]", "offs_d[None, :]"], q_mask)
-    full_tile(builder, q_tile, "(BLOCK_M, BLOCK_D)", dtype, "q")
+    with builder.reading_as("q"):
+        q_tile = builder.load(q, [*q_b, "offs_m[:, None]", "offs_d[None, :]"], q_mask)
+    q_tile = full_tile(builder, q_tile, "(BLOCK_M, BLOCK_D)", dtype, "q")
     builder.line('m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)')
     builder.line("l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)")
     builder.line("acc = tl.zeros((BLOCK_M, BLOCK_E), dtype=tl.float32)")
@@ -248,14 +249,16 @@ def emit_attention(
         builder.line("offs_n = n0 + tl.arange(0, BLOCK_N)")
         if mask_n:
             builder.line(f"mask_n = offs_n < {lk}")
-        k_tile = builder.load(k, [*k_b, "offs_n[None, :]", "offs_d[:, None]"], mask_and(_col(mask_d), _row(mask_n)))
-        full_tile(builder, k_tile, "(BLOCK_D, BLOCK_N)", dtype, "kt")
-        builder.line(f"s = tl.dot(q, kt{precision}) * {qk_scale!r}")
+        with builder.reading_as("k"):
+            k_tile = builder.load(k, [*k_b, "offs_n[None, :]", "offs_d[:, None]"], mask_and(_col(mask_d), _row(mask_n)))
+        k_tile = full_tile(builder, k_tile, "(BLOCK_D, BLOCK_N)", dtype, "kt")
+        builder.line(f"s = tl.dot({q_tile}, {k_tile}{precision}) * {qk_scale!r}")
         keep = [_row(mask_n)] if mask_n else []
         if causal:
             keep.append("(offs_n[None, :] <= offs_m[:, None])")
         if mask is not None:
-            m_tile = _load_mask(builder, mask, out_batch, shape, mask_m, mask_n)
+            with builder.reading_as("mask"):
+                m_tile = _load_mask(builder, mask, out_batch, shape, mask_m, mask_n)
             if float_mask:
                 builder.line(f"s = s + tl.cast({m_tile}, tl.float32)")  # a constant mask loads as a literal
             else:
@@ -269,16 +272,19 @@ def emit_attention(
         builder.line(f"alpha = {exp}(m_i - m_use)")
         builder.line(f"p = {exp}(s - m_use[:, None])")
         builder.line("l_i = l_i * alpha + tl.sum(p, 1)")
-        v_tile = builder.load(v, [*v_b, "offs_n[:, None]", "offs_e[None, :]"], mask_and(_col(mask_n), _row(mask_e)))
-        full_tile(builder, v_tile, "(BLOCK_N, BLOCK_E)", dtype, "vt")
-        builder.line(f"acc = acc * alpha[:, None] + tl.dot(p.to({TL_DTYPE[dtype]}), vt{precision})")
+        with builder.reading_as("v"):
+            v_tile = builder.load(v, [*v_b, "offs_n[:, None]", "offs_e[None, :]"], mask_and(_col(mask_n), _row(mask_e)))
+        v_tile = full_tile(builder, v_tile, "(BLOCK_N, BLOCK_E)", dtype, "vt")
+        probs = "p" if dtype is DType.float32 else f"p.to({TL_DTYPE[dtype]})"
+        builder.line(f"acc = acc * alpha[:, None] + tl.dot({probs}, {v_tile}{precision})")
         builder.line("m_i = m_new")
     # a fully masked row has l_i = 0 and acc = 0: out 0, as PyTorch's SDPA gives (any other row has l_i >= 1)
     builder.line("out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]")
     if bounds(shape.lk, ranges)[0] <= 0:
         builder.line(f"out = tl.where({lk} > 0, out, 0.0)")  # no keys at all: the reference's empty sum, 0
     out_index = [*out_batch, "offs_m[:, None]", "offs_e[None, :]"]
-    builder.store(out, out_index, f"out.to({TL_DTYPE[dtype]})", mask_and(_col(mask_m), _row(mask_e)))
+    result = "out" if dtype is DType.float32 else f"out.to({TL_DTYPE[dtype]})"
+    builder.store(out, out_index, result, mask_and(_col(mask_m), _row(mask_e)))
     return builder.finish(
         name=name,
         kind=KernelKind.ATTENTION,

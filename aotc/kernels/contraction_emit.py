@@ -110,8 +110,9 @@ def is_multiple(builder: KernelBuilder, dim: Size, block: int) -> bool:
     return divisor(dim, builder.graph.multiples) % block == 0
 
 
-def size_text(builder: KernelBuilder, dim: Size) -> str:
-    return str(dim) if isinstance(dim, int) else builder.size_arg(dim)
+def size_text(builder: KernelBuilder, dim: Size, stem: str = "size") -> str:
+    """``dim`` as text: a literal, or its size arg (named after its symbol, else ``stem``)."""
+    return str(dim) if isinstance(dim, int) else builder.size_arg(dim, stem)
 
 
 def reserve(builder: KernelBuilder, names: Sequence[str]) -> None:
@@ -153,13 +154,15 @@ def mask_and(*parts: str | None) -> str | None:
 
 
 def full_tile(builder: KernelBuilder, tile: str, shape: str, dtype: DType, name: str) -> str:
-    """Bind ``tile`` to ``name`` with exactly ``shape``: an operand broadcast along a tile axis (an
-    expanded column, a constant) loads as [BLOCK_M, 1] or as a literal, and tl.dot needs full tiles.
-    For a tile already of that shape the broadcast costs nothing."""
+    """``tile`` with exactly ``shape``, bound to ``name``: an operand broadcast along a tile axis (an expanded
+    column, a constant) loads as [BLOCK_M, 1] or as a literal, and tl.dot needs full tiles. A tile that already
+    spans both axes is only renamed (``a = tl.load(...)``), or used as it is."""
     if ix.is_int(tile) or _FLOAT.match(tile):
         builder.line(f"{name} = tl.full({shape}, {tile}, {TL_DTYPE[dtype]})")
-    else:
+    elif not builder.is_tile(tile):
         builder.line(f"{name} = tl.broadcast_to({tile}, {shape})")
+    elif not builder.rename(tile, name):
+        return tile
     return name
 
 

@@ -260,7 +260,7 @@ def _emit_gemm(
 ) -> tuple:
     x, w = node.inputs
     anchor = node.outputs[0]
-    rows = size_text(builder, shape.rows)
+    rows = size_text(builder, shape.rows, "M")
     ng, k = shape.c_out_group, shape.c_in_group * shape.taps
     builder.line("pid = tl.program_id(0)")
     mask_m = None if is_multiple(builder, shape.rows, cfg.block_m) else "mask_m[:, None]"
@@ -318,7 +318,7 @@ def _emit_direct(
     """Depthwise: a [BLOCK_M rows, BLOCK_N channels] tile accumulates x * w over the taps in fp32."""
     x, w = node.inputs
     anchor = node.outputs[0]
-    rows = size_text(builder, shape.rows)
+    rows = size_text(builder, shape.rows, "M")
     mult = shape.c_out_group  # output channels per input channel
     builder.line("pid = tl.program_id(0)")
     builder.line(f"num_pid_n = tl.cdiv({shape.c_out}, BLOCK_N)")

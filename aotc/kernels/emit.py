@@ -11,6 +11,7 @@ computed once.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import re
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,15 +21,17 @@ from aotc.ir.dtypes import DType
 from aotc.ir.graph import Graph
 from aotc.ir.index import IndexSpace, by_strides, divisions, flatten, is_index_var, to_triton
 from aotc.ir.ops import ELEMENTWISE, Op
-from aotc.ir.schedule import GRID_NAMES, Arg, ArgKind, IndexCheck, Kernel, KernelKind, Size
+from aotc.ir.schedule import GRID_NAMES, Arg, ArgKind, Extents, IndexCheck, Kernel, KernelKind, Size
 from aotc.ir.symbolic import SymExpr, add, bounds, divisor, evaluate, mul, substitute, sym, to_sexpr
 from aotc.ir.types import Node, Shape, Value
 from aotc.kernels import index_text as ix
-from aotc.kernels import view_index
+from aotc.kernels import naming, view_index
 from aotc.kernels.pointwise_ops import POINTER_TYPE, TL_DTYPE, cast, elementwise, is_literal, literal
-from aotc.kernels.reach import Reach
+from aotc.kernels.reach import Reach, without
 
 INT32_MAX = 2**31 - 1
+LINE = 132  # a load or store longer than this binds its offset (and then its mask) to a name of its own
+_IDENT = re.compile(r"(?<![\w.])[A-Za-z_]\w*")
 # Names the templates use as they are, plus Python and Triton names a size argument must not shadow.
 _RESERVED = frozenset(
     "pid offs mask xoffs xmask roffs rmask r0 flags_ptr BLOCK XBLOCK RBLOCK tl triton range float int min max"
@@ -86,6 +89,9 @@ class KernelBuilder:
         self._discard: set[int] = set()
         self._deps: dict[str, frozenset[str]] = {}
         self._arg_names: dict[tuple, str] = {}
+        self._roles: dict[int, list[str]] = {}  # value id -> what the template reads it as (``reading_as``)
+        self._role: list[str] = []
+        self._bound: dict[str, str] = {}  # a name ``let`` bound -> its expression
         self._scopes: list[_Scope] = [_Scope()]
         self._ranges = graph.ranges
         self._multiples = graph.multiples
@@ -119,7 +125,48 @@ class KernelBuilder:
         name = self.fresh(stem)
         self.line(f"{name} = {expr}")
         self._deps[name] = self._roots(expr)
+        self._bound[name] = expr
         return name
+
+    def is_tile(self, text: str) -> bool:
+        """Whether ``text`` (a name ``let`` bound, through the names its expression reads) is a 2-D tile along both
+        axes: it reads a variable placed on axis 0 (``offs_m[:, None]``) and one on axis 1 (``offs_k[None, :]``),
+        so broadcasting gives it the full (BLOCK, BLOCK) shape and ``tl.broadcast_to`` would change nothing."""
+        seen: set[str] = set()
+        todo = [text]
+        rows = cols = False
+        while todo:
+            t = todo.pop()
+            rows, cols = rows or "[:, None]" in t, cols or "[None, :]" in t
+            for n in _IDENT.findall(t):
+                if n in self._bound and n not in seen:
+                    seen.add(n)
+                    todo.append(self._bound[n])
+        return rows and cols
+
+    def rename(self, name: str, to: str) -> bool:
+        """Gives the value ``let`` bound to ``name`` the template's name ``to`` (``q = tl.load(...)``) where that is
+        safe: ``name`` is a value (no index variable), ``to`` is reserved by the template and not yet written."""
+        if name not in self._bound or name in self._index_lets or self.reach.mentions(name):
+            return False
+        if any(to in _IDENT.findall(t) for t in self._lines):
+            return False
+        self._lines = [ix.rename(t, {name: to}) for t in self._lines]
+        self._bound[to] = self._bound.pop(name)
+        self._deps[to] = self._deps.pop(name)
+        for scope in self._scopes:
+            scope.cache = {k: to if v == name else v for k, v in scope.cache.items()}
+        return True
+
+    @contextlib.contextmanager
+    def reading_as(self, role: str) -> Iterator[None]:
+        """Loads from memory inside name their pointers by ``role`` (``q``, ``k``, ``v``: one buffer read in
+        several roles is ``qkv_ptr``), unless it is a weight or a graph input, which keep their own names."""
+        self._role.append(role)
+        try:
+            yield
+        finally:
+            self._role.pop()
 
     def guard(self, term: str, *roots: str) -> None:
         """Declares that mask term ``term`` only bounds the template variables ``roots``: a load whose address
@@ -165,18 +212,25 @@ class KernelBuilder:
         lo, hi = bounds(expr, self._ranges, self._multiples)
         return hi > INT32_MAX or lo < -INT32_MAX
 
+    def _unique(self, stem: str, compound: bool = False) -> str:
+        """``stem``, or ``stem1``, ``stem2``...: the first that no name of the kernel holds (nor, for a size that is
+        not one dim, a dim of the graph: an arg named after a dim passes that dim)."""
+        taken = self._taken | (self._ranges.keys() if compound else set())
+        name, n = stem, 0
+        while name in taken:
+            n += 1
+            name = f"{stem}{n}"
+        self._taken.add(name)
+        return name
+
     def size_arg(self, expr: int | SymExpr, stem: str = "size") -> str:
-        """Text for ``expr``: a literal, or an int argument (named after the symbol, else ``stem``)."""
+        """Text for ``expr``: a literal, or an int argument named after its symbol, else by its role ``stem``
+        (``n_elements``, ``M``)."""
         if isinstance(expr, int):
             return str(expr)
         key = ("size", to_sexpr(expr))
         if key not in self._arg_names:
-            stem = expr.symbol_name if expr.is_symbol() else stem
-            if expr.is_symbol() and stem not in self._taken:
-                name = stem
-                self._taken.add(name)
-            else:
-                name = self.fresh(stem + "_")
+            name = self._unique(expr.symbol_name if expr.is_symbol() else stem, not expr.is_symbol())
             self._arg_names[key] = name
             self.args.append(Arg(name, "i64" if self.wide(expr) else "i32", ArgKind.SIZE, size=expr))
         return self._arg_names[key]
@@ -212,6 +266,8 @@ class KernelBuilder:
         return self.names_of(e)
 
     def pointer_arg(self, value: Value) -> str:
+        """The pointer argument of ``value``'s storage: a placeholder (``in_ptr0``) until ``finish`` names it by
+        role (``_pointer_names``)."""
         key = ("ptr", value.id)
         if key not in self._arg_names:
             name = self.fresh("in_ptr" if value.id not in self.writes else "out_ptr")
@@ -347,9 +403,24 @@ class KernelBuilder:
         off, at = self._offset_at(value, idx)
         if mask is not None and not _variables(idx):
             off = ix.add(off, f"tl.zeros_like({mask}).to(tl.int32)")  # a tile pointer for a tile of values
+        off, shown = self._spread(f"tl.store({ptr} + ", off, mask, f", {var})")
         self.reach.access(ptr, at, mask, self._unsimplified(value, idx), self._site(value, ptr, off))
         args = f"{ptr} + {ix.paren(off)}, {var}"
-        self.line(f"tl.store({args}, mask={mask})" if mask else f"tl.store({args})")
+        self.line(f"tl.store({args}, mask={shown})" if mask else f"tl.store({args})")
+
+    def _spread(self, head: str, off: str, mask: str | None, tail: str) -> tuple[str, str | None]:
+        """The offset and mask of a load or store written ``head + off + mask + tail``, each bound to a name of its
+        own (``off0``, ``mask0``) while the statement would run past ``LINE``."""
+
+        def width(o: str, m: str | None) -> int:
+            return len("    " * self._depth + head + ix.paren(o) + (f", mask={m}" if m else "") + tail)
+
+        if width(off, mask) <= LINE:
+            return off, mask
+        off = self.let("off", off)
+        if mask is not None and width(off, mask) > LINE:
+            mask = self.let("mask", mask)
+        return off, mask
 
     def offset(self, value: Value, index: Sequence[IndexItem], mask: str | None = None) -> str:
         """Row-major element offset, simplified over the index ranges and printed dim by dim (Horner form);
@@ -430,10 +501,11 @@ class KernelBuilder:
                 inside = False
             if inside:
                 continue
-            top = self.size_arg(n, "numel")
             pointer, _, offset = text.partition(" + ")
+            top = self.size_arg(n, pointer.removesuffix("_ptr") + "_numel")
             clamp = f"{pointer} + tl.minimum(tl.maximum({offset}, 0), {top} - 1)"
-            lines = [line.replace(text, clamp) for line in self._lines]
+            written = re.compile(re.escape(text) + r"(?!\w)")
+            lines = [written.sub(lambda _, c=clamp: c, line) for line in self._lines]
             if lines == self._lines:  # not written as recorded: its extents stay as derived
                 continue
             self._lines = lines
@@ -444,6 +516,8 @@ class KernelBuilder:
     def _load_memory(self, value: Value, index: Index, mask: str | None, other: str) -> str:
         if value.id not in self.reads:
             self.reads.append(value.id)
+        if self._role and self._role[-1] not in self._roles.setdefault(value.id, []):
+            self._roles[value.id].append(self._role[-1])
         ptr = self.pointer_arg(value)
         off, at = self._offset_at(value, index)
         if not value.type.dtype.is_float:
@@ -451,13 +525,16 @@ class KernelBuilder:
         if mask is not None:
             mask = self._trim(mask, off)
         alt = self._unsimplified(value, index)
+        head = f"v0 = tl.load({ptr} + "  # the value's name aside
         if all(isinstance(i, int) for i in index) or mask is None:
+            off, _ = self._spread(head, off, None, ")")
             self.reach.access(ptr, at, None, alt, self._site(value, ptr, off))
             return self.let("v", f"tl.load({ptr} + {ix.paren(off)})")
         if not _variables(index):  # one element for every lane: a tile pointer keeps the mask's shape
             off = ix.add(off, f"tl.zeros_like({mask}).to(tl.int32)")
+        off, shown = self._spread(head, off, mask, f", other={other})")
         self.reach.access(ptr, at, mask, alt, self._site(value, ptr, off))
-        return self.let("v", f"tl.load({ptr} + {ix.paren(off)}, mask={mask}, other={other})")
+        return self.let("v", f"tl.load({ptr} + {ix.paren(off)}, mask={shown}, other={other})")
 
     # -- one node -------------------------------------------------------------------------------
     def _node(self, node: Node, value: Value, index: Index, mask: str | None, env: Mapping[int, str]) -> str:
@@ -488,11 +565,43 @@ class KernelBuilder:
         raise UnsupportedError(f"kernel builder cannot inline {op.value} (node {node})")
 
     # -- the finished kernel ----------------------------------------------------------------------
-    def source(self, name: str, constexprs: Sequence[tuple[str, int]]) -> str:
+    def source(self, name: str, constexprs: Sequence[tuple[str, int]], nodes: Sequence[int] = ()) -> str:
+        """The kernel module: the imports, a comment naming the graph nodes it computes, the function (pointers,
+        then sizes, then constexprs)."""
         params = [a.name for a in self.args] + [f"{c}: tl.constexpr" for c, _ in constexprs]
-        head = ["import triton", "import triton.language as tl", "", "", "@triton.jit", f"def {name}("]
-        head += [f"    {p}," for p in params] + ["):"]
+        head = ["import triton", "import triton.language as tl", "", "", *naming.header(name, self.graph, nodes)]
+        head += ["@triton.jit", f"def {name}("] + [f"    {p}," for p in params] + ["):"]
         return "\n".join(head + _live(self._lines, self._index_lets)) + "\n"
+
+    def _name_pointers(self) -> None:
+        """Pointer placeholders (``in_ptr0``) renamed by role (aotc/kernels/naming.py), in the text and the accesses."""
+        holders = {a.name for a in self.args if a.kind is ArgKind.BUFFER}
+        pointers = [(a.name, a.value, a.name.startswith("out_ptr")) for a in self.args if a.kind is ArgKind.BUFFER]
+        taken = (self._taken - holders) | self._ranges.keys()
+        mapping = naming.pointer_names(self.graph, self.producers, pointers, self._roles, taken)
+        mapping = {k: v for k, v in mapping.items() if k != v}
+        if not mapping:
+            return
+        self._taken.update(mapping.values())
+        self._lines = [ix.rename(t, mapping) for t in self._lines]
+        self.args = [dataclasses.replace(a, name=mapping.get(a.name, a.name)) for a in self.args]
+        self._arg_names = {k: mapping.get(v, v) for k, v in self._arg_names.items()}
+        self.reach.rename(mapping)
+
+    def _order_args(self) -> None:
+        """Pointers first (read, then written, then the error flags), then sizes."""
+        rank = {ArgKind.BUFFER: 0, ArgKind.FLAG: 2, ArgKind.SIZE: 3}
+        self.args = sorted(
+            self.args, key=lambda a: rank[a.kind] + (a.kind is ArgKind.BUFFER and a.value in self.writes)
+        )
+
+    def _drop_unread(self, extents: Extents) -> Extents:
+        """Drops the size args no line reads (a dim a row-major offset named before it simplified away), from the
+        args and the extents (``reach.without``)."""
+        read = set(_IDENT.findall("\n".join(self._lines)))
+        unread = {a.name for a in self.args if a.kind is ArgKind.SIZE and a.name not in read}
+        self.args, extents = without(self.args, extents, unread)
+        return extents
 
     def finish(
         self,
@@ -506,8 +615,11 @@ class KernelBuilder:
     ) -> Kernel:
         nodes = tuple(sorted(self.nodes | set(extra_nodes)))
         fused = tuple(self.graph.nodes[i].op.value for i in nodes)
+        self._lines, self._index_lets = _live(self._lines, self._index_lets), {}
+        self._name_pointers()
         self._clamp_unbounded(constexprs, grid)
-        extents = self.reach.extents(self.args, constexprs, grid, self._ranges, self._multiples)
+        self._order_args()
+        extents = self._drop_unread(self.reach.extents(self.args, constexprs, grid, self._ranges, self._multiples))
         return Kernel(
             name=name,
             kind=kind,
@@ -516,7 +628,7 @@ class KernelBuilder:
             outputs=tuple(self.writes),
             args=tuple(self.args),
             grid=grid,
-            source=self.source(name, constexprs),
+            source=self.source(name, constexprs, nodes),
             constexprs=tuple(constexprs),
             num_warps=num_warps,
             num_stages=num_stages,

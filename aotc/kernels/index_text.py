@@ -8,7 +8,7 @@ the kernel's iteration space. Plain integer literals are folded here so generate
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from aotc.ir.graph import Graph
 from aotc.ir.index import binds_as_one
@@ -188,3 +188,11 @@ def reshape_groups(graph: Graph, src: Shape, dst: Shape) -> list[tuple[range, ra
         last = groups[-1]
         groups[-1] = (range(last[0].start, len(src)), range(last[1].start, len(dst)))
     return groups
+
+
+def rename(text: str, mapping: Mapping[str, str]) -> str:
+    """``text`` with every name in ``mapping`` (whole identifiers, not attributes) replaced at once."""
+    if not mapping:
+        return text
+    pattern = re.compile(r"(?<![\w.])(" + "|".join(map(re.escape, mapping)) + r")(?!\w)")
+    return pattern.sub(lambda m: mapping[m.group(1)], text)

@@ -162,7 +162,7 @@ def emit_matmul(
     grid, batch_on_x = grid_with_batch(tiles, shape.batch_count, ranges)
 
     reserve(builder, (*FIXED_NAMES, *_batch_names(shape)))
-    rows, n, k = (size_text(builder, d) for d in (shape.rows, shape.n, shape.k))
+    rows, n, k = (size_text(builder, d, stem) for d, stem in ((shape.rows, "M"), (shape.n, "N"), (shape.k, "K")))
     mask_m = None if is_multiple(builder, shape.rows, cfg.block_m) else "mask_m[:, None]"
     mask_n = None if is_multiple(builder, shape.n, cfg.block_n) else "mask_n[None, :]"
     tail_k = not is_multiple(builder, shape.k, cfg.block_k)
@@ -187,9 +187,9 @@ def emit_matmul(
         if dot:
             precision = "tf32" if allow_tf32 else "ieee"
             extra = f', input_precision="{precision}"' if dtype is DType.float32 else ""
-            builder.line(f"acc = tl.dot(a, b, acc{extra})")
+            builder.line(f"acc = tl.dot({a_tile}, {b_tile}, acc{extra})")
         else:
-            builder.line("acc += tl.sum(a[:, :, None] * b[None, :, :], axis=1)")
+            builder.line(f"acc += tl.sum({a_tile}[:, :, None] * {b_tile}[None, :, :], axis=1)")
     out_index = [*out_batch, m_idx, "offs_n[None, :]"]
     emit_epilogue(builder, anchor, "acc", out_index, mask_and(mask_m, mask_n), outputs)
     return builder.finish(

@@ -27,7 +27,7 @@ def emit_pointwise(b: KernelBuilder, outputs: Sequence[Value], name: str, config
     b.line("pid = tl.program_id(0)")
     start = "pid.to(tl.int64) * BLOCK" if b.wide(n) else "pid * BLOCK"
     b.line(f"offs = {start} + tl.arange(0, BLOCK)")
-    b.line(f"mask = offs < {b.size_arg(n, 'numel')}")
+    b.line(f"mask = offs < {b.size_arg(n, 'n_elements')}")
     flat_reach(b, n)
     index = unravel_into(b, "offs", shape, "x")
     env: dict[int, str] = {}

@@ -66,28 +66,30 @@ def is_literal(text: str) -> bool:
 _NUMBER = re.compile(r'-?(\d+(\.\d*)?(e[-+]?\d+)?|float\("(nan|inf)"\))|True|False')
 
 
-def _tanh(x: str) -> str:
+def _tanh(x: str, bind: Bind) -> str:
     # tanh from exp of -2|x| never overflows; a short series keeps relative accuracy near 0.
-    ax = f"tl.abs({x})"
-    t = f"tl.exp(-2.0 * {ax})"
-    big = f"tl.where({x} < 0, -1.0, 1.0) * (1.0 - {t}) / (1.0 + {t})"
-    x2 = f"({x} * {x})"
-    small = f"{x} * (1.0 + {x2} * (-0.3333333333333333 + {x2} * (0.13333333333333333 - {x2} * 0.05396825396825397)))"
+    ax = bind(f"tl.abs({x})")
+    e = bind(f"tl.exp(-2.0 * {ax})")
+    x2 = bind(f"{x} * {x}")
+    small = bind(
+        f"{x} * (1.0 + {x2} * (-0.3333333333333333 + {x2} * (0.13333333333333333 - {x2} * 0.05396825396825397)))"
+    )
+    big = bind(f"tl.where({x} < 0, -1.0, 1.0) * (1.0 - {e}) / (1.0 + {e})")
     return f"tl.where({ax} < 0.0625, {small}, {big})"
 
 
-def _rint(x: str) -> str:
+def _rint(x: str, bind: Bind) -> str:
     # round half to even; values of magnitude >= 2**23 are already integers
-    r = f"tl.floor({x} + 0.5)"
-    tie_odd = f"(({r} - {x}) == 0.5) & (({r} - 2.0 * tl.floor({r} * 0.5)) != 0.0)"
+    r = bind(f"tl.floor({x} + 0.5)")
+    tie_odd = bind(f"(({r} - {x}) == 0.5) & (({r} - 2.0 * tl.floor({r} * 0.5)) != 0.0)")
     return f"tl.where(tl.abs({x}) >= 8388608.0, {x}, tl.where({tie_odd}, {r} - 1.0, {r}))"
 
 
-def _pow(a: str, b: str) -> str:
-    mag = f"tl.exp2({b} * tl.log2(tl.abs({a})))"
-    b_int = f"(tl.floor({b}) == {b})"
-    b_odd = f"({b_int} & ((tl.floor({b} * 0.5) * 2.0) != {b}))"
-    neg = f"tl.where({b_int}, tl.where({b_odd}, -{mag}, {mag}), float('nan'))"
+def _pow(a: str, b: str, bind: Bind) -> str:
+    mag = bind(f"tl.exp2({b} * tl.log2(tl.abs({a})))")
+    b_int = bind(f"tl.floor({b}) == {b}")
+    b_odd = bind(f"{b_int} & ((tl.floor({b} * 0.5) * 2.0) != {b})")
+    neg = bind(f"tl.where({b_int}, tl.where({b_odd}, -{mag}, {mag}), float('nan'))")
     return f"tl.where({b} == 0.0, 1.0, tl.where({a} < 0, {neg}, {mag}))"
 
 
@@ -189,9 +191,9 @@ def _expr(op: Op, a: list[str], dt: DType, bind: Bind = _inline) -> str:
     if op in _UNARY_FLOAT:
         return _UNARY_FLOAT[op].format(*a)
     if op is Op.TANH:
-        return _tanh(a[0])
+        return _tanh(a[0], bind)
     if op is Op.ROUND:
-        return _rint(a[0])
+        return _rint(a[0], bind)
     if op is Op.NEG:
         return f"-{a[0]}"
     if op is Op.ABS:
@@ -223,7 +225,7 @@ def _expr(op: Op, a: list[str], dt: DType, bind: Bind = _inline) -> str:
         r = _float_fmod(a[0], a[1], bind)
         return r if op is Op.FMOD else _float_mod(r, a[1], bind)
     if op is Op.POW:
-        return _int_pow(a[0], a[1], dt, bind) if dt.is_int else _pow(a[0], a[1])
+        return _int_pow(a[0], a[1], dt, bind) if dt.is_int else _pow(a[0], a[1], bind)
     if op is Op.WHERE:
         # A constant condition is written as a bool: Triton deprecates (and will refuse) an int condition.
         cond = {"0": "False", "1": "True"}.get(a[0], a[0])

@@ -37,7 +37,7 @@ shape. The derivation never refuses a kernel for what it cannot prove.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from aotc.errors import ShapeError
@@ -157,6 +157,17 @@ class Reach:
                     terms.add(t)
                     todo.append(t)
         self.accesses.append((pointer, offset, frozenset(terms), unsimplified, site))
+
+    def mentions(self, name: str) -> bool:
+        """Whether a template variable's text reads ``name``."""
+        return any(name in ix.names(t) for t in self._vars)
+
+    def rename(self, mapping: Mapping[str, str]) -> None:
+        """Pointer args renamed (``KernelBuilder.finish`` names them by role): their accesses follow."""
+        self.accesses = [
+            (mapping.get(p, p), off, terms, alt, None if site is None else (ix.rename(site[0], mapping), site[1]))
+            for p, off, terms, alt, site in self.accesses
+        ]
 
     def clamp(self, k: int, top: Size) -> None:
         """Access ``k`` now clamps its offset into ``[0, top)`` (``top``: an int or a size arg)."""
@@ -502,3 +513,48 @@ def _floor_idiom(num: Size, d: Size) -> Size | None:
         if add(num, SymExpr(((mono, 1),))) == n:
             return n
     return None
+
+
+def without(args: Sequence[Arg], extents: Extents, unread: Collection[str]) -> tuple[list[Arg], Extents]:
+    """``args`` less the size args named in ``unread`` that the extents can do without, and the extents less them.
+    An extent that reads one through the unsimplified form of an offset (``min(simplified, unsimplified)``,
+    ``Reach.access``) keeps its other bound, looser but sound; a size arg an extent cannot do without stays."""
+    drop = set(unread)
+    for e, kind in [*((e, "max") for e in extents.lows), *((e, "min") for e in extents.highs)]:
+        if _loosen(e, drop, kind) is None:
+            drop -= e.free_symbols() if isinstance(e, SymExpr) else set()
+    for e in extents.requires:
+        drop -= e.free_symbols() if isinstance(e, SymExpr) else set()
+    if not drop:
+        return list(args), extents
+    keep = [k for k, a in enumerate(args) if a.name not in drop]
+    lows = [_loosen(extents.lows[k], drop, "max") for k in keep]
+    highs = [_loosen(extents.highs[k], drop, "min") for k in keep]
+    ranges = tuple(r for r in extents.ranges if r[0] not in drop)
+    return [args[k] for k in keep], Extents(tuple(_sure(lows)), tuple(_sure(highs)), ranges, extents.requires)
+
+
+def _loosen(e: Size, names: Collection[str], kind: str) -> Size | None:
+    """Bound ``e`` without ``names``: the arguments of a ``kind`` (``min`` of upper bounds, ``max`` of lower
+    bounds) that do not read them, each a sound bound alone; None when ``e`` cannot do without them."""
+    if isinstance(e, int) or not (e.free_symbols() & set(names)):
+        return e
+    if e.const or len(e.terms) != 1 or e.terms[0][1] != 1 or len(e.terms[0][0]) != 1:
+        return None
+    atom = e.terms[0][0][0]
+    if atom.kind != kind:
+        return None
+    kept = [x for x in (_loosen(a, names, kind) for a in atom.args) if x is not None]
+    if not kept:
+        return None
+    out = kept[0]
+    for x in kept[1:]:
+        out = smin(out, x) if kind == "min" else smax(out, x)
+    return out
+
+
+def _sure(bounds_: Sequence[Size | None]) -> list[Size]:
+    out = [b for b in bounds_ if b is not None]
+    if len(out) != len(bounds_):
+        raise AssertionError("an extent lost the size arg it reads")
+    return out

@@ -50,7 +50,7 @@ def emit_reduction(
     b.line("pid = tl.program_id(0)")
     start = "pid.to(tl.int64) * XBLOCK" if b.wide(x_n) else "pid * XBLOCK"
     b.line(f"xoffs = {start} + tl.arange(0, XBLOCK)[:, None]")
-    b.line(f"xmask = xoffs < {b.size_arg(x_n, 'rows')}")
+    b.line(f"xmask = xoffs < {b.size_arg(x_n, 'n_rows')}")
     b.guard("xmask", "xoffs")  # a value with no rows has no programs
     if bounds(r_n, ranges, multiples)[0] >= 1:  # an empty row: rmask keeps every load of the row's value off
         b.guard("rmask", "roffs")

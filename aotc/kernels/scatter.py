@@ -165,7 +165,7 @@ def _flat(
     b.line("pid = tl.program_id(0)")
     start = "pid.to(tl.int64) * BLOCK" if b.wide(n) else "pid * BLOCK"
     b.line(f"offs = {start} + tl.arange(0, BLOCK)")
-    b.line(f"mask = offs < {b.size_arg(n, 'numel')}")
+    b.line(f"mask = offs < {b.size_arg(n, 'n_elements')}")
     flat_reach(b, n)
     grid = (floordiv(add(n, block - 1), block), 1, 1)
     return unravel_into(b, "offs", shape, "x"), grid, (("BLOCK", block),), warps

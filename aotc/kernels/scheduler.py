@@ -13,9 +13,10 @@ from aotc.kernels.attention import emit_attention
 from aotc.kernels.config import KernelConfig
 from aotc.kernels.conv import emit_conv
 from aotc.kernels.emit import FlagSlots, KernelBuilder
-from aotc.kernels.fusion import VIEWS, KernelPlan, plan_fusion, reduction_deps
+from aotc.kernels.fusion import KernelPlan, plan_fusion, reduction_deps
 from aotc.kernels.matmul import emit_matmul
 from aotc.kernels.memplan import plan_memory
+from aotc.kernels.naming import kernel_name
 from aotc.kernels.pointwise import emit_pointwise
 from aotc.kernels.reduction import emit_reduction
 from aotc.kernels.scatter import emit_scatter, emit_scatter_copy
@@ -52,7 +53,7 @@ def schedule_graph(graph: Graph, options: Any = None, tiles: Mapping[int, Any] |
                 b.discard(kp.anchor)
             return b
 
-        name = _name(graph, kp, idx)
+        name = _name(graph, kp, idx, producers)
         start = flags.count
         kernel = _shared(_emit(builder(), kp, name, config, (tiles or {}).get(idx)), seen)
         end = flags.count
@@ -101,7 +102,7 @@ def _emit(b: KernelBuilder, kp: KernelPlan, name: str, config: KernelConfig, til
 def _binary_key(k: Kernel, name: str) -> tuple:
     """Everything the compiled binary depends on, the kernel's own name aside."""
     return (
-        k.source.replace(f"def {name}(", "def KERNEL(", 1),
+        code(k.source).replace(f"def {name}(", "def KERNEL(", 1),
         tuple((a.name, a.type) for a in k.args),
         k.constexprs,
         k.num_warps,
@@ -110,18 +111,14 @@ def _binary_key(k: Kernel, name: str) -> tuple:
     )
 
 
-def _name(graph: Graph, kp: KernelPlan, idx: int) -> str:
-    """``k3_reduction_max_sum``: position, template and the main ops (views left out)."""
-    ops: list[str] = []
-    for i in sorted(kp.nodes):
-        op = graph.nodes[i].op
-        if op in VIEWS or op.value in ("full", "iota", "constant") or op.value in ops:
-            continue
-        ops.append(op.value.replace("reduce_", ""))
-    if kp.root is not None:
-        ops = [o for o in ops if o != kp.root.op.value]
-    tail = "_".join(ops[:3])
-    return f"k{idx}_{kp.kind}" + (f"_{tail}" if tail else "")
+def _name(graph: Graph, kp: KernelPlan, idx: int, producers: Mapping[int, tuple[int, Any]]) -> str:
+    """``k6_matmul_bias_gelu``: position, template and what it fuses (aotc/kernels/naming.py)."""
+    return kernel_name(graph, producers, kp.kind, kp.nodes, kp.root, idx)
+
+
+def code(source: str) -> str:
+    """A kernel's source without its header comment (the nodes of the launch it was first emitted for)."""
+    return "".join(t for t in source.splitlines(keepends=True) if not t.startswith("#"))
 
 
 def _archs(options: Any) -> list[int]:

@@ -156,8 +156,8 @@ def concat(b: KernelBuilder, node: Node, index: Index, mask: str | None, env: Ma
     parts = []
     at = b.names_of(b.simplify(i))  # what i_text holds
     for x, start in zip(node.inputs, starts):
-        lo = b.size_arg(start)
-        hi = b.size_arg(add(start, x.type.shape[axis]))
+        lo = b.size_arg(start, "start")
+        hi = b.size_arg(add(start, x.type.shape[axis]), "stop")
         here = b.let("part", f"({i_text} >= {lo}) & ({i_text} < {hi})")
         # the position in this part, in [0, hi - lo) where ``here`` keeps a lane
         shifted = i_text if start == 0 and ix.is_name(i_text) else f"({i_text} - {lo})"

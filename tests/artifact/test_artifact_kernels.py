@@ -71,6 +71,11 @@ def _arg(s: Schedule, k: int, j: int, **changes: object) -> Schedule:
     return with_kernel(s, k, change)
 
 
+def _size(s: Schedule, k: int) -> int:
+    """The index of kernel ``k``'s first size arg (pointers come first)."""
+    return next(j for j, a in enumerate(s.kernels[k].args) if a.kind is ArgKind.SIZE)
+
+
 def _k1(s: Schedule, **changes: object) -> Schedule:
     return with_kernel(s, 1, lambda k: k.replace(**changes))
 
@@ -80,9 +85,13 @@ def _bad_plans() -> list[tuple[str, Callable[[Schedule], Schedule], str]]:
     return [
         ("unknown buffer value", lambda s: _arg(s, 0, 0, value=999), "value %999 is not in the graph"),
         ("arg type vs dtype", lambda s: _arg(s, 0, 0, type="*fp16"), "does not fit value"),
-        ("size arg with a value", lambda s: _arg(s, 1, 0, value=3), "a size arg has type"),
-        ("unknown symbol", lambda s: _arg(s, 1, 0, size=n * 2), "symbols \\['n'\\] the variant does not declare"),
-        ("divisor may be 0", lambda s: _arg(s, 1, 0, size=floordiv(batch, seq - 2)), "not positive"),
+        ("size arg with a value", lambda s: _arg(s, 1, _size(s, 1), value=3), "a size arg has type"),
+        (
+            "unknown symbol",
+            lambda s: _arg(s, 1, _size(s, 1), size=n * 2),
+            "symbols \\['n'\\] the variant does not declare",
+        ),
+        ("divisor may be 0", lambda s: _arg(s, 1, _size(s, 1), size=floordiv(batch, seq - 2)), "not positive"),
         ("grid dims", lambda s: _k1(s, grid=(1, 1)), "grid has 2 dims"),
         ("negative grid", lambda s: _k1(s, grid=(1 - batch, 1, 1)), "is negative \\(-7\\)"),
         ("node index", lambda s: _k1(s, nodes=(0, 10_000)), "increasing indices below"),
@@ -122,7 +131,11 @@ def test_inconsistent_plans_are_refused_by_writer_and_reader(
 
 def _bad_code() -> list[tuple[str, Callable[[Schedule], Schedule], str]]:
     return [
-        ("source parameters", lambda s: _k1(s, source=s.kernels[1].source.replace("seq,", "seq2,", 1)), "parameters"),
+        (
+            "source parameters",
+            lambda s: _k1(s, source=s.kernels[1].source.replace("n_rows,", "rows,", 1)),
+            "parameters",
+        ),
         ("no def line", lambda s: _k1(s, source="import triton\n"), "has no `def"),
         ("warps", lambda s: _k1(s, num_warps=3), "num_warps 3"),
         ("stages", lambda s: _k1(s, num_stages=0), "num_stages 0"),

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from unittest import mock
 
@@ -85,30 +86,35 @@ def _attacks() -> list[tuple[str, Change, str]]:
         # size args
         (
             "size arg (* 100 batch)",
-            lambda s: arg(s, 0, "size_0", size=100 * BATCH),
-            rf"{_where(0)} arg 0 \(size_0\): size args check failed: 100\*batch is no dim",
+            lambda s: arg(s, 0, "M", size=100 * BATCH),
+            rf"{_where(0)} arg 3 \(M\): size args check failed: 100\*batch is no dim",
         ),
         (
             "size arg named after a dim",
-            lambda s: arg(s, 1, "seq", size=BATCH),
-            rf"{_where(1)} arg 2 \(seq\): size args check failed: an arg named after dim 'seq' passes batch",
+            lambda s: launch(
+                s,
+                1,
+                args=tuple(replace(a, name="seq") if a.name == "M" else a for a in s.kernels[1].args),
+                source=re.sub(r"\bM\b", "seq", s.kernels[1].source),
+            ),
+            rf"{_where(1)} arg 3 \(seq\): size args check failed: an arg named after dim 'seq' passes batch\*seq",
         ),
         # output pointers
         (
             "output pointer aimed at the graph input",
-            lambda s: arg(s, 0, "out_ptr0", value=x),
-            rf"{_where(0)} arg 4 \(out_ptr0\): buffer args check failed: value %{x} is also passed as in_ptr0",
+            lambda s: arg(s, 0, "out_ptr", value=x),
+            rf"{_where(0)} arg 2 \(out_ptr\): buffer args check failed: value %{x} is also passed as x_ptr",
         ),
         (
             "output pointer aimed at a weight",
-            lambda s: arg(s, 1, "out_ptr0", value=w2),
-            rf"{_where(1)} arg 4 \(out_ptr0\): buffer args check failed: value %{w2} is neither read nor written",
+            lambda s: arg(s, 1, "out_ptr", value=w2),
+            rf"{_where(1)} arg 2 \(out_ptr\): buffer args check failed: value %{w2} is neither read nor written",
         ),
         (
             "input and output pointers swapped",
-            lambda s: arg(arg(s, 1, "out_ptr0", value=h1), 1, "in_ptr0", value=ids["h1w3"]),
-            rf"{_where(1)} arg 1 \(in_ptr0\): buffer args check failed: the launch writes value %{ids['h1w3']}, "
-            "but the kernel's arg is in_ptr0",
+            lambda s: arg(arg(s, 1, "out_ptr", value=h1), 1, "x_ptr", value=ids["h1w3"]),
+            rf"{_where(1)} arg 0 \(x_ptr\): buffer args check failed: the launch writes value %{ids['h1w3']}, "
+            "but the kernel's arg is x_ptr",
         ),
         (
             "a view onto the graph input",
@@ -128,8 +134,8 @@ def _attacks() -> list[tuple[str, Change, str]]:
         ),
         (
             "a buffer arg outside its inputs and outputs",
-            lambda s: arg(s, 1, "in_ptr1", value=w2),
-            rf"{_where(1)} arg 3 \(in_ptr1\): buffer args check failed: value %{w2} is neither read nor written",
+            lambda s: arg(s, 1, "w3_ptr", value=w2),
+            rf"{_where(1)} arg 1 \(w3_ptr\): buffer args check failed: value %{w2} is neither read nor written",
         ),
         (
             "launches out of dataflow order",
@@ -416,8 +422,8 @@ def test_a_lowered_block_size_is_refused_by_the_extents() -> None:
 
 
 def _swapped_rows(s: Schedule) -> Schedule:
-    """Launch 0's rows (size_0 = batch*seq) swapped for 192*batch*seq, another legitimate dim of its input x."""
-    return arg(s, 0, "size_0", size=D * BATCH * SEQ)
+    """Launch 0's rows (M = batch*seq) swapped for 192*batch*seq, another legitimate dim of its input x."""
+    return arg(s, 0, "M", size=D * BATCH * SEQ)
 
 
 def test_a_swapped_size_arg_is_refused_by_the_extents() -> None:
@@ -425,7 +431,7 @@ def test_a_swapped_size_arg_is_refused_by_the_extents() -> None:
     with pytest.raises(ArtifactError, match=rf"{BIND}: digest check failed"):
         read_artifact(write(_swapped_rows(model()[1])))
     data = write(sealed(_swapped_rows(model()[1])))
-    with pytest.raises(ArtifactError, match=rf"{BIND}: extent check failed: size_0 = 192\*batch\*seq is in \[1, 512\]"):
+    with pytest.raises(ArtifactError, match=rf"{BIND}: extent check failed: M = 192\*batch\*seq is in \[1, 512\]"):
         read_artifact(data)
 
 
@@ -438,12 +444,12 @@ def test_a_swapped_size_arg_the_extents_let_through_would_have_been_fenced() -> 
         art = read_artifact(write(sealed(_swapped_rows(model()[1]))))
     x = np.ones((2, 3, D), np.float32)
     with pytest.raises(
-        ExecError, match=r"kernel k0_\w+: a load through in_ptr0 of 4 bytes at 0x[0-9a-f]+ lies outside its launch"
+        ExecError, match=r"kernel k0_\w+: a load through x_ptr of 4 bytes at 0x[0-9a-f]+ lies outside its launch"
     ):
         aotc.load(art, device="interpret")(x)
 
 
-STORE = "tl.store(out_ptr0 + (offs_m[:, None] * 192 + offs_n[None, :])"
+STORE = "tl.store(out_ptr + (offs_m[:, None] * 192 + offs_n[None, :])"
 
 
 @pytest.mark.parametrize(
@@ -452,9 +458,9 @@ STORE = "tl.store(out_ptr0 + (offs_m[:, None] * 192 + offs_n[None, :])"
         # 4 MiB past its output: past every argument, or (where numpy placed one there) into one it only reads
         (
             f"{STORE} + 1048576",
-            r"through out_ptr0 .*\((\d+ bytes past the end of out_ptr0|into \w+, which the launch only reads)",
+            r"through out_ptr .*\((\d+ bytes past the end of out_ptr|into \w+, which the launch only reads)",
         ),
-        (STORE.replace("out_ptr0", "in_ptr0"), r"through in_ptr0 .*\(into in_ptr0, which the launch only reads\)"),
+        (STORE.replace("out_ptr", "x_ptr"), r"through x_ptr .*\(into x_ptr, which the launch only reads\)"),
     ],
     ids=["past its buffer", "into its input"],
 )
@@ -485,7 +491,7 @@ def test_the_fake_gpu_faults_on_a_store_outside_its_buffers() -> None:
     fake.register(art.schedules[0], art.kernels)
     with Executable(art, CudaBackend(driver=fake)) as exe, pytest.raises(ExecError):
         exe(np.ones((2, 3, D), np.float32))
-    assert len(fake.faults) == 1 and "a store through out_ptr0 of 4 bytes" in fake.faults[0], fake.faults
+    assert len(fake.faults) == 1 and "a store through out_ptr of 4 bytes" in fake.faults[0], fake.faults
 
 
 def test_old_files_load_unbound_and_new_ones_bound() -> None:

@@ -33,7 +33,7 @@ def test_check_mode_compiles_every_case_and_its_schedule_holds() -> None:
     assert "padded:" not in padded[1].split("gpt2", 1)[0]
     assert "2 attention" in out and out.rstrip().endswith("check: ok")
     overhead = next(line for line in out.splitlines() if line.startswith("overhead_linear"))
-    assert overhead.endswith(": k0_matmul_add (matmul)"), overhead  # one launch: the bias fused into the matmul
+    assert overhead.endswith(": k0_matmul_bias (matmul)"), overhead  # one launch: the bias fused into the matmul
 
 
 def test_unknown_case_is_refused_by_name() -> None:

@@ -127,5 +127,5 @@ def test_compile_only_goes_on_past_an_artifact_that_fails(
     assert bench_kernels.compile_only(args, ()) == 1  # no targets: schedules only, no cubins, no triton
     out = capsys.readouterr().out
     assert "broken: FAILED: RuntimeError: cannot build this model" in out
-    assert "overhead_linear (Linear 256 -> 256): k0_matmul_add (matmul)" in out
+    assert "overhead_linear (Linear 256 -> 256): k0_matmul_bias (matmul)" in out
     assert "compile only: 1 of 2 artifacts" in out

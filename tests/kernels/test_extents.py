@@ -34,7 +34,7 @@ def _extent(s, k, arg):
 def test_a_value_with_no_elements_is_not_touched() -> None:
     g = make_graph({"x": TensorType(F32, (0, 3))}, lambda b, x: [b.op(Op.NEG, x)])
     s = _verified(g)
-    assert _extent(s, 0, "in_ptr0") == (0, -1) and _extent(s, 0, "out_ptr0") == (0, -1)
+    assert _extent(s, 0, "x_ptr") == (0, -1) and _extent(s, 0, "out_ptr") == (0, -1)
     check(g, [np.zeros((0, 3), np.float32)])
 
 
@@ -42,7 +42,7 @@ def test_a_reduction_over_empty_rows_keeps_the_row_mask_on_its_loads() -> None:
     g = make_graph({"x": TensorType(F32, (3, 0))}, lambda b, x: [b.op(Op.REDUCE_SUM, x, axes=(1,), keepdim=False)])
     s = _verified(g)
     assert "rmask" in s.kernels[0].source.split("tl.load(")[1].split(")")[1]  # the load's mask
-    assert _extent(s, 0, "in_ptr0") == (0, -1)
+    assert _extent(s, 0, "x_ptr") == (0, -1)
     check(g, [np.zeros((3, 0), np.float32)])
 
 
@@ -58,7 +58,7 @@ def test_a_pad_tap_at_a_fixed_position_outside_its_input_is_never_read() -> None
 
     g = make_graph({"x": TensorType(F32, (2, 2))}, body)
     s = _verified(g)
-    lo, hi = _extent(s, 0, "in_ptr0")
+    lo, hi = _extent(s, 0, "x_ptr")
     assert lo == 0 and hi == -1  # both taps land on the pad
     check(g, [np.arange(4, dtype=np.float32).reshape(2, 2)])
 
@@ -72,7 +72,7 @@ def test_a_regrouped_pad_verifies_and_stays_inside_its_input() -> None:
 
     g = make_graph({"x": TensorType(F32, (2, 3, 4))}, body)
     s = _verified(g)
-    lo, hi = _extent(s, 0, "in_ptr0")
+    lo, hi = _extent(s, 0, "x_ptr")
     assert lo == 0 and hi == 23
     check(g, [np.arange(24, dtype=np.float32).reshape(2, 3, 4)])
 

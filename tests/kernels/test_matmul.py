@@ -82,8 +82,8 @@ def test_folded_rows_read_contiguous_operands_as_plain_offsets():
     kern = _emit(g, TileConfig(16, 16, 16))
     lines = kern.source.splitlines()
     assert not any("//" in line or "%" in line for line in lines if "offs_m" in line and "=" in line), lines
-    assert any("tl.load(in_ptr0 + (offs_m[:, None] * 17 + offs_k" in line for line in lines), lines
-    assert any("tl.store(out_ptr0 + (offs_m[:, None] * 9 + offs_n" in line for line in lines), lines
+    assert any("tl.load(a_ptr + (offs_m[:, None] * 17 + offs_k" in line for line in lines), lines
+    assert any("tl.store(out_ptr + (offs_m[:, None] * 9 + offs_n" in line for line in lines), lines
     check_kernel(g, kern)
 
 

@@ -1,0 +1,118 @@
+"""The text of generated kernels: a few of GPT-2's pinned against checked-in files, and what every kernel of
+the example models must look like (STYLE.md 7: a header comment naming its nodes, parameters named by role in
+the order pointers, sizes, constexprs, none that no line reads, no no-op broadcast, no sprawling line).
+
+A codegen change that alters a pinned kernel fails ``test_gpt2_kernel_text``; when the change is meant, rewrite
+the files and review their diff with the change:
+
+    AOTC_UPDATE_KERNEL_TEXT=1 .venv/bin/python -m pytest -q -p no:cacheprovider tests/kernels/test_kernel_text.py
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+from collections.abc import Callable
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from aotc.ir.schedule import ArgKind, Kernel, KernelKind, Schedule
+from aotc.kernels.scheduler import code, schedule_graph
+from tests.kernels.model_kit import CONFIGS, lowered
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "kernels"
+UPDATE = "AOTC_UPDATE_KERNEL_TEXT"
+LONGEST_LINE = 160  # an index expression or a load may run long; a formula is bound to temporaries
+
+
+@cache
+def _schedule(name: str) -> Schedule:
+    return schedule_graph(lowered(name, fuse_attention=True))
+
+
+def _first(kind: KernelKind, *ops: str) -> Callable[[Schedule], Kernel]:
+    def pick(s: Schedule) -> Kernel:
+        return next(k for k in s.kernels if k.kind is kind and all(o in k.fused for o in ops))
+
+    return pick
+
+
+# file stem -> the GPT-2 kernel it pins
+PINNED: dict[str, Callable[[Schedule], Kernel]] = {
+    "gpt2_embedding": _first(KernelKind.POINTWISE, "gather"),
+    "gpt2_layernorm": _first(KernelKind.REDUCTION, "rsqrt"),
+    "gpt2_attention": _first(KernelKind.ATTENTION),
+    "gpt2_matmul_bias_gelu": _first(KernelKind.MATMUL, "tanh"),
+}
+
+
+@pytest.mark.parametrize("stem", sorted(PINNED))
+def test_gpt2_kernel_text(stem: str) -> None:
+    kernel = PINNED[stem](_schedule("gpt2"))
+    path = GOLDEN / f"{stem}.txt"
+    if os.environ.get(UPDATE):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(kernel.source)
+    assert path.exists(), f"no golden text {path}: run with {UPDATE}=1 to write it"
+    assert kernel.source == path.read_text(), (
+        f"the generated text of GPT-2's {stem} kernel changed. If the change is meant, rewrite the golden files "
+        f"with {UPDATE}=1 .venv/bin/python -m pytest -q -p no:cacheprovider tests/kernels/test_kernel_text.py "
+        "and review their diff with your change."
+    )
+
+
+def _function(k: Kernel) -> ast.FunctionDef:
+    (fn,) = [n for n in ast.parse(k.source).body if isinstance(n, ast.FunctionDef)]
+    return fn
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_every_kernel_reads_like_hand_written_triton(name: str) -> None:
+    s = _schedule(name)
+    graph = lowered(name, fuse_attention=True)
+    firsts: dict[str, Kernel] = {}
+    for k in s.kernels:  # a kernel shared by launches names the nodes of the first
+        firsts.setdefault(k.name, k)
+    for k in firsts.values():
+        lines = k.source.splitlines()
+        # a comment naming the nodes it computes, and where the model wrote them, heads the function
+        header = "\n".join(t for t in lines if t.startswith("#"))
+        assert header.startswith(f"# {k.name} computes these nodes"), k.source
+        assert lines[lines.index("@triton.jit") - 1].startswith("#"), k.source
+        for i in k.nodes:
+            assert f"%{i} {graph.nodes[i].op.value}" in header, (i, k.source)
+        # parameters: pointers, then sizes, then constexprs; the same names the launch passes
+        fn = _function(k)
+        params = [a.arg for a in fn.args.args]
+        assert params == [a.name for a in k.args] + [c for c, _ in k.constexprs], k.source
+        kinds = [0 if a.kind in (ArgKind.BUFFER, ArgKind.FLAG) else 1 for a in k.args]
+        assert kinds == sorted(kinds), k.source
+        assert all(re.fullmatch(r"\w+_ptr\d*", a.name) for a in k.args if a.kind is not ArgKind.SIZE), k.source
+        assert not any(re.fullmatch(r"in_ptr\d+|[a-z]+_\d+", p) for p in params), k.source  # out_ptr1: plan checks
+        # every parameter is read
+        read = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        assert set(params) - {c for c, _ in k.constexprs} <= read, (set(params) - read, k.source)
+        # no broadcast of a tile to the shape it has, no line a reader has to scroll
+        bound = dict(re.findall(r"^ *(\w+) = (.*)$", code(k.source), re.M))
+        for tile in re.findall(r"tl\.broadcast_to\((\w+),", k.source):
+            text = bound.get(tile, "")
+            assert not ("[:, None]" in text and "[None, :]" in text), (tile, k.source)
+        long = [t for t in code(k.source).splitlines() if len(t) > LONGEST_LINE]
+        assert not long, long
+
+
+def test_pointer_names_follow_the_model() -> None:
+    """Weights by their parameter names (the shortest that tells them apart), graph inputs by theirs, the qkv
+    buffer attention reads by its roles, the written value as ``out_ptr``, a compound size by its role."""
+    s = _schedule("gpt2")
+    names = {k.name: [a.name for a in k.args] for k in s.kernels}
+    embedding = PINNED["gpt2_embedding"](s)
+    assert [a.name for a in embedding.args][:4] == ["input_ids_ptr", "wte_weight_ptr", "wpe_weight_ptr", "out_ptr"]
+    assert [a.name for a in PINNED["gpt2_attention"](s).args][:2] == ["qkv_ptr", "out_ptr"]
+    gelu = PINNED["gpt2_matmul_bias_gelu"](s)
+    assert [a.name for a in gelu.args] == ["x_ptr", "weight_ptr", "bias_ptr", "out_ptr", "M"], names
+    assert gelu.name.endswith("_matmul_bias_gelu")
+    assert PINNED["gpt2_layernorm"](s).name.endswith("_reduction_layernorm")
