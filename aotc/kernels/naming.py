@@ -77,12 +77,16 @@ def pointer_names(
 
 
 def _suffixes(name: str) -> list[str]:
-    """Identifiers from a dotted parameter name, shortest first: ``h.0.ln_1.weight`` -> ``weight``,
-    ``ln_1_weight``, ``h_0_ln_1_weight`` (a part that starts with a digit never starts one)."""
-    parts = [p for p in (re.sub(r"\W+", "_", s).strip("_").lower() for s in name.split(".")) if p]
+    """Identifiers from a dotted (or ONNX's slashed) parameter name, shortest first: ``h.0.ln_1.weight`` ->
+    ``weight``, ``ln_1_weight``, ``h_0_ln_1_weight`` (a part that starts with a digit never starts one; a
+    numbered leaf loses its number: ``_folded.449``, a constant lowering made, is ``folded``)."""
+    parts = [p for p in (re.sub(r"\W+", "_", s).strip("_").lower() for s in re.split(r"[./:]", name)) if p]
+    while len(parts) > 1 and parts[-1].isdigit():
+        parts.pop()
+    if parts and re.fullmatch(r"[a-z_]\w*?_\d+", parts[-1]):
+        parts[-1] = parts[-1].rsplit("_", 1)[0]
     out = ["_".join(parts[k:]) for k in range(len(parts) - 1, -1, -1)]
-    out = [c for c in out if c[0].isalpha() or c[0] == "_"] or [f"w_{out[-1]}" if out else "w"]
-    return out
+    return [c for c in out if c[0].isalpha() or c[0] == "_"] or [f"w_{out[-1]}" if out else "w"]
 
 
 def _no_out(stem: str) -> str:

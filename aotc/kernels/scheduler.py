@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
 from aotc.ir.digest import seal_all
 from aotc.ir.graph import Graph
 from aotc.ir.ops import Op
-from aotc.ir.schedule import ArchVariant, Kernel, Schedule, same_launch
+from aotc.ir.schedule import ArchVariant, ArgKind, Kernel, Schedule, same_launch
+from aotc.kernels import index_text as ix
 from aotc.kernels.attention import emit_attention
 from aotc.kernels.config import KernelConfig
 from aotc.kernels.conv import emit_conv
@@ -29,7 +31,7 @@ def schedule_graph(graph: Graph, options: Any = None, tiles: Mapping[int, Any] |
     oldest; every launch carries the ``Extents`` its template derived and a digest binding it to its nodes
     (aotc.ir.digest). A newer target whose heuristics choose other tiles (sm_90's wider matmul tiles, bigger
     pointwise blocks) gets an ``ArchVariant`` of the kernel, compiled for that target only. Identical
-    kernels (same source apart from the name) share one name and source.
+    kernels (the same code apart from the names of the kernel and its pointers) share one name and source.
 
     ``tiles`` (autotuning) maps a launch's index to the config its template uses instead of the
     heuristic one (a TileConfig for matmul and conv, an AttentionConfig for attention).
@@ -55,7 +57,10 @@ def schedule_graph(graph: Graph, options: Any = None, tiles: Mapping[int, Any] |
 
         name = _name(graph, kp, idx, producers)
         start = flags.count
-        kernel = _shared(_emit(builder(), kp, name, config, (tiles or {}).get(idx)), seen)
+        emitted = _emit(builder(), kp, name, config, (tiles or {}).get(idx))
+        kernel = _shared(emitted, seen)
+        # a kernel shared with an earlier launch takes its pointer names; so do this launch's variants
+        names = {a.name: b.name for a, b in zip(emitted.args, kernel.args) if a.name != b.name}
         end = flags.count
         variants = []
         # Pointwise and scatter blocks do not depend on the target (KernelConfig.pointwise_block): only
@@ -63,10 +68,10 @@ def schedule_graph(graph: Graph, options: Any = None, tiles: Mapping[int, Any] |
         for arch in archs[1:] if kp.root is not None or kp.reductions else ():
             # The same kernel for another target: same flag slots, its own tiles.
             flags.count = start
-            other = _emit(builder(), kp, f"{name}_sm{arch}", KernelConfig(arch=arch))
+            other = _renamed(_emit(builder(), kp, f"{name}_sm{arch}", KernelConfig(arch=arch)), names)
             if _binary_key(other, other.name) != _binary_key(kernel, kernel.name) or other.grid != kernel.grid:
                 if same_launch(kernel, other):
-                    variants.append(ArchVariant(f"sm_{arch}", _shared(other, seen)))
+                    variants.append(ArchVariant(f"sm_{arch}", _shared(other, seen, rename=False)))
         flags.count = end
         kernels.append(kernel.replace(variants=tuple(variants)) if variants else kernel)
     buffers, arena = plan_memory(graph, kernels, plan.views)
@@ -74,13 +79,27 @@ def schedule_graph(graph: Graph, options: Any = None, tiles: Mapping[int, Any] |
     return Schedule(seal_all(graph, kernels), buffers, arena, tuple(plan.views), flags.count, tuple(plan.declined))
 
 
-def _shared(kernel: Kernel, seen: dict[tuple, Kernel]) -> Kernel:
-    """``kernel`` under the name and source of an identical kernel emitted before, if any."""
+def _shared(kernel: Kernel, seen: dict[tuple, Kernel], rename: bool = True) -> Kernel:
+    """``kernel`` under the name and source of an identical kernel emitted before, if any: the same code but for
+    the names of its pointers (a weight named after another layer's parameter), which it then takes over (unless
+    not ``rename``: an architecture variant keeps the arg names of the launch it stands in for)."""
     key = _binary_key(kernel, kernel.name)
-    if key in seen:
-        return kernel.replace(name=seen[key].name, source=seen[key].source)
-    seen[key] = kernel
-    return kernel
+    first = seen.get(key)
+    if first is None:
+        seen[key] = kernel
+        return kernel
+    if not rename and [a.name for a in first.args] != [a.name for a in kernel.args]:
+        return kernel
+    args = tuple(dataclasses.replace(a, name=b.name) for a, b in zip(kernel.args, first.args))
+    return kernel.replace(name=first.name, source=first.source, args=args)
+
+
+def _renamed(kernel: Kernel, names: Mapping[str, str]) -> Kernel:
+    """``kernel`` with its args (and its source's names of them) renamed by ``names``."""
+    if not names:
+        return kernel
+    args = tuple(dataclasses.replace(a, name=names.get(a.name, a.name)) for a in kernel.args)
+    return kernel.replace(args=args, source=ix.rename(kernel.source, names))
 
 
 def _emit(b: KernelBuilder, kp: KernelPlan, name: str, config: KernelConfig, tile: Any = None) -> Kernel:
@@ -100,10 +119,11 @@ def _emit(b: KernelBuilder, kp: KernelPlan, name: str, config: KernelConfig, til
 
 
 def _binary_key(k: Kernel, name: str) -> tuple:
-    """Everything the compiled binary depends on, the kernel's own name aside."""
+    """Everything the compiled binary depends on, the kernel's own name and its pointers' names aside."""
+    pointers = {a.name: f"__ptr{j}" for j, a in enumerate(k.args) if a.kind is not ArgKind.SIZE}
     return (
-        code(k.source).replace(f"def {name}(", "def KERNEL(", 1),
-        tuple((a.name, a.type) for a in k.args),
+        ix.rename(code(k.source).replace(f"def {name}(", "def KERNEL(", 1), pointers),
+        tuple((pointers.get(a.name, a.name), a.type) for a in k.args),
         k.constexprs,
         k.num_warps,
         k.num_stages,
