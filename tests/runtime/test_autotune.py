@@ -12,10 +12,10 @@ from fake_cuda import FakeDriver, fake_binaries
 
 import aotc.functional as F
 from aotc import Dim, TensorSpec, nn
+from aotc import autotune as at
 from aotc.errors import AotcError, UnsupportedError
 from aotc.frontend.trace import trace
 from aotc.ir.schedule import KernelKind, Schedule
-from aotc import autotune as at
 from aotc.kernels.scheduler import schedule_graph
 from aotc.lowering.options import CompileOptions
 from aotc.lowering.pipeline import lower
