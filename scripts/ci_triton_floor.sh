@@ -21,8 +21,9 @@ fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 venv=$tmp/venv
-# The compiler extra as pyproject.toml declares it, with Triton held at the floor (pip fails if they conflict).
-if ! { python3 -m venv "$venv" && "$venv/bin/pip" install -q -e '.[compiler]' "triton==$floor" 'pytest>=8'; }; then
+# The compiler and cpu extras as pyproject.toml declares them (device="cpu" is onnxruntime, as tests compare with), with
+# Triton held at the floor (pip fails if they conflict).
+if ! { python3 -m venv "$venv" && "$venv/bin/pip" install -q -e '.[compiler,cpu]' "triton==$floor" 'pytest>=8'; }; then
     echo "ci_triton_floor: installing aotc with triton==$floor failed" >&2
     exit 1
 fi
