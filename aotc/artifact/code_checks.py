@@ -11,11 +11,11 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 
 from aotc.errors import AotcError, ArtifactError
-from aotc.ir.dtypes import DType
 from aotc.ir.kernel_source import check_kernel_source
 from aotc.ir.launch import (
     ARCH_MIN_PTX,
     MIN_DRIVER_FLOOR,
+    POINTER_TYPE,
     SCRATCH_PARAMS,
     Cubin,
     KernelBinary,
@@ -26,14 +26,6 @@ from aotc.ir.launch import (
 )
 from aotc.ir.schedule import ArgKind, Kernel, KernelKind, Schedule
 
-POINTER_TYPE = {
-    DType.float32: "*fp32",
-    DType.float16: "*fp16",
-    DType.bfloat16: "*bf16",
-    DType.int32: "*i32",
-    DType.int64: "*i64",
-    DType.bool: "*i1",
-}
 FLAG_TYPE = "*i32"
 SIZE_TYPES = ("i32", "i64")
 ARG_TYPES = frozenset((*POINTER_TYPE.values(), *SIZE_TYPES))

@@ -49,10 +49,11 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from aotc.artifact.code_checks import FLAG_TYPE, POINTER_TYPE, SIZE_TYPES, fail
+from aotc.artifact.code_checks import FLAG_TYPE, SIZE_TYPES, fail
 from aotc.errors import ArtifactError, ShapeError
 from aotc.ir.digest import DIGEST_BYTES, DigestCache, launch_digest
 from aotc.ir.graph import Graph
+from aotc.ir.launch import POINTER_TYPE
 from aotc.ir.ops import Op
 from aotc.ir.schedule import (
     ALIGN,

@@ -11,10 +11,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from aotc.errors import AotcError, UnsupportedError
+from aotc.ir.dtypes import DType
 
 # Triton's tensor-core kernels need Ampere or newer.
 MIN_CAPABILITY = 80
 _ARCH = re.compile(r"sm_(\d{2,3})a?$")
+
+# A buffer argument's Triton signature type, by the dtype of the value it points to (codegen writes it, the reader
+# checks it).
+POINTER_TYPE = {
+    DType.float32: "*fp32",
+    DType.float16: "*fp16",
+    DType.bfloat16: "*bf16",
+    DType.int32: "*i32",
+    DType.int64: "*i64",
+    DType.bool: "*i1",
+}
 
 # The two pointers Triton appends to every kernel's parameters (global scratch, profile scratch):
 # null when the matching scratch size is 0, else a buffer of grid * num_ctas * size bytes.

@@ -20,13 +20,14 @@ from aotc.errors import ShapeError, UnsupportedError
 from aotc.ir.dtypes import DType
 from aotc.ir.graph import Graph
 from aotc.ir.index import IndexSpace, by_strides, divisions, flatten, is_index_var, to_triton
+from aotc.ir.launch import POINTER_TYPE
 from aotc.ir.ops import ELEMENTWISE, Op
 from aotc.ir.schedule import GRID_NAMES, Arg, ArgKind, Extents, IndexCheck, Kernel, KernelKind, Size
 from aotc.ir.symbolic import SymExpr, add, bounds, divisor, evaluate, mul, substitute, sym, to_sexpr
 from aotc.ir.types import Node, Shape, Value
 from aotc.kernels import index_text as ix
 from aotc.kernels import naming, view_index
-from aotc.kernels.pointwise_ops import POINTER_TYPE, TL_DTYPE, cast, elementwise, is_literal, literal
+from aotc.kernels.pointwise_ops import TL_DTYPE, cast, elementwise, is_literal, literal
 from aotc.kernels.reach import Reach, without
 
 INT32_MAX = 2**31 - 1

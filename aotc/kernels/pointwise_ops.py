@@ -24,14 +24,6 @@ TL_DTYPE = {
     DType.int64: "tl.int64",
     DType.bool: "tl.int1",
 }
-POINTER_TYPE = {
-    DType.float32: "*fp32",
-    DType.float16: "*fp16",
-    DType.bfloat16: "*bf16",
-    DType.int32: "*i32",
-    DType.int64: "*i64",
-    DType.bool: "*i1",
-}
 HALF = frozenset({DType.float16, DType.bfloat16})
 
 _NAN_ALL = "propagate_nan=tl.PropagateNan.ALL"
