@@ -43,6 +43,12 @@ def _stats(a: np.ndarray) -> tuple[str, str, str]:
 @click.option(
     "--device", metavar="DEVICE", help="cpu, reference, cuda, cuda:N or interpret  [default: the best available]"
 )
+@click.option(
+    "--threads",
+    type=click.IntRange(min=0),
+    metavar="N",
+    help="onnxruntime's intra-op threads on the cpu device (0: its default, one per physical core).",
+)
 @click.option("-o", "--output", metavar="OUT.npz", help="Also write the outputs to an .npz file.")
 @click.option(
     "--trusted-key",
@@ -59,6 +65,7 @@ def run_command(
     dims: tuple[str, ...],
     seed: int,
     device: str | None,
+    threads: int | None,
     output: str | None,
     trusted_keys: tuple[str, ...],
 ) -> None:
@@ -69,7 +76,7 @@ def run_command(
     if output:
         check_output_path(output)
     keys = [require_file(k, "--trusted-key") for k in trusted_keys]
-    exe = aotc.load(artifact, device=device, trusted_keys=keys or None)
+    exe = aotc.load(artifact, device=device, trusted_keys=keys or None, threads=threads)
     graph = exe.artifact.variants[0]
     feeds, env = build_feeds(graph, files, dim_values, random_inputs, seed, check=exe.check)
     start = time.perf_counter()

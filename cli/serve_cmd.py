@@ -56,6 +56,12 @@ def model_names(artifacts: tuple[str, ...], names: tuple[str, ...]) -> list[str]
 )
 @click.option("--device", metavar="DEVICE", help="cpu, cuda, cuda:N or interpret  [default: the best available]")
 @click.option(
+    "--threads",
+    type=click.IntRange(min=0),
+    metavar="N",
+    help="onnxruntime's intra-op threads per model on the cpu device (0: its default, one per physical core).",
+)
+@click.option(
     "--max-batch",
     type=click.IntRange(min=1),
     metavar="N",
@@ -124,6 +130,7 @@ def serve_command(
     port: int,
     grpc_port: int,
     device: str | None,
+    threads: int | None,
     max_batch: int | None,
     batch_timeout_ms: float,
     batch_dim: str | None,
@@ -147,8 +154,10 @@ def serve_command(
         raise UserError(f"aotc serve needs KServe's SDK ({e}): pip install 'aotc[serve]'") from None
     configure_logging()
     settings = dict(device=device, max_batch=max_batch, batch_timeout_ms=batch_timeout_ms, batch_dim=batch_dim)
-    if keys:  # passed to aotc.runtime.load by every process that loads the artifact (workers, Ray replicas)
-        settings["load_options"] = {"trusted_keys": keys}
+    # passed to aotc.runtime.load by every process that loads the artifact (workers, Ray replicas)
+    load_options = {k: v for k, v in (("trusted_keys", keys), ("threads", threads)) if v}
+    if load_options:
+        settings["load_options"] = load_options
     if replicas:
         try:
             from aotc.serve.ray_serve import deploy
