@@ -67,9 +67,17 @@ def code_key(k: Kernel) -> tuple:
     )
 
 
-def check_code(k: Kernel, binary: KernelBinary | None, what: str, bound: bool = False) -> None:
+def check_code(
+    k: Kernel, binary: KernelBinary | None, what: str, bound: bool = False, whole_source: bool = True
+) -> None:
     """A kernel's code: names, types, warps, its source's ``def`` line, and its binary's launch metadata
-    (``bound``: schema 6 and the writer, with the constexprs each binary was compiled with)."""
+    (``bound``: schema 6 and the writer, with the constexprs each binary was compiled with).
+
+    ``whole_source``: also parse the source and hold it to what codegen writes (``check_kernel_source``). The
+    writer does; the reader does not, because the one backend that runs source text, interpret, checks it when it
+    loads (aotc/runtime/backends/interpret.py), and cpu and cuda never read it: parsing every kernel cost a
+    verified load about a seventh of its decode time (8 ms of GPT-2-small's ~55 ms). Either way the source is
+    bound to its launches by their digests, so a corrupted or edited source is still refused by the reader."""
     if not isinstance(k.name, str) or not k.name.isidentifier():
         raise fail(what, f"kernel name {k.name!r} is not an identifier")
     if k.kind not in KIND_CODES:
@@ -97,7 +105,8 @@ def check_code(k: Kernel, binary: KernelBinary | None, what: str, bound: bool = 
         raise fail(what, f"its source has no `def {k.name}(...):` line")
     if params != names + cnames:
         raise fail(what, f"its source's parameters {params} are not its args then constexprs {names + cnames}")
-    check_kernel_source(k.source, k.name)  # only what codegen writes: the interpret backend runs this text
+    if whole_source:
+        check_kernel_source(k.source, k.name)  # only what codegen writes: the interpret backend runs this text
     if binary is not None:
         check_binary(k, binary, what, bound)
 

@@ -199,7 +199,7 @@ class PlanDecoder:
         if ptx is not None:
             cubins = tuple(self._cubin(c.Cubins(i), f"{what} cubin {i}") for i in range(n_cubins))
             binary = KernelBinary(name, cubins, text(ptx, f"{what} PTX"), self._meta(ptx_meta, f"{what} PTX"))
-        check_code(kernel, binary, what, bound=self.version >= BOUND_VERSION)
+        check_code(kernel, binary, what, bound=self.version >= BOUND_VERSION, whole_source=False)
         return kernel, binary
 
     def _cubin(self, c: Any, what: str) -> Cubin:

@@ -15,7 +15,7 @@ buffer ``768*seq*min(batch, seq)``                          loads; the call at b
                                                             launch, interpret and fake cuda (runtime/test_plan_bounds)
 an offset overlapping a live buffer only at mixed dims      the same
 LayerNorm eps 1e-5 -> 1.00001 the kernels don't follow      refused at load: digest check (test_plan_verification.py)
-module-level Python in a kernel's source                    refused at load, never runs (test_artifact_kernel_source)
+module-level Python in a kernel's source                    interpret refuses it at load, never runs it
 the gather bound 512 -> 912 in a kernel's source            loads (the reader cannot see what a bound in Triton text
                                                             guards); token id 600 is refused at the call by the
                                                             address fence on interpret and in the fake driver, before

@@ -201,23 +201,22 @@ def _bad_schedule(source: str):  # type: ignore[no-untyped-def]
     return variant, dataclasses.replace(schedule, kernels=(bad, *schedule.kernels[1:]))
 
 
-def _feeds() -> tuple[list[np.ndarray], dict[str, int]]:
-    with np.load(Path(__file__).resolve().parents[1] / "golden" / "v5_mlp.npz") as z:
-        return [z["in_x"], z["in_ids"]], {"batch": 3, "seq": 10}
-
-
 @pytest.mark.parametrize(("label", "source", "match"), payloads("MARKER"), ids=[p[0] for p in payloads("")])
 def test_interpret_backend_refuses_before_running(tmp_path: Path, label: str, source: str, match: str) -> None:
     pytest.importorskip("triton")
     m = marker(tmp_path)
     source = source.replace("MARKER", m)
     variant, schedule = _bad_schedule(source)
-    program = InterpretBackend().prepare(variant, schedule)
-    feeds, env = _feeds()
     with pytest.raises(AotcError) as info:
-        program.run(feeds, env)
+        InterpretBackend().prepare(variant, schedule)  # at load, before any call
     assert isinstance(info.value, ArtifactError), info.value
     assert str(info.value).startswith(f"kernel {schedule.kernels[0].name}: its source")
+    # and should a plan reach the launcher some other way, it checks again before it compiles anything
+    from aotc.runtime.backends import triton_interp
+
+    k0 = schedule.kernels[0]
+    with pytest.raises(ArtifactError, match=f"^kernel {k0.name}: its source"):
+        triton_interp.load_function(k0.name, k0.source)
     assert not Path(m).exists()
 
 

@@ -19,6 +19,7 @@ import numpy as np
 from aotc.errors import ArtifactError, ExecError, UnsupportedError, VerifyError
 from aotc.ir.graph import Graph
 from aotc.ir.index_check import index_error_message
+from aotc.ir.kernel_source import check_kernel_source
 from aotc.ir.ops import Op
 from aotc.ir.schedule import ALIGN, Arg, ArgKind, Kernel, Schedule
 from aotc.ir.symbolic import evaluate
@@ -38,6 +39,7 @@ class InterpretBackend:
                 "device 'interpret' runs the artifact's Triton kernels and needs triton >= 3.6, which is not "
                 "installed: pip install 'aotc[interpret]'"
             )
+        self._checked: set[tuple[str, str]] = set()
 
     def prepare(self, graph: Graph, schedule: Schedule | None = None) -> InterpretProgram:
         if schedule is None:
@@ -45,6 +47,12 @@ class InterpretBackend:
                 f"device 'interpret' is not available for this artifact: its variant {graph.name!r} has no kernels; "
                 "recompile the model with this aotc (aotc compile) to include them, or use device='cpu'"
             )
+        # This backend runs kernel source, so it holds every source to what codegen writes now, at load: the reader
+        # leaves that to the backends that run source (triton_interp checks again before it compiles one).
+        for k in schedule.kernels:
+            if (k.name, k.source) not in self._checked:
+                check_kernel_source(k.source, k.name)
+                self._checked.add((k.name, k.source))
         return InterpretProgram(graph, schedule)
 
 
