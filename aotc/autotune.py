@@ -32,8 +32,9 @@ from aotc.ir.dtypes import DType
 from aotc.ir.graph import Graph
 from aotc.ir.launch import KernelBinary, capability
 from aotc.ir.ops import Op
-from aotc.ir.schedule import ArchVariant, Kernel, KernelKind, Schedule, same_launch
+from aotc.ir.schedule import ArchVariant, Kernel, Schedule, same_launch
 from aotc.ir.symbolic import evaluate
+from aotc.ir.templates import template
 from aotc.ir.tiles import MIN_DOT_BLOCK, TileConfig, matmul_config, upper
 from aotc.kernels.attention import AttentionConfig, attention_config, attention_shape
 from aotc.kernels.conv import conv_shape
@@ -282,19 +283,19 @@ def tuning_feeds(graph: Graph, env: Mapping[str, int], seed: int = 0) -> list[np
 
 
 def is_tunable(graph: Graph, k: Kernel) -> bool:
-    """Matmul and attention launches, and convolutions run as implicit GEMM (not the depthwise kernel)."""
-    if k.kind in (KernelKind.MATMUL, KernelKind.ATTENTION):
-        return _root(graph, k) is not None
-    if k.kind is KernelKind.CONV:
-        node = _root(graph, k)
-        return node is not None and not conv_shape(node).depthwise
-    return False
+    """Launches whose template row says how to tune them (matmul and attention tiles; a convolution's as implicit
+    GEMM, but not the depthwise kernel's) and that compute the node they are rooted at."""
+    node = _root(graph, k)
+    if node is None or not template(k.kind).tuning:
+        return False
+    return node.op is not Op.CONV or not conv_shape(node).depthwise
 
 
 def _root(graph: Graph, k: Kernel) -> Any:
-    ops = {KernelKind.MATMUL: Op.MATMUL, KernelKind.CONV: Op.CONV, KernelKind.ATTENTION: Op.SDPA}
+    """The node of ``k``'s that its template is rooted at, if any."""
+    roots = template(k.kind).roots
     for i in k.nodes:
-        if graph.nodes[i].op is ops.get(k.kind):
+        if graph.nodes[i].op in roots:
             return graph.nodes[i]
     return None
 
@@ -307,7 +308,8 @@ def tile_candidates(graph: Graph, k: Kernel, cap: int) -> list[Tile | None]:
     limit = SHARED_LIMIT.get(cap, DEFAULT_SHARED)
     out: list[Tile | None] = [None]
     seen: set[Tile] = set()
-    if k.kind is KernelKind.ATTENTION:
+    tuning = template(k.kind).tuning
+    if tuning == "attention":
         shape = attention_shape(node)
         dtype = node.outputs[0].type.dtype
         lq, lk = upper(shape.lq, ranges), upper(shape.lk, ranges)
@@ -323,7 +325,7 @@ def tile_candidates(graph: Graph, k: Kernel, cap: int) -> list[Tile | None]:
                 seen.add(cfg)
                 out.append(cfg)
         return out
-    if k.kind is KernelKind.MATMUL:
+    if node.op is Op.MATMUL:
         s = matmul_shape(node)
         m, n, kk = upper(s.rows, ranges), upper(s.n, ranges), upper(s.k, ranges)
     else:

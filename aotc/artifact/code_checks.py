@@ -25,6 +25,7 @@ from aotc.ir.launch import (
     version_text,
 )
 from aotc.ir.schedule import ArgKind, Kernel, KernelKind, Schedule
+from aotc.ir.templates import BY_KIND
 
 FLAG_TYPE = "*i32"
 SIZE_TYPES = ("i32", "i64")
@@ -38,8 +39,9 @@ MAX_CTAS = 16
 MAX_SHARED = 1 << 20
 MAX_SCRATCH = 1 << 24
 MAX_SCRATCH_ALIGN = 1 << 12
-# Enum codes of schema.fbs; part of the format: never renumber.
-KIND_CODES = {
+# The KernelKind enum codes of schema 3-7 (schema.fbs), by the templates they name; part of the format: never
+# renumber. From schema 8 a kernel's kind is stored as its template's name (KernelCode.kind_name).
+LEGACY_KIND_CODES = {
     KernelKind.POINTWISE: 0,
     KernelKind.REDUCTION: 1,
     KernelKind.MATMUL: 2,
@@ -80,8 +82,10 @@ def check_code(
     bound to its launches by their digests, so a corrupted or edited source is still refused by the reader."""
     if not isinstance(k.name, str) or not k.name.isidentifier():
         raise fail(what, f"kernel name {k.name!r} is not an identifier")
-    if k.kind not in KIND_CODES:
-        raise fail(what, f"kernel kind {k.kind!r} is not a KernelKind")
+    if BY_KIND.get(k.kind) is None:
+        raise fail(
+            what, f"kernel kind {str(k.kind)[:60]!r} is not a template of this aotc (it knows {sorted(BY_KIND)})"
+        )
     names = [a.name for a in k.args]
     cnames = [c for c, _ in k.constexprs]
     if not all(isinstance(x, str) and x.isidentifier() for x in (*names, *cnames)):

@@ -14,8 +14,8 @@ architecture variant of it):
   dims, a concat position or a node's symbolic attr, or the negative of one); an arg named after a dim
   passes that dim;
 - its grid: each dim non-negative, within CUDA's limits (x < 2**31, y and z < 2**16) and within what its
-  outputs need (``GRID_NEEDS``: one row per kernel kind, the grid the template launches for the launch's
-  nodes and block sizes);
+  outputs need (the grid column of its template's row in aotc/ir/templates.py: what the template launches
+  for the launch's nodes and block sizes);
 - its index-check slots: distinct, and ``flags`` counts exactly the schedule's slots;
 - (a bound plan: schema 6, and every plan the writer writes) its digest: ``aotc.ir.digest.launch_digest`` of the
   nodes it fuses (ops, attrs, types, how they connect), the graph's symbols, its code, args, grid, checks and
@@ -619,7 +619,7 @@ def _known_size(p: _Plan, e: Size, shapes: Iterable[Shape], extra: Sequence[Size
 
 def _check_grids(p: _Plan, i: int, k: Kernel, nodes: _LaunchNodes, what: str) -> None:
     """Each grid dim (the launch's and each architecture variant's) is >= 0, within CUDA's limits and within
-    what its outputs need (``schedule.grid_need``, per kernel kind)."""
+    what its outputs need (``grid_need``: its template's row, aotc/ir/templates.py)."""
     outs = tuple(id(p.values[v].type) for v in k.outputs)
     for kernel, kw in ((k, what), *((v.kernel, f"{what} variant {v.arch!r}") for v in k.variants)):
         # the need depends on the code (kind, block sizes, source) and on the nodes' ops, attrs and types

@@ -17,7 +17,7 @@ import numpy as np
 
 from aotc.artifact.code_checks import (
     ARG_KIND_CODES,
-    KIND_CODES,
+    LEGACY_KIND_CODES,
     check_code,
     check_variant_binaries,
     derive_driver_floor,
@@ -35,8 +35,9 @@ from aotc.ir.graph import Graph
 from aotc.ir.launch import Cubin, KernelBinary, LaunchMeta
 from aotc.ir.schedule import ArchVariant, Arg, ArgKind, Buffer, Extents, IndexCheck, Kernel, Schedule, Size, View
 from aotc.ir.symbolic import to_sexpr
+from aotc.ir.templates import BY_KIND, KernelKind
 
-_KINDS = {c: k for k, c in KIND_CODES.items()}
+_LEGACY_KINDS = {c: k for k, c in LEGACY_KIND_CODES.items()}
 _U32 = struct.Struct("<I").unpack_from
 # vtable slots of the string vectors read with PlanDecoder._column (schema.fbs field order)
 _LAUNCH_ARG_SIZES, _LAUNCH_GRID, _LAUNCH_FUSED, _LAUNCH_EXTENTS = 16, 18, 22, 28
@@ -46,6 +47,7 @@ _META_PARAMS, _META_CONSTEXPR_NAMES = 22, 32
 _SCHEDULE_DECLINED = 16
 _EXTENTS_LOWS, _EXTENTS_HIGHS, _EXTENTS_NAMES, _EXTENTS_REQUIRES = 4, 6, 8, 14
 BOUND_VERSION = 6  # launches carry digests and extents, binaries their constexprs
+NAMED_KIND_VERSION = 8  # a kernel's kind is its template's name (KernelCode.kind_name)
 _ARG_KINDS = {c: k for k, c in ARG_KIND_CODES.items()}
 
 
@@ -166,9 +168,7 @@ class PlanDecoder:
     def _code(self, c: Any, what: str) -> tuple[Kernel, KernelBinary | None]:
         name = text(c.Name(), f"{what} name")
         what = f"{what} ({name})"
-        kind = _KINDS.get(int(c.Kind()))
-        if kind is None:
-            raise ArtifactError(f"{what} has unknown kernel kind {c.Kind()}")
+        kind = self._kind(c, what)
         cnames = self._column(c, _CODE_CONSTEXPR_NAMES, f"{what} constexpr names")
         cvalues = column(c.ConstexprValuesAsNumpy(), np.int64).tolist()
         names = self._column(c, _CODE_ARG_NAMES, f"{what} arg names")
@@ -201,6 +201,29 @@ class PlanDecoder:
             binary = KernelBinary(name, cubins, text(ptx, f"{what} PTX"), self._meta(ptx_meta, f"{what} PTX"))
         check_code(kernel, binary, what, bound=self.version >= BOUND_VERSION, whole_source=False)
         return kernel, binary
+
+    def _kind(self, c: Any, what: str) -> KernelKind:
+        """The kernel's template: its kind_name (schema >= 8), or the template its enum code names (3-7)."""
+        code, name = int(c.Kind()), c.KindName()
+        if self.version < NAMED_KIND_VERSION:
+            if name is not None:
+                raise ArtifactError(f"{what}: a schema version {self.version} file holds a schema 8 kind name")
+            kind = _LEGACY_KINDS.get(code)
+            if kind is None:
+                raise ArtifactError(f"{what} has unknown kernel kind {code}")
+            return kind
+        if name is None:
+            raise ArtifactError(f"{what} has no kind name (required from schema {NAMED_KIND_VERSION})")
+        if code != 0:
+            raise ArtifactError(f"{what}: kind code {code} beside its kind name (0 from schema {NAMED_KIND_VERSION})")
+        text_name = text(name, f"{what} kind name")
+        row = BY_KIND.get(text_name)
+        if row is None:
+            raise ArtifactError(
+                f"{what} has kernel kind {text_name[:60]!r}, which is not a template of this aotc release (it knows "
+                f"{sorted(BY_KIND)}); upgrade aotc to read it"
+            )
+        return row.kind
 
     def _cubin(self, c: Any, what: str) -> Cubin:
         data = column(c.DataAsNumpy(), np.uint8).tobytes()

@@ -16,7 +16,6 @@ import numpy as np
 
 from aotc.artifact.code_checks import (
     ARG_KIND_CODES,
-    KIND_CODES,
     check_code,
     check_variant_binaries,
     code_key,
@@ -144,7 +143,7 @@ def encode_strings(b: flatbuffers.Builder, items: Sequence[str]) -> int:
 
 def _code(b: flatbuffers.Builder, k: Kernel, binary: KernelBinary | None) -> int:
     what = f"kernel {k.name!r}"
-    name, source = _str(b, k.name), _str(b, k.source)
+    name, source, kind = _str(b, k.name), _str(b, k.source), _str(b, k.kind)
     cnames = _strings(b, [c for c, _ in k.constexprs])
     cvalues = _longs(b, [v for _, v in k.constexprs])
     divisible = b.CreateNumpyVector(np.array(k.divisible, dtype=np.uint32))
@@ -155,7 +154,7 @@ def _code(b: flatbuffers.Builder, k: Kernel, binary: KernelBinary | None) -> int
     ptx_meta = _meta(b, binary.ptx_meta) if binary else None
     FbKernelCode.Start(b)
     FbKernelCode.AddName(b, name)
-    FbKernelCode.AddKind(b, KIND_CODES[k.kind])
+    FbKernelCode.AddKind(b, 0)  # the enum of schema 3-7: its template is kind_name
     FbKernelCode.AddSource(b, source)
     FbKernelCode.AddConstexprNames(b, cnames)
     FbKernelCode.AddConstexprValues(b, cvalues)
@@ -168,6 +167,7 @@ def _code(b: flatbuffers.Builder, k: Kernel, binary: KernelBinary | None) -> int
     if ptx is not None and ptx_meta is not None:
         FbKernelCode.AddPtx(b, ptx)
         FbKernelCode.AddPtxMeta(b, ptx_meta)
+    FbKernelCode.AddKindName(b, kind)
     return FbKernelCode.End(b)
 
 

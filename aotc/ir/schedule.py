@@ -9,16 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from aotc.ir.ops import Op
-from aotc.ir.symbolic import SymExpr, add, floordiv, mul, smax
+from aotc.ir.symbolic import SymExpr
+from aotc.ir.templates import KernelKind, grid_need
 
-if TYPE_CHECKING:
-    from aotc.ir.graph import Graph
-    from aotc.ir.types import Node
+__all__ = ["KernelKind", "grid_need"]  # re-exported: the kind and the grid a launch may have are its template's
 
 Size = int | SymExpr
 
@@ -27,17 +24,6 @@ POINTER_TYPES = ("*fp32", "*fp16", "*bf16", "*i32", "*i64", "*i1", "*i8")
 SCALAR_TYPES = ("i32", "i64", "fp32")
 # The arena, inputs, outputs and weights all start at this alignment.
 ALIGN = 256
-
-
-class KernelKind(str, enum.Enum):
-    """What template a kernel came from. Gather, concat, pad, slice, flip and pooling windows are
-    index arithmetic inside pointwise or reduction kernels, never kernels of their own."""
-
-    POINTWISE = "pointwise"
-    REDUCTION = "reduction"
-    MATMUL = "matmul"
-    CONV = "conv"
-    ATTENTION = "attention"  # flash attention (aotc/kernels/attention.py)
 
 
 class ArgKind(str, enum.Enum):
@@ -216,120 +202,5 @@ class Schedule:
         return tuple(out.values())
 
 
-# -- what a launch's grid may be -----------------------------------------------------------------
-
-# CUDA's grid limits per axis (x, y, z).
+# CUDA's grid limits per axis (x, y, z); what each template launches is its row's grid (aotc/ir/templates.py).
 GRID_LIMITS = (2**31 - 1, 65535, 65535)
-_REDUCTIONS = frozenset((Op.REDUCE_SUM, Op.REDUCE_MAX, Op.REDUCE_MIN, Op.REDUCE_PROD, Op.ARGMAX, Op.ARGMIN))
-
-
-def grid_need(graph: Graph, k: Kernel) -> tuple[Size, Size, Size]:
-    """Per axis, the most programs the template of ``k.kind`` launches for ``k``'s nodes, outputs and block sizes
-    (aotc/kernels/: pointwise.py, scatter.py, reduction.py, matmul.py, conv.py, attention.py); a program past
-    it would work on tiles outside its outputs. ValueError when ``k`` lacks what its template has."""
-    rule = GRID_NEEDS.get(k.kind)
-    if rule is None:
-        raise ValueError(f"kernel kind {k.kind!r} is not a KernelKind")
-    return rule(graph, k)
-
-
-def _cdiv(a: Size, b: int) -> Size:
-    return floordiv(add(a, b - 1), b)
-
-
-def _numel(shape: tuple[Size, ...]) -> Size:
-    out: Size = 1
-    for d in shape:
-        out = mul(out, d)
-    return out
-
-
-def _block(k: Kernel, name: str) -> int:
-    v = dict(k.constexprs).get(name)
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise ValueError(f"a {k.kind.value} kernel needs a positive {name} constexpr, got {v!r}")
-    return v
-
-
-def _anchor(graph: Graph, k: Kernel, op: Op, rank: int) -> Node:
-    """The one ``op`` node a launch of a contraction template computes (operands and output of rank >= ``rank``)."""
-    found = [graph.nodes[i] for i in k.nodes if graph.nodes[i].op is op]
-    if len(found) != 1:
-        raise ValueError(f"a {k.kind.value} launch computes {len(found)} {op.value} nodes, not 1")
-    node = found[0]
-    if len(node.inputs) < 2 or min(x.type.rank for x in (*node.inputs[:2], *node.outputs)) < rank:
-        raise ValueError(f"its {op.value} node does not have the operands the template takes")
-    return node
-
-
-def _largest(xs: Iterable[Size]) -> Size:
-    out: Size | None = None
-    for x in dict.fromkeys(xs):
-        out = x if out is None else smax(out, x)
-    return 0 if out is None else out
-
-
-def _batched(tiles: Size, batch: Size, k: Kernel) -> tuple[Size, Size, Size]:
-    """The batch on grid axis y where the code reads it there (codegen's ``tl.program_id(1)``), else folded
-    into axis x (a batch that may exceed axis y's limit)."""
-    if not isinstance(k.source, str):
-        raise ValueError("its source is not text")
-    return (tiles, batch, 1) if "tl.program_id(1)" in k.source else (mul(tiles, batch), 1, 1)
-
-
-def _flat_need(graph: Graph, k: Kernel) -> tuple[Size, Size, Size]:
-    """Pointwise: a BLOCK of elements per program over its outputs' elements (a scatter's writes: over the
-    updates'). Reduction: XBLOCK rows per program over its reductions' results."""
-    if k.kind is KernelKind.REDUCTION:
-        block = _block(k, "XBLOCK")
-        shapes = [o.type.shape for i in k.nodes if graph.nodes[i].op in _REDUCTIONS for o in graph.nodes[i].outputs]
-        if not shapes:
-            raise ValueError("a reduction launch computes no reduction")
-    else:
-        block = _block(k, "BLOCK")
-        written = set(k.outputs)
-        shapes = [o.type.shape for i in k.nodes for o in graph.nodes[i].outputs if o.id in written]
-        shapes += [graph.nodes[i].inputs[-1].type.shape for i in k.nodes if graph.nodes[i].op is Op.SCATTER]
-    return (_largest(_cdiv(_numel(s), block) for s in shapes), 1, 1)
-
-
-def _matmul_need(graph: Graph, k: Kernel) -> tuple[Size, Size, Size]:
-    """BLOCK_M x BLOCK_N output tiles per batch entry; a batch that B does not vary over rides in the rows."""
-    node = _anchor(graph, k, Op.MATMUL, 2)
-    out, b = node.outputs[0].type.shape, node.inputs[1].type.shape
-    fold = all(d == 1 for d in b[:-2])
-    count = _numel(out[:-2])
-    rows = mul(count, out[-2]) if fold else out[-2]
-    tiles = mul(_cdiv(rows, _block(k, "BLOCK_M")), _cdiv(out[-1], _block(k, "BLOCK_N")))
-    return _batched(tiles, 1 if fold else count, k)
-
-
-def _conv_need(graph: Graph, k: Kernel) -> tuple[Size, Size, Size]:
-    """BLOCK_M rows (image and output position) x BLOCK_N output channels of one group per program, the groups
-    on axis y; a depthwise convolution's direct kernel covers every channel on axis x."""
-    node = _anchor(graph, k, Op.CONV, 3)
-    out, w = node.outputs[0].type.shape, node.inputs[1].type.shape
-    groups = node.attrs.get("groups", 1)
-    if isinstance(groups, bool) or not isinstance(groups, int) or not isinstance(w[0], int) or groups < 1:
-        raise ValueError(f"conv with groups {groups!r} and {w[0]} output channels")
-    tiles = _cdiv(mul(out[0], _numel(out[2:])), _block(k, "BLOCK_M"))
-    if w[1] == 1 and groups > 1:  # depthwise
-        return (mul(tiles, _cdiv(w[0], _block(k, "BLOCK_N"))), 1, 1)
-    return (mul(tiles, _cdiv(w[0] // groups, _block(k, "BLOCK_N"))), groups, 1)
-
-
-def _attention_need(graph: Graph, k: Kernel) -> tuple[Size, Size, Size]:
-    """BLOCK_M query rows of one batch entry per program."""
-    node = _anchor(graph, k, Op.SDPA, 2)
-    out, lq = node.outputs[0].type.shape, node.inputs[0].type.shape[-2]
-    return _batched(_cdiv(lq, _block(k, "BLOCK_M")), _numel(out[:-2]), k)
-
-
-# One row per kernel kind: the grid its template launches (see grid_need).
-GRID_NEEDS: dict[KernelKind, Callable[[Graph, Kernel], tuple[Size, Size, Size]]] = {
-    KernelKind.POINTWISE: _flat_need,
-    KernelKind.REDUCTION: _flat_need,
-    KernelKind.MATMUL: _matmul_need,
-    KernelKind.CONV: _conv_need,
-    KernelKind.ATTENTION: _attention_need,
-}

@@ -7,11 +7,9 @@ from aotc.errors import UnsupportedError
 from aotc.ir.ops import Op
 from aotc.ir.schedule import View
 from aotc.ir.types import Node, Value
-from aotc.kernels.attention import why_not_attention
 from aotc.kernels.contraction_emit import why_not_epilogue
-from aotc.kernels.conv import why_not_conv
-from aotc.kernels.fusion_graph import BIJECTIVE_VIEWS, CONTRACTIONS, VIEWS, FusionGraph
-from aotc.kernels.matmul import why_not_matmul
+from aotc.kernels.fusion_graph import BIJECTIVE_VIEWS, VIEWS, FusionGraph
+from aotc.kernels.templates import check, rooted_at
 
 
 def output_views(
@@ -50,17 +48,18 @@ def output_views(
 
 
 def epilogues(g: FusionGraph, stored: set[int], declined: list[str]) -> dict[int, tuple[Node, tuple[Node, ...]]]:
-    """For each contraction: its pointwise epilogue; the epilogue's one escaping value is stored. Keyed by it."""
+    """For each node a template is rooted at: its pointwise epilogue where the template takes one (its row says);
+    the epilogue's one escaping value is stored. Keyed by it."""
     out: dict[int, tuple[Node, tuple[Node, ...]]] = {}
     claimed: set[int] = set()
     for c in g.graph.nodes:
-        if c.op not in CONTRACTIONS:
+        row = rooted_at(c)
+        if row is None:
             continue
-        why = {Op.MATMUL: why_not_matmul, Op.CONV: why_not_conv, Op.SDPA: why_not_attention}[c.op]
-        reason = why(c)
+        reason = check(c)
         if reason is not None:
             raise UnsupportedError(f"no kernel for {c.op.value} ({c}): {reason}")
-        chain, end = ((), c.outputs[0].id) if c.op is Op.SDPA else _epilogue(g, c, claimed, declined)
+        chain, end = _epilogue(g, c, claimed, declined) if row.epilogue else ((), c.outputs[0].id)
         claimed.update(g.prod[n.outputs[0].id][0] for n in chain)
         stored.add(end)
         out[end] = (c, chain)

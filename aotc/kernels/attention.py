@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aotc.errors import UnsupportedError
 from aotc.ir.dtypes import DType
@@ -45,7 +45,11 @@ from aotc.kernels.contraction_emit import (
 from aotc.kernels.pointwise_ops import TL_DTYPE
 from aotc.kernels.reach import GRID_X, GRID_Y
 
-__all__ = ["AttentionConfig", "attention_config", "emit_attention", "why_not_attention"]
+if TYPE_CHECKING:
+    from aotc.kernels.config import KernelConfig
+    from aotc.kernels.fusion import KernelPlan
+
+__all__ = ["AttentionConfig", "attention_config", "emit_attention", "emit_plan", "why_not_attention"]
 
 Size = int | SymExpr
 ATTENTION_DTYPES = (DType.float32, DType.float16, DType.bfloat16)
@@ -294,6 +298,12 @@ def emit_attention(
         num_stages=cfg.num_stages,
         extra_nodes=(node_index,),
     )
+
+
+def emit_plan(b: Any, kp: KernelPlan, name: str, config: KernelConfig, tiles: AttentionConfig | None = None) -> Kernel:
+    """The template table's emitter (aotc/ir/templates.py): ``kp``'s SDPA node."""
+    assert kp.root is not None
+    return emit_attention(b, kp.root, arch_hint=f"sm_{config.arch}", name=name, config=tiles)
 
 
 def _load_mask(

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aotc.errors import UnsupportedError
 from aotc.ir.dtypes import DType
@@ -53,9 +53,19 @@ from aotc.kernels.contraction_emit import (
 from aotc.kernels.reach import GRID_X, GRID_Y
 
 if TYPE_CHECKING:
+    from aotc.kernels.config import KernelConfig
     from aotc.kernels.emit import KernelBuilder
+    from aotc.kernels.fusion import KernelPlan
 
-__all__ = ["ConvShape", "can_fuse_epilogue", "conv_shape", "emit_conv", "why_not_conv", "why_not_epilogue"]
+__all__ = [
+    "ConvShape",
+    "can_fuse_epilogue",
+    "conv_shape",
+    "emit_conv",
+    "emit_plan",
+    "why_not_conv",
+    "why_not_epilogue",
+]
 
 Size = int | SymExpr
 
@@ -187,6 +197,13 @@ def emit_conv(
         num_stages=cfg.num_stages,
         extra_nodes=(node_index,),
     )
+
+
+def emit_plan(b: KernelBuilder, kp: KernelPlan, name: str, config: KernelConfig, tiles: Any = None) -> Kernel:
+    """The template table's emitter (aotc/ir/templates.py): ``kp``'s conv, its epilogue storing ``kp.anchor``."""
+    assert kp.root is not None
+    arch = f"sm_{config.arch}"
+    return emit_conv(b, kp.root, kp.epilogue, outputs=(kp.anchor,), arch_hint=arch, name=name, config=tiles)
 
 
 def _emit_rows(builder: KernelBuilder, shape: ConvShape, rows: str, masked: bool) -> tuple[str, list[str]]:

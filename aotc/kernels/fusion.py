@@ -26,11 +26,11 @@ from aotc.errors import UnsupportedError
 from aotc.ir.graph import Graph
 from aotc.ir.ops import ELEMENTWISE, HIGH_LEVEL, REDUCTIONS, Op
 from aotc.ir.schedule import View
+from aotc.ir.templates import ROOTED_AT, ROOTS, KernelKind
 from aotc.ir.types import Node, Shape, Value
 from aotc.kernels.anchors import epilogues as epilogues_of
 from aotc.kernels.anchors import output_views
 from aotc.kernels.fusion_graph import (
-    CONTRACTIONS,
     INDEX_SOURCES,
     VIEWS,
     FusionGraph,
@@ -42,7 +42,7 @@ from aotc.kernels.fusion_graph import (
 )
 from aotc.kernels.reduction import reduced_axes
 
-__all__ = ["VIEWS", "FusionPlan", "KernelPlan", "plan_fusion", "reduction_deps"]
+__all__ = ["VIEWS", "FusionPlan", "KernelPlan", "plan_fusion"]
 
 
 @dataclass
@@ -52,7 +52,7 @@ class KernelPlan:
     anchor: Value
     nodes: set[int] = field(default_factory=set)
     reads: set[int] = field(default_factory=set)
-    root: Node | None = None  # the contraction, for matmul/conv kernels
+    root: Node | None = None  # the node a template-rooted kernel is rooted at (aotc/ir/templates.py)
     epilogue: tuple[Node, ...] = ()
     reductions: tuple[Node, ...] = ()
     stored_first: tuple[Value, ...] = ()  # values of merged producer kernels this kernel also stores
@@ -68,12 +68,13 @@ class KernelPlan:
         return (*self.stored_first, self.anchor)
 
     @property
-    def kind(self) -> str:
+    def kind(self) -> KernelKind:
+        """The template that emits it: the one rooted at its root's op, else the scatter, reduction or pointwise one."""
         if self.root is not None:
-            return "attention" if self.root.op is Op.SDPA else self.root.op.value
+            return ROOTED_AT[self.root.op].kind
         if self.scatter is not None:
-            return "scatter" if self.in_place else "scatter_copy"
-        return "reduction" if self.reductions else "pointwise"
+            return KernelKind.SCATTER if self.in_place else KernelKind.SCATTER_COPY
+        return KernelKind.REDUCTION if self.reductions else KernelKind.POINTWISE
 
 
 @dataclass
@@ -89,12 +90,12 @@ def plan_fusion(graph: Graph) -> FusionPlan:
     stored: set[int] = set()
     views: list[View] = []
     for n in graph.nodes:
-        if n.op not in ELEMENTWISE | REDUCTIONS | VIEWS | INDEX_SOURCES | CONTRACTIONS | {
+        if n.op not in ELEMENTWISE | REDUCTIONS | VIEWS | INDEX_SOURCES | ROOTS | {
             Op.CONSTANT,
             Op.GATHER,
             Op.SCATTER,
         }:
-            if n.op in HIGH_LEVEL and n.op is not Op.SDPA:
+            if n.op in HIGH_LEVEL and n.op not in ROOTS:
                 raise UnsupportedError(f"graph {graph.name} is not lowered: {n.op.value} ({n}) is a high-level op")
             raise UnsupportedError(f"no kernel for op {n.op.value} ({n}): it runs on the cpu backend only")
     stored |= {n.outputs[0].id for n in graph.nodes if n.op is Op.SCATTER}
@@ -305,26 +306,6 @@ def _above_reductions(g: FusionGraph, k: KernelPlan) -> set[int]:
             dep.update(o.id for o in n.outputs)
             out.add(i)
     return out
-
-
-def reduction_deps(g: Graph, k: KernelPlan) -> dict[int, frozenset[int]]:
-    """For each reduction of ``k``: the kernel's reductions its input depends on."""
-    red = {r.outputs[0].id for r in k.reductions}
-    reach: dict[int, frozenset[int]] = {}
-    for i in sorted(k.nodes):
-        n = g.nodes[i]
-        acc: set[int] = set()
-        for x in n.inputs:
-            acc |= reach.get(x.id, frozenset())
-            if x.id in red:
-                acc.add(x.id)
-        for o in n.outputs:
-            reach[o.id] = frozenset(acc)
-    return {r.outputs[0].id: reach.get(r.inputs[0].id, frozenset()) | _direct(r, red) for r in k.reductions}
-
-
-def _direct(r: Node, red: set[int]) -> frozenset[int]:
-    return frozenset(x.id for x in r.inputs if x.id in red)
 
 
 def _order(g: FusionGraph, kernels: Iterable[KernelPlan]) -> list[KernelPlan]:

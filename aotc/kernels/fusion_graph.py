@@ -13,10 +13,8 @@ from aotc.ir.types import Node
 
 VIEWS = ops.VIEWS
 INDEX_SOURCES = ops.SOURCES - {Op.CONSTANT}  # computed from the index; a CONSTANT is a weight in memory
-# Template-rooted kernels: the template loads the operands; SDPA (kept whole by the attention pass) has no
-# epilogue yet.
-CONTRACTIONS = ops.CONTRACTIONS | {Op.SDPA}
-# What a contraction's operand may pass through and still be loaded by the template directly.
+# What the operand of a template-rooted kernel (aotc/ir/templates.py) may pass through and still be loaded by
+# the template directly.
 PROLOGUE = VIEWS | INDEX_SOURCES | {Op.CAST}
 BIJECTIVE_VIEWS = frozenset({Op.RESHAPE, Op.PERMUTE, Op.FLIP})
 

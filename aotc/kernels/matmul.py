@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aotc.errors import UnsupportedError
 from aotc.ir.dtypes import DType
@@ -46,12 +46,15 @@ from aotc.kernels.contraction_emit import (
 from aotc.kernels.reach import GRID_X, GRID_Y
 
 if TYPE_CHECKING:
+    from aotc.kernels.config import KernelConfig
     from aotc.kernels.emit import IndexItem, KernelBuilder
+    from aotc.kernels.fusion import KernelPlan
 
 __all__ = [
     "MatmulShape",
     "can_fuse_epilogue",
     "emit_matmul",
+    "emit_plan",
     "matmul_shape",
     "why_not_epilogue",
     "why_not_matmul",
@@ -206,6 +209,13 @@ def emit_matmul(
         num_stages=cfg.num_stages,
         extra_nodes=(node_index,),
     )
+
+
+def emit_plan(b: KernelBuilder, kp: KernelPlan, name: str, config: KernelConfig, tiles: Any = None) -> Kernel:
+    """The template table's emitter (aotc/ir/templates.py): ``kp``'s matmul, its epilogue storing ``kp.anchor``."""
+    assert kp.root is not None
+    arch = f"sm_{config.arch}"
+    return emit_matmul(b, kp.root, kp.epilogue, outputs=(kp.anchor,), arch_hint=arch, name=name, config=tiles)
 
 
 def _emit_program_ids(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from aotc.ir.index import unflatten
 from aotc.ir.schedule import Kernel, KernelKind, Size
@@ -12,6 +13,9 @@ from aotc.kernels import index_text as ix
 from aotc.kernels.config import KernelConfig
 from aotc.kernels.emit import KernelBuilder, numel
 from aotc.kernels.reach import GRID_X
+
+if TYPE_CHECKING:
+    from aotc.kernels.fusion import KernelPlan
 
 
 def emit_pointwise(b: KernelBuilder, outputs: Sequence[Value], name: str, config: KernelConfig) -> Kernel:
@@ -36,6 +40,11 @@ def emit_pointwise(b: KernelBuilder, outputs: Sequence[Value], name: str, config
         b.store(v, index, env[v.id], "mask")
     grid = (floordiv(add(n, block - 1), block), 1, 1)
     return b.finish(name, KernelKind.POINTWISE, grid, (("BLOCK", block),), num_warps=warps, num_stages=1)
+
+
+def emit_plan(b: KernelBuilder, kp: KernelPlan, name: str, config: KernelConfig, tiles: Any = None) -> Kernel:
+    """The template table's emitter (aotc/ir/templates.py): every value ``kp`` stores."""
+    return emit_pointwise(b, kp.outputs, name, config)
 
 
 def flat_reach(b: KernelBuilder, n: Size) -> None:

@@ -9,6 +9,7 @@ once more for values stored at full shape. Half precision accumulates in float32
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from aotc.ir.dtypes import DType
 from aotc.ir.ops import Op
@@ -21,6 +22,10 @@ from aotc.kernels.pointwise import unravel_into
 from aotc.kernels.pointwise_ops import HALF, TL_DTYPE, is_literal
 from aotc.kernels.reach import GRID_X
 
+if TYPE_CHECKING:
+    from aotc.ir.graph import Graph
+    from aotc.kernels.fusion import KernelPlan
+
 _COMBINE = {Op.REDUCE_SUM: "tl.sum", Op.REDUCE_MAX: "tl.max", Op.REDUCE_MIN: "tl.min"}
 
 
@@ -28,6 +33,11 @@ def reduced_axes(node: Node) -> tuple[int, ...]:
     if node.op in (Op.ARGMAX, Op.ARGMIN):
         return (node.attrs.get("axis", 0) % max(1, node.inputs[0].type.rank),)
     return tuple(node.attrs["axes"])
+
+
+def emit_plan(b: KernelBuilder, kp: KernelPlan, name: str, config: KernelConfig, tiles: Any = None) -> Kernel:
+    """The template table's emitter (aotc/ir/templates.py): ``kp``'s reductions, one row loop, storing its anchor."""
+    return emit_reduction(b, kp.reductions, (kp.anchor,), name, config, reduction_deps(b.graph, kp))
 
 
 def emit_reduction(
@@ -107,6 +117,26 @@ def emit_reduction(
     constexprs = (("XBLOCK", xblock), ("RBLOCK", rblock))
     extra = [b.producers[r.outputs[0].id][0] for r in reductions]
     return b.finish(name, KernelKind.REDUCTION, grid, constexprs, num_warps=warps, num_stages=1, extra_nodes=extra)
+
+
+def reduction_deps(g: Graph, k: KernelPlan) -> dict[int, frozenset[int]]:
+    """For each reduction of ``k``: the kernel's reductions its input depends on."""
+    red = {r.outputs[0].id for r in k.reductions}
+    reach: dict[int, frozenset[int]] = {}
+    for i in sorted(k.nodes):
+        n = g.nodes[i]
+        acc: set[int] = set()
+        for x in n.inputs:
+            acc |= reach.get(x.id, frozenset())
+            if x.id in red:
+                acc.add(x.id)
+        for o in n.outputs:
+            reach[o.id] = frozenset(acc)
+    return {r.outputs[0].id: reach.get(r.inputs[0].id, frozenset()) | _direct(r, red) for r in k.reductions}
+
+
+def _direct(r: Node, red: set[int]) -> frozenset[int]:
+    return frozenset(x.id for x in r.inputs if x.id in red)
 
 
 def _levels(reductions: Sequence[Node], deps: Mapping[int, frozenset[int]]) -> list[list[Node]]:

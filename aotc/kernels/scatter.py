@@ -16,8 +16,9 @@ The fusion plan orders the writes after their copy and every reader of the value
 (fusion._order); the memory plan keeps the buffer live from the copy through the writes (memplan); the plan
 checks refuse a kernel writing a graph input or weight, which the output never is. A graph output that is
 a transpose of the value is stored by a kernel of its own (the copy cannot store it: the value is not final
-yet); one that is a reshape shares its storage (a View), which both launches then write. Both launches are
-``KernelKind.POINTWISE`` (the artifact's kind enum is unchanged); their names say ``scatter_copy``/``scatter``.
+yet); one that is a reshape shares its storage (a View), which both launches then write. The two launches are
+the template table's ``scatter_copy`` and ``scatter`` rows (aotc/ir/templates.py); files of schema 3-7 call
+both ``pointwise``.
 Skipping the copy by writing into ``data``'s own buffer would make two values share storage, which a Schedule
 only expresses for graph outputs (a View), and ``data`` may be an input, a weight or read again later.
 
@@ -42,6 +43,8 @@ The ``reduction`` attr, each as the reference combines:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from aotc.errors import UnsupportedError
 from aotc.ir.dtypes import DType
 from aotc.ir.index_check import index_range, index_source, op_where
@@ -53,6 +56,9 @@ from aotc.kernels.config import KernelConfig
 from aotc.kernels.emit import KernelBuilder, numel
 from aotc.kernels.pointwise import flat_reach, unravel_into
 from aotc.kernels.pointwise_ops import TL_DTYPE, elementwise
+
+if TYPE_CHECKING:
+    from aotc.kernels.fusion import KernelPlan
 
 # reduction attr -> the elementwise op that combines an element with an update
 COMBINE = {"add": Op.ADD, "mul": Op.MUL, "max": Op.MAXIMUM, "min": Op.MINIMUM}
@@ -67,13 +73,31 @@ _ATOMIC = {
 _BITS = {DType.float32: "tl.int32", DType.float16: "tl.int16", DType.bfloat16: "tl.int16"}
 
 
+def emit_copy_plan(b: KernelBuilder, kp: KernelPlan, name: str, config: KernelConfig, tiles: Any = None) -> Kernel:
+    """The template table's emitter of a scatter's first launch (aotc/ir/templates.py)."""
+    assert kp.scatter is not None
+    return emit_scatter_copy(b, kp.scatter, name, config)
+
+
+def emit_plan(b: KernelBuilder, kp: KernelPlan, name: str, config: KernelConfig, tiles: Any = None) -> Kernel:
+    """The template table's emitter of a scatter's writes (aotc/ir/templates.py)."""
+    assert kp.scatter is not None
+    return emit_scatter(b, kp.scatter, name, config)
+
+
 def emit_scatter_copy(b: KernelBuilder, node: Node, name: str, config: KernelConfig) -> Kernel:
     """Launch 1: the output = ``data``, element by element."""
     data, out = node.inputs[0], node.outputs[0]
     index, grid, constexprs, warps = _flat(b, out.type.shape, config)
     b.store(out, index, b.load(data, index, "mask"), "mask")
     return b.finish(
-        name, KernelKind.POINTWISE, grid, constexprs, num_warps=warps, num_stages=1, extra_nodes=(_node_index(b, node),)
+        name,
+        KernelKind.SCATTER_COPY,
+        grid,
+        constexprs,
+        num_warps=warps,
+        num_stages=1,
+        extra_nodes=(_node_index(b, node),),
     )
 
 
@@ -105,7 +129,7 @@ def emit_scatter(b: KernelBuilder, node: Node, name: str, config: KernelConfig) 
     else:
         _swap_loop(b, COMBINE[reduction], out.type.dtype, ptr, off, val, ok)
     return b.finish(
-        name, KernelKind.POINTWISE, grid, constexprs, num_warps=warps, num_stages=1, extra_nodes=(_node_index(b, node),)
+        name, KernelKind.SCATTER, grid, constexprs, num_warps=warps, num_stages=1, extra_nodes=(_node_index(b, node),)
     )
 
 

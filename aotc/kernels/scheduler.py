@@ -8,20 +8,14 @@ from typing import Any
 
 from aotc.ir.digest import seal_all
 from aotc.ir.graph import Graph
-from aotc.ir.ops import Op
 from aotc.ir.schedule import ArchVariant, ArgKind, Kernel, Schedule, same_launch
 from aotc.kernels import index_text as ix
-from aotc.kernels.attention import emit_attention
 from aotc.kernels.config import KernelConfig
-from aotc.kernels.conv import emit_conv
 from aotc.kernels.emit import FlagSlots, KernelBuilder
-from aotc.kernels.fusion import KernelPlan, plan_fusion, reduction_deps
-from aotc.kernels.matmul import emit_matmul
+from aotc.kernels.fusion import KernelPlan, plan_fusion
 from aotc.kernels.memplan import plan_memory
 from aotc.kernels.naming import kernel_name
-from aotc.kernels.pointwise import emit_pointwise
-from aotc.kernels.reduction import emit_reduction
-from aotc.kernels.scatter import emit_scatter, emit_scatter_copy
+from aotc.kernels.templates import hook, template
 
 
 def schedule_graph(graph: Graph, options: Any = None, tiles: Mapping[int, Any] | None = None) -> Schedule:
@@ -34,7 +28,8 @@ def schedule_graph(graph: Graph, options: Any = None, tiles: Mapping[int, Any] |
     kernels (the same code apart from the names of the kernel and its pointers) share one name and source.
 
     ``tiles`` (autotuning) maps a launch's index to the config its template uses instead of the
-    heuristic one (a TileConfig for matmul and conv, an AttentionConfig for attention).
+    heuristic one (a TileConfig for matmul and conv, an AttentionConfig for attention). Each kernel's
+    template, and so its emitter, is its plan's row of the template table (aotc/ir/templates.py).
     """
     archs = _archs(options)
     config = KernelConfig(arch=archs[0])
@@ -103,25 +98,15 @@ def _renamed(kernel: Kernel, names: Mapping[str, str]) -> Kernel:
 
 
 def _emit(b: KernelBuilder, kp: KernelPlan, name: str, config: KernelConfig, tile: Any = None) -> Kernel:
-    arch = f"sm_{config.arch}"
-    if kp.scatter is not None:
-        emit = emit_scatter if kp.in_place else emit_scatter_copy
-        return emit(b, kp.scatter, name, config)
-    if kp.root is not None and kp.root.op is Op.SDPA:
-        return emit_attention(b, kp.root, arch_hint=arch, name=name, config=tile)
-    if kp.root is not None:
-        emit = emit_matmul if kp.root.op is Op.MATMUL else emit_conv
-        return emit(b, kp.root, kp.epilogue, outputs=(kp.anchor,), arch_hint=arch, name=name, config=tile)
-    if kp.reductions:
-        deps = reduction_deps(b.graph, kp)
-        return emit_reduction(b, kp.reductions, (kp.anchor,), name, config, deps)
-    return emit_pointwise(b, kp.outputs, name, config)
+    return hook(template(kp.kind).emit)(b, kp, name, config, tile)
 
 
 def _binary_key(k: Kernel, name: str) -> tuple:
-    """Everything the compiled binary depends on, the kernel's own name and its pointers' names aside."""
+    """Everything the compiled binary depends on, the kernel's own name and its pointers' names aside, and its
+    template: the file stores one kind per code, so a scatter's copy never shares a pointwise kernel's code."""
     pointers = {a.name: f"__ptr{j}" for j, a in enumerate(k.args) if a.kind is not ArgKind.SIZE}
     return (
+        k.kind,
         ix.rename(code(k.source).replace(f"def {name}(", "def KERNEL(", 1), pointers),
         tuple((pointers.get(a.name, a.name), a.type) for a in k.args),
         k.constexprs,

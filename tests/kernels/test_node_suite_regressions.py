@@ -146,6 +146,6 @@ def test_node_script_interprets_kernels_and_skips_models_without_them(monkeypatc
     def refuse(*_args: object, **_kwargs: object) -> None:
         raise UnsupportedError("no kernel for op scatter (refused by the test)")
 
-    monkeypatch.setattr("aotc.kernels.scheduler.emit_scatter", refuse)  # a model the scheduler refuses
+    monkeypatch.setattr("aotc.kernels.scatter.emit_plan", refuse)  # a model the scheduler refuses
     scatter = script.run(("scatterelements",), ops=("ScatterElements",), device="interpret")
     assert scatter and all(r.status == "skipped" and "refused by the test" in r.reason for r in scatter)

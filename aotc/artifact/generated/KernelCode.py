@@ -216,7 +216,14 @@ class KernelCode(object):
             return obj
         return None
 
-def KernelCodeStart(builder): builder.StartObject(13)
+    # KernelCode
+    def KindName(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(30))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
+def KernelCodeStart(builder): builder.StartObject(14)
 def Start(builder):
     return KernelCodeStart(builder)
 def KernelCodeAddName(builder, name): builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(name), 0)
@@ -276,6 +283,9 @@ def AddPtx(builder, ptx):
 def KernelCodeAddPtxMeta(builder, ptxMeta): builder.PrependUOffsetTRelativeSlot(12, flatbuffers.number_types.UOffsetTFlags.py_type(ptxMeta), 0)
 def AddPtxMeta(builder, ptxMeta):
     return KernelCodeAddPtxMeta(builder, ptxMeta)
+def KernelCodeAddKindName(builder, kindName): builder.PrependUOffsetTRelativeSlot(13, flatbuffers.number_types.UOffsetTFlags.py_type(kindName), 0)
+def AddKindName(builder, kindName):
+    return KernelCodeAddKindName(builder, kindName)
 def KernelCodeEnd(builder): return builder.EndObject()
 def End(builder):
     return KernelCodeEnd(builder)
