@@ -9,8 +9,8 @@ import numpy as np
 
 from aotc.errors import ExecError
 from aotc.ir.analysis import analyze
+from aotc.ir.gather_ids import IndexRangeError, index_error_message, index_source, op_where
 from aotc.ir.graph import Graph
-from aotc.ir.index_check import IndexRangeError, index_error_message, index_source, op_where
 from aotc.ir.ops import OPS, Op
 from aotc.ir.symbolic import SymExpr, evaluate
 from aotc.ir.types import Attrs

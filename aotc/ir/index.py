@@ -1,4 +1,4 @@
-"""Index expressions for kernels: index variables over ``[0, extent)``, range-aware simplification, Triton text.
+"""Index expressions for kernels: index variables over ``[0, extent)`` and range-aware simplification.
 
 A view (reshape, permute, broadcast, slice...) never copies: its consumer computes the source element's
 index from its own. Those indices are ``SymExpr``s over the graph's symbols (dims, inclusive int ranges)
@@ -20,13 +20,11 @@ int ranges, so relations such as ``c*H*W + h*W + w < C*H*W`` hold for every dim 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Collection, Mapping, Sequence
 from itertools import combinations
 
 from aotc.errors import ShapeError
 from aotc.ir.symbolic import (
-    INDEX_PREFIX,
     Atom,
     Range,
     SymExpr,
@@ -53,7 +51,6 @@ __all__ = [
     "index_var",
     "is_index_var",
     "simplify_index",
-    "to_triton",
     "unflatten",
 ]
 
@@ -389,111 +386,5 @@ def _split_by(num: SymExpr, k: int | SymExpr) -> tuple[int | SymExpr, int | SymE
     return x, y
 
 
-# -- Triton text -------------------------------------------------------------------------------------------
-
-_SIMPLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$|^[0-9]+$")
-
-
-def to_triton(
-    e: int | SymExpr,
-    names: Mapping[str, str],
-    space: IndexSpace | None = None,
-    held: Mapping[int | SymExpr, str] | None = None,
-    wide: bool = False,
-) -> str:
-    """Python/Triton source text for e; ``names`` maps every symbol and index variable to its Triton text.
-
-    Triton's integer ``//`` and ``%`` truncate toward zero (C semantics), which equals floor division only
-    for a non-negative numerator; the divisor is always positive. Index math has non-negative numerators,
-    so they print as plain ``//`` and ``%``. Given ``space``, a numerator it cannot prove non-negative
-    prints in a form that is exact for either sign.
-
-    ``held`` maps expressions a kernel variable already holds (a dim index unravelled once) to its name, which
-    prints in their place. ``wide`` makes every term compute in int64: its first variable is cast, so an
-    offset into a buffer of more than 2**31 elements cannot wrap.
-    """
-    return _Printer(names, space, held or {}, wide).expr(e)
-
-
-class _Printer:
-    def __init__(
-        self, names: Mapping[str, str], space: IndexSpace | None, held: Mapping[int | SymExpr, str], wide: bool
-    ) -> None:
-        self.names, self.space, self.held, self.wide = names, space, held, wide
-
-    def expr(self, e: int | SymExpr) -> str:
-        if isinstance(e, int):
-            return str(e)
-        name = self.held.get(e)
-        if name is not None:
-            return f"{name}.to(tl.int64)" if self.wide else name
-        parts = [(c < 0, self.term(mono, abs(c))) for mono, c in e.terms]
-        if e.const:
-            parts.append((e.const < 0, str(abs(e.const))))
-        lead = next((k for k, (neg, _) in enumerate(parts) if not neg), 0)  # ``x - 1``, not ``-1 + x``
-        parts.insert(0, parts.pop(lead))
-        neg, body = parts[0]
-        out = ("-" + (body if binds_as_one(body) or " * " in body else f"({body})")) if neg else body
-        for neg, body in parts[1:]:
-            out += f" - {body}" if neg else f" + {body}"
-        return out
-
-    def term(self, mono: tuple[Atom, ...], c: int) -> str:
-        """``x * y * c``: variables first, then the coefficient, as index math is written by hand."""
-        factors = [self.factor(a, alone=len(mono) == 1 and c == 1) for a in mono]
-        if self.wide and (mono[0].kind == "sym" or _lone(mono[0]) in self.held):
-            factors[0] = f"{factors[0]}.to(tl.int64)"
-        if c != 1:
-            factors.append(str(c))
-        return " * ".join(factors)
-
-    def factor(self, a: Atom, alone: bool) -> str:
-        name = self.held.get(_lone(a))
-        if name is not None:
-            return name
-        if a.kind == "sym":
-            try:
-                text = self.names[a.name]
-            except KeyError:
-                what = "index variable" if a.name.startswith(INDEX_PREFIX) else "symbol"
-                raise ShapeError(f"to_triton: {what} {a.name!r} has no name in the kernel") from None
-            return text if binds_as_one(text) else f"({text})"
-        if a.kind in ("min", "max"):
-            x, y = (self.expr(v) for v in a.args)
-            return f"tl.{a.kind}imum({x}, {y})"
-        body = self.divmod(a)
-        return body if alone else f"({body})"
-
-    def operand(self, e: int | SymExpr) -> str:
-        if isinstance(e, int):
-            return str(e) if e >= 0 else f"({e})"
-        text = self.expr(e)
-        return text if binds_as_one(text) else f"({text})"
-
-    def divmod(self, a: Atom) -> str:
-        num, d = (self.operand(v) for v in a.args)
-        op = "//" if a.kind == "fdiv" else "%"
-        if self.space is None or self.space.nonneg(a.args[0]):
-            return f"{num} {op} {d}"
-        # floor mod from the truncating one: (n % d + d) % d; then n - that is a multiple of d, exact to divide
-        fmod = f"({num} % {d} + {d}) % {d}"
-        return fmod if a.kind == "mod" else f"({num} - ({fmod})) // {d}"
-
-
 def _lone(a: Atom) -> SymExpr:
     return SymExpr((((a,), 1),))
-
-
-def binds_as_one(text: str) -> bool:
-    """Whether ``text`` binds as one operand: a name, a number, a call or subscript, or one bracketed group."""
-    if _SIMPLE.match(text):
-        return True
-    depth = 0
-    for ch in text:
-        if ch in "([":
-            depth += 1
-        elif ch in ")]":
-            depth -= 1
-        elif depth == 0 and not (ch.isalnum() or ch in "_."):
-            return False
-    return depth == 0 and bool(text)

@@ -19,14 +19,14 @@ from dataclasses import dataclass, field
 from aotc.errors import ShapeError, UnsupportedError
 from aotc.ir.dtypes import DType
 from aotc.ir.graph import Graph
-from aotc.ir.index import IndexSpace, by_strides, divisions, flatten, is_index_var, to_triton
+from aotc.ir.index import IndexSpace, by_strides, divisions, flatten, is_index_var
 from aotc.ir.launch import POINTER_TYPE
 from aotc.ir.ops import ELEMENTWISE, Op
 from aotc.ir.schedule import GRID_NAMES, Arg, ArgKind, Extents, IndexCheck, Kernel, KernelKind, Size
 from aotc.ir.symbolic import SymExpr, add, bounds, divisor, evaluate, mul, substitute, sym, to_sexpr
 from aotc.ir.types import Node, Shape, Value
 from aotc.kernels import index_text as ix
-from aotc.kernels import naming, view_index
+from aotc.kernels import naming, view_rules
 from aotc.kernels.pointwise_ops import TL_DTYPE, cast, elementwise, is_literal, literal
 from aotc.kernels.reach import Reach, without
 
@@ -339,7 +339,7 @@ class KernelBuilder:
 
     def index_text(self, e: int | SymExpr, wide: bool = False) -> str:
         """Triton text for index expression ``e``: symbols become size arguments, variables their text."""
-        return to_triton(e, _Names(self), self.space, self._held(), wide)
+        return ix.to_triton(e, _Names(self), self.space, self._held(), wide)
 
     def _held(self) -> dict[int | SymExpr, str]:
         return {k: v for scope in self._scopes for k, v in scope.held.items()}
@@ -396,7 +396,7 @@ class KernelBuilder:
         for output, chain in self._view_stores.get(value.id, ()):
             out_index: list[int | SymExpr] = list(idx)
             for n in chain:
-                out_index = view_index.forward(self, n, out_index)
+                out_index = view_rules.forward(self, n, out_index)
             self.store(output, out_index, var, mask)
         if value.id in self._discard:
             return
@@ -543,7 +543,7 @@ class KernelBuilder:
         out_shape = value.type.shape
         if op in ELEMENTWISE:
             args = [
-                self.compute(x, view_index.broadcast_index(x.type.shape, out_shape, index), mask, env)
+                self.compute(x, view_rules.broadcast_index(x.type.shape, out_shape, index), mask, env)
                 for x in node.inputs
             ]
             if op is Op.CAST:
@@ -560,7 +560,7 @@ class KernelBuilder:
             if isinstance(i, int):
                 return str(i)
             return self.let("t", cast(ix.paren(self.index_text(i)), DType.int32, value.type.dtype))
-        rule = view_index.RULES.get(op)
+        rule = view_rules.RULES.get(op)
         if rule is not None:
             return rule(self, node, index, mask, env)
         raise UnsupportedError(f"kernel builder cannot inline {op.value} (node {node})")

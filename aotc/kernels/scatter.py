@@ -25,7 +25,7 @@ only expresses for graph outputs (a View), and ``data`` may be an input, a weigh
 Coordinate ``j`` of an update must lie in ``[-d_j, d_j)``, a negative one counting from the end (the
 reference's rule). One outside sets the error flag of axis ``j`` and that update writes nothing (its
 address is never formed from the bad id); the runtime then raises ExecError naming the op, as for a gather
-(aotc/ir/index_check.py).
+(aotc/ir/gather_ids.py).
 
 The ``reduction`` attr, each as the reference combines:
 
@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 from aotc.errors import UnsupportedError
 from aotc.ir.dtypes import DType
-from aotc.ir.index_check import index_range, index_source, op_where
+from aotc.ir.gather_ids import index_range, index_source, op_where
 from aotc.ir.ops import Op
 from aotc.ir.schedule import IndexCheck, Kernel, KernelKind, Size
 from aotc.ir.symbolic import add, bounds, floordiv, smax, smin

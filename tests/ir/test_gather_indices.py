@@ -9,7 +9,7 @@ import pytest
 from aotc.errors import ExecError, ShapeError
 from aotc.ir import Builder, DType, Graph, Symbol, TensorType, sym
 from aotc.ir.evaluate import GraphRunner, run_graph
-from aotc.ir.index_check import IndexRangeError, checked_indices, index_error_message, index_range, index_source
+from aotc.ir.gather_ids import IndexRangeError, checked_indices, index_error_message, index_range, index_source
 from aotc.ir.ops import OPS, Op
 from aotc.ir.shapes import ShapeCtx
 from aotc.ir.types import Attrs

@@ -11,8 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from aotc.errors import ShapeError
-from aotc.ir.index import IndexSpace, simplify_index, to_triton
+from aotc.ir.index import IndexSpace, simplify_index
 from aotc.ir.symbolic import SymExpr, evaluate, smax, smin, sym, to_infix
+from aotc.kernels.index_text import to_triton
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 SYMS = {"A": (1, 6), "B": (1, 5)}

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from aotc.ir import DType, Op, Symbol, TensorType
-from aotc.ir.index_check import NEGATIVE_INDICES
+from aotc.ir.gather_ids import NEGATIVE_INDICES
 from aotc.ir.symbolic import sym
 from aotc.kernels.aot import AotOptions, compile_kernels
 from aotc.kernels.scheduler import schedule_graph

@@ -11,7 +11,7 @@ import pytest
 
 from aotc.errors import ExecError
 from aotc.ir import DType, Op, Symbol, TensorType
-from aotc.ir.index_check import NEGATIVE_INDICES
+from aotc.ir.gather_ids import NEGATIVE_INDICES
 from aotc.ir.symbolic import sym
 from tests.graph_kit import make_graph
 from tests.kernels.kernel_kit import check, run_schedule

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from aotc.ir import DType, Op, TensorType
 from aotc.ir.graph import Graph, Symbol
-from aotc.ir.index import IndexSpace, by_strides, divisions, flatten, to_triton, unflatten
+from aotc.ir.index import IndexSpace, by_strides, divisions, flatten, unflatten
 from aotc.ir.symbolic import SymExpr, add, evaluate, floordiv, mod, mul, sym, to_infix
 from aotc.kernels import index_text as ix
 from aotc.kernels.emit import KernelBuilder
@@ -189,7 +189,7 @@ def test_simplified_index_equals_the_original_in_range(data: st.DataObject) -> N
     s = space.simplify(e)
     assert divisions(s) <= divisions(e), (to_infix(e), to_infix(s))
     names = {"S": "S", "$i": "i", "$j": "j", "$k": "k"}
-    text = to_triton(s, names, space)
+    text = ix.to_triton(s, names, space)
     for _ in range(8):
         env = {"S": data.draw(st.integers(1, 9))}
         for n in ("i", "j", "k"):

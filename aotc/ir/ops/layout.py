@@ -8,7 +8,7 @@ import numpy as np
 
 from aotc.errors import ExecError, ShapeError
 from aotc.ir.dtypes import DType
-from aotc.ir.index_check import NEGATIVE_INDICES, allows_negative, checked_indices
+from aotc.ir.gather_ids import NEGATIVE_INDICES, allows_negative, checked_indices
 from aotc.ir.ops.base import Op, OpDef, OpKind, number_attr, one, same_dtype
 from aotc.ir.shapes import ShapeCtx, fmt_shape, norm_axis, numel
 from aotc.ir.symbolic import SymExpr, add, floordiv, mul, smax

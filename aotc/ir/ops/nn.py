@@ -10,7 +10,7 @@ import numpy as np
 
 from aotc.errors import ShapeError
 from aotc.ir.dtypes import DType
-from aotc.ir.index_check import NEGATIVE_INDICES, allows_negative
+from aotc.ir.gather_ids import NEGATIVE_INDICES, allows_negative
 from aotc.ir.ops.base import Op, OpDef, OpKind, acc, number_attr, one, require_float, same_dtype
 from aotc.ir.ops.elementwise import erf
 from aotc.ir.ops.layout import _gather_ref

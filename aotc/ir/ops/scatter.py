@@ -15,7 +15,7 @@ import numpy as np
 
 from aotc.errors import ShapeError
 from aotc.ir.dtypes import DType
-from aotc.ir.index_check import IndexRangeError, checked_indices
+from aotc.ir.gather_ids import IndexRangeError, checked_indices
 from aotc.ir.ops.base import Op, OpDef, OpKind, one, same_dtype
 from aotc.ir.shapes import ShapeCtx, fmt_shape
 from aotc.ir.types import Attrs, TensorType

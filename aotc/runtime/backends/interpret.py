@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from aotc.errors import ArtifactError, ExecError, UnsupportedError, VerifyError
+from aotc.ir.gather_ids import index_error_message
 from aotc.ir.graph import Graph
-from aotc.ir.index_check import index_error_message
 from aotc.ir.kernel_source import check_kernel_source
 from aotc.ir.ops import Op
 from aotc.ir.schedule import ALIGN, Arg, ArgKind, Kernel, Schedule

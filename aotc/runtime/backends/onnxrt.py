@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 
 from aotc.errors import ArtifactError
+from aotc.ir.gather_ids import allows_negative, index_source
 from aotc.ir.graph import Graph
-from aotc.ir.index_check import allows_negative, index_source
 from aotc.ir.ops import Op
 from aotc.ir.symbolic import SymExpr, evaluate
 from aotc.ir.types import ShapeDim

@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 
 from aotc.errors import ExecError, GuardError, VerifyError
+from aotc.ir.gather_ids import index_error_message
 from aotc.ir.graph import Graph
-from aotc.ir.index_check import index_error_message
 from aotc.ir.launch import KernelBinary
 from aotc.ir.schedule import ALIGN, Schedule
 from aotc.ir.symbolic import evaluate

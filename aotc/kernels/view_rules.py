@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
+from aotc.ir.gather_ids import allows_negative, index_range, index_source, op_where
 from aotc.ir.graph import Graph
 from aotc.ir.index import flatten, unflatten
-from aotc.ir.index_check import allows_negative, index_range, index_source, op_where
 from aotc.ir.ops import Op
 from aotc.ir.schedule import IndexCheck, Size
 from aotc.ir.symbolic import SymExpr, add, mul, smax, smin

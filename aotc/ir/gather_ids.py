@@ -1,5 +1,5 @@
-"""Index bounds for gather-like ops: which ids are valid, the check the numpy references run, and the one
-message every backend raises for a bad id.
+"""Ids of gather-like ops: which ids are valid, the check the numpy references run, and the one message every
+backend raises for a bad id.
 
 Two rules exist. aotc models follow PyTorch's ``nn.Embedding``: an id must lie in ``[0, n)``. ONNX ``Gather``
 also takes ``[-n, n)``, a negative id counting from the end. A GATHER node says which with its
