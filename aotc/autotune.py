@@ -33,7 +33,7 @@ from aotc.ir.graph import Graph
 from aotc.ir.launch import KernelBinary, capability
 from aotc.ir.ops import Op
 from aotc.ir.schedule import ArchVariant, Kernel, Schedule, same_launch
-from aotc.ir.symbolic import evaluate
+from aotc.ir.symbolic_values import evaluate
 from aotc.ir.templates import template
 from aotc.ir.tiles import MIN_DOT_BLOCK, TileConfig, matmul_config, upper
 from aotc.kernels.attention import AttentionConfig, attention_config, attention_shape

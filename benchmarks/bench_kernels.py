@@ -67,7 +67,7 @@ import aotc.functional as F
 from aotc import Dim, TensorSpec, nn
 from aotc.ir.ops import Op
 from aotc.ir.schedule import KernelKind
-from aotc.ir.symbolic import evaluate
+from aotc.ir.symbolic_values import evaluate
 from aotc.lowering.pipeline import explain_lowering
 
 DTYPE = "bfloat16"

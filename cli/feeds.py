@@ -22,7 +22,8 @@ import numpy as np
 
 from aotc.ir.dtypes import DType
 from aotc.ir.graph import Graph, Symbol
-from aotc.ir.symbolic import SymExpr, evaluate
+from aotc.ir.symbolic import SymExpr
+from aotc.ir.symbolic_values import evaluate
 from aotc.runtime.guards import Binder, gather_inputs, input_specs
 from aotc_cli.paths import require_file
 from aotc_cli.text import format_size

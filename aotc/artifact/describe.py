@@ -7,7 +7,8 @@ from typing import Any
 from aotc.artifact.reader import Artifact
 from aotc.ir.graph import Graph
 from aotc.ir.schedule import Kernel, Schedule
-from aotc.ir.symbolic import bounds, to_infix
+from aotc.ir.symbolic import to_infix
+from aotc.ir.symbolic_values import bounds
 from aotc.ir.types import TensorType
 
 

@@ -68,20 +68,8 @@ from aotc.ir.schedule import (
     grid_need,
     same_launch,
 )
-from aotc.ir.symbolic import (
-    SymExpr,
-    add,
-    bounds,
-    divisor,
-    evaluate,
-    mul,
-    prove_nonneg,
-    reduce_quotients,
-    smax,
-    smin,
-    substitute,
-    to_infix,
-)
+from aotc.ir.symbolic import SymExpr, add, mul, smax, smin, to_infix
+from aotc.ir.symbolic_values import bounds, divisor, evaluate, prove_nonneg, reduce_quotients, substitute
 from aotc.ir.types import Node, Shape, TensorType, Value
 
 # The prefix codegen names a pointer it stores through (STYLE.md 7: parameters named by role).

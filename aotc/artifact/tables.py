@@ -15,7 +15,8 @@ from aotc.artifact.generated.ValueKind import ValueKind
 from aotc.artifact.layout import DTYPES_BY_CODE, MAX_ATTR_DEPTH
 from aotc.errors import ArtifactError, ShapeError
 from aotc.ir.dtypes import DType
-from aotc.ir.symbolic import SymExpr, parse
+from aotc.ir.symbolic import SymExpr
+from aotc.ir.symbolic_parse import parse
 from aotc.ir.types import Attrs, TensorType
 
 # Canonical expressions are short; a cap keeps a hostile file from making the parser do heavy work.

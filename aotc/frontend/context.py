@@ -20,7 +20,8 @@ from aotc.ir.dtypes import DType, dtype_of
 from aotc.ir.graph import Guard
 from aotc.ir.ops import Op
 from aotc.ir.shapes import ShapeCtx
-from aotc.ir.symbolic import SymExpr, evaluate, mod, to_infix
+from aotc.ir.symbolic import SymExpr, mod, to_infix
+from aotc.ir.symbolic_values import evaluate
 from aotc.ir.types import ShapeDim, Value
 
 _AOTC_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep

@@ -12,7 +12,8 @@ from aotc.ir.analysis import analyze
 from aotc.ir.gather_ids import IndexRangeError, index_error_message, index_source, op_where
 from aotc.ir.graph import Graph
 from aotc.ir.ops import OPS, Op
-from aotc.ir.symbolic import SymExpr, evaluate
+from aotc.ir.symbolic import SymExpr
+from aotc.ir.symbolic_values import evaluate
 from aotc.ir.types import Attrs
 
 

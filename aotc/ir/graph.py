@@ -10,7 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from aotc.ir.symbolic import SymExpr, evaluate, to_infix
+from aotc.ir.symbolic import SymExpr, to_infix
+from aotc.ir.symbolic_values import evaluate
 from aotc.ir.types import Node, Value
 
 RELATIONS = ("==", "!=", "<", "<=", ">", ">=")

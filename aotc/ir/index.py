@@ -24,21 +24,8 @@ from collections.abc import Collection, Mapping, Sequence
 from itertools import combinations
 
 from aotc.errors import ShapeError
-from aotc.ir.symbolic import (
-    Atom,
-    Range,
-    SymExpr,
-    add,
-    bounds,
-    exact_div,
-    floordiv,
-    index_var,
-    is_index_var,
-    mod,
-    mul,
-    smax,
-    smin,
-)
+from aotc.ir.symbolic import SYMBOL_NAME, Atom, SymExpr, add, exact_div, floordiv, mod, mul, smax, smin
+from aotc.ir.symbolic_values import Range, bounds
 
 # The bounds of an expression the space cannot bound: wider than any index.
 _UNKNOWN = 2**126
@@ -53,6 +40,21 @@ __all__ = [
     "simplify_index",
     "unflatten",
 ]
+
+
+# Kernel index variables are symbols named ``$name``: ``sym`` refuses the ``$``, so none clashes with a user's dim.
+INDEX_PREFIX = "$"
+
+
+def index_var(name: str) -> SymExpr:
+    """The kernel index variable ``$name``: a symbol no user dim can be named (``sym`` refuses the ``$``)."""
+    if not isinstance(name, str) or not SYMBOL_NAME.match(name):
+        raise ShapeError(f"invalid index variable name {name!r}: use letters, digits and _")
+    return SymExpr((((Atom("sym", INDEX_PREFIX + name),), 1),))
+
+
+def is_index_var(name: str) -> bool:
+    return name.startswith(INDEX_PREFIX)
 
 
 class IndexSpace:

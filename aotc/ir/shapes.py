@@ -7,7 +7,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from fractions import Fraction
 
 from aotc.errors import ShapeError
-from aotc.ir.symbolic import Range, SymExpr, add, bounds, floordiv, mul, to_infix
+from aotc.ir.symbolic import SymExpr, add, floordiv, mul, to_infix
+from aotc.ir.symbolic_values import Range, bounds
 from aotc.ir.types import Shape, ShapeDim
 
 

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 from aotc.errors import UnsupportedError
 from aotc.ir.dtypes import DType
-from aotc.ir.symbolic import SymExpr, bounds
+from aotc.ir.symbolic import SymExpr
+from aotc.ir.symbolic_values import bounds
 
 ARCHS = ("sm_80", "sm_90")
 # tl.dot needs every tile dimension to be at least 16.

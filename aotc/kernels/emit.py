@@ -23,7 +23,8 @@ from aotc.ir.index import IndexSpace, by_strides, divisions, flatten, is_index_v
 from aotc.ir.launch import POINTER_TYPE
 from aotc.ir.ops import ELEMENTWISE, Op
 from aotc.ir.schedule import GRID_NAMES, Arg, ArgKind, Extents, IndexCheck, Kernel, KernelKind, Size
-from aotc.ir.symbolic import SymExpr, add, bounds, divisor, evaluate, mul, substitute, sym, to_sexpr
+from aotc.ir.symbolic import SymExpr, add, mul, sym, to_sexpr
+from aotc.ir.symbolic_values import bounds, divisor, evaluate, substitute
 from aotc.ir.types import Node, Shape, Value
 from aotc.kernels import index_text as ix
 from aotc.kernels import naming, view_rules

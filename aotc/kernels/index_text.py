@@ -13,8 +13,9 @@ from collections.abc import Mapping, Sequence
 
 from aotc.errors import ShapeError
 from aotc.ir.graph import Graph
-from aotc.ir.index import IndexSpace
-from aotc.ir.symbolic import INDEX_PREFIX, Atom, SymExpr, evaluate, mul
+from aotc.ir.index import INDEX_PREFIX, IndexSpace
+from aotc.ir.symbolic import Atom, SymExpr, mul
+from aotc.ir.symbolic_values import evaluate
 from aotc.ir.types import Shape, ShapeDim
 
 _ATOM = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$|^-?\d+$")

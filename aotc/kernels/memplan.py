@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 from aotc.ir.graph import Graph
 from aotc.ir.schedule import ALIGN, Buffer, Kernel, Size, View
-from aotc.ir.symbolic import add, bounds, evaluate, floordiv, mul, smax
+from aotc.ir.symbolic import add, floordiv, mul, smax
+from aotc.ir.symbolic_values import bounds, evaluate
 from aotc.ir.types import Value
 from aotc.kernels.emit import numel
 

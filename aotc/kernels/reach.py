@@ -41,23 +41,10 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from aotc.errors import ShapeError
+from aotc.ir.index import index_var
 from aotc.ir.schedule import GRID_NAMES, Arg, ArgKind, Extents, Size
-from aotc.ir.symbolic import (
-    Atom,
-    SymExpr,
-    add,
-    bounds,
-    evaluate,
-    floordiv,
-    index_var,
-    mul,
-    prove_nonneg,
-    reduce_quotients,
-    smax,
-    smin,
-    substitute,
-    sym,
-)
+from aotc.ir.symbolic import Atom, SymExpr, add, floordiv, mul, smax, smin, sym
+from aotc.ir.symbolic_values import bounds, evaluate, prove_nonneg, reduce_quotients, substitute
 from aotc.kernels import index_text as ix
 
 Range = tuple[int, int]

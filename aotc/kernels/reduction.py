@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 from aotc.ir.dtypes import DType
 from aotc.ir.ops import Op
 from aotc.ir.schedule import Kernel, KernelKind
-from aotc.ir.symbolic import add, bounds, floordiv, mul, sym
+from aotc.ir.symbolic import add, floordiv, mul, sym
+from aotc.ir.symbolic_values import bounds
 from aotc.ir.types import Node, Shape, Value
 from aotc.kernels.config import KernelConfig
 from aotc.kernels.emit import KernelBuilder, numel

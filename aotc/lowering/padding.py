@@ -39,7 +39,8 @@ from aotc.ir.builder import Builder
 from aotc.ir.dtypes import DType
 from aotc.ir.graph import Graph
 from aotc.ir.ops import ELEMENTWISE, Op
-from aotc.ir.symbolic import SymExpr, bounds, divisor, to_infix
+from aotc.ir.symbolic import SymExpr, to_infix
+from aotc.ir.symbolic_values import bounds, divisor
 from aotc.ir.types import Node, Value
 from aotc.ir.verify import graph_ctx
 

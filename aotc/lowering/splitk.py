@@ -44,7 +44,8 @@ from aotc.ir.builder import Builder
 from aotc.ir.dtypes import DType
 from aotc.ir.graph import Graph
 from aotc.ir.ops import Op
-from aotc.ir.symbolic import SymExpr, bounds, mul, to_infix
+from aotc.ir.symbolic import SymExpr, mul, to_infix
+from aotc.ir.symbolic_values import bounds
 from aotc.ir.tiles import matmul_config
 from aotc.ir.types import Node, Value
 from aotc.ir.verify import graph_ctx

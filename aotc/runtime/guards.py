@@ -17,7 +17,8 @@ from aotc.errors import ArtifactError, GuardError
 from aotc.ir.dtypes import DType
 from aotc.ir.graph import Graph, Guard
 from aotc.ir.shapes import fmt_shape
-from aotc.ir.symbolic import SymExpr, evaluate, sym, to_infix
+from aotc.ir.symbolic import SymExpr, sym, to_infix
+from aotc.ir.symbolic_values import evaluate
 from aotc.ir.types import Shape, ShapeDim, TensorType
 
 

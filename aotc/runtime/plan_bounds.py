@@ -25,7 +25,8 @@ from aotc.artifact.plan_checks import Fact, PlanFacts, check_disjoint, plan_fact
 from aotc.errors import ArtifactError, ShapeError
 from aotc.ir.graph import Graph
 from aotc.ir.schedule import GRID_LIMITS, Schedule, Size
-from aotc.ir.symbolic import add, evaluate, mul
+from aotc.ir.symbolic import add, mul
+from aotc.ir.symbolic_values import evaluate
 
 # Shapes remembered as checked, per plan; past this many the memory starts over.
 MAX_SHAPES = 4096

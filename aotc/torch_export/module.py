@@ -22,7 +22,8 @@ from aotc.frontend.spec import Dim, TensorSpec
 from aotc.frontend.symint import as_dim
 from aotc.frontend.tensor import Tensor
 from aotc.frontend.trace import collect_dims
-from aotc.ir.symbolic import SymExpr, evaluate, to_infix
+from aotc.ir.symbolic import SymExpr, to_infix
+from aotc.ir.symbolic_values import evaluate
 from aotc.torch_export._torch import require_torch
 from aotc.torch_export.symbols import Untranslatable, finite_int, guard_facts, to_dim
 from aotc.torch_export.table import decomposition_table

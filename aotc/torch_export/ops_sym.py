@@ -14,7 +14,8 @@ from aotc.errors import AotcError, TraceError
 from aotc.frontend.context import trace_error
 from aotc.frontend.symint import SymInt, as_dim, sym_floordiv, sym_mod
 from aotc.frontend.tensor import Tensor
-from aotc.ir.symbolic import evaluate, smax, smin
+from aotc.ir.symbolic import smax, smin
+from aotc.ir.symbolic_values import evaluate
 
 Cx = Any
 

@@ -19,7 +19,7 @@ from aotc.frontend.context import Tracer, source_loc
 from aotc.frontend.symint import SymInt, as_dim
 from aotc.frontend.tensor import Tensor
 from aotc.ir.dtypes import DType
-from aotc.ir.symbolic import evaluate
+from aotc.ir.symbolic_values import evaluate
 from aotc.torch_export._torch import aotc_dtype, require_torch, to_numpy
 from aotc.torch_export.table import ATEN, nearby, target_name
 

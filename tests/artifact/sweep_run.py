@@ -31,7 +31,7 @@ import numpy as np
 from aotc.artifact import Artifact
 from aotc.errors import AotcError
 from aotc.ir.graph import Graph
-from aotc.ir.symbolic import evaluate
+from aotc.ir.symbolic_values import evaluate
 from aotc.runtime import Executable
 from aotc.runtime.backends import interpret as interpret_module
 from aotc.runtime.backends import triton_interp

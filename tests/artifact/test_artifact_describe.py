@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from kernel_kit import fake_binaries, golden_model, write
 
 from aotc.artifact import describe, read_artifact
-from aotc.ir.symbolic import evaluate
+from aotc.ir.symbolic_values import evaluate
 from aotc_cli.inspect_cmd import inspect_command, render_text
 
 

@@ -43,7 +43,8 @@ from aotc.artifact.plan_checks import plan_facts
 from aotc.errors import ArtifactError, ExecError
 from aotc.ir.ops import Op
 from aotc.ir.schedule import Schedule, View
-from aotc.ir.symbolic import add, evaluate, floordiv, mod, mul, prove_nonneg, smax, smin, sym
+from aotc.ir.symbolic import add, floordiv, mod, mul, smax, smin, sym
+from aotc.ir.symbolic_values import evaluate, prove_nonneg
 from aotc_cli.errors import EXIT_USER
 from aotc_cli.main import cli
 

@@ -19,7 +19,7 @@ from aotc.artifact import read_artifact, write_artifact
 from aotc.artifact.plan_checks import check_disjoint, check_schedule, plan_facts
 from aotc.ir.graph import Graph
 from aotc.ir.schedule import GRID_LIMITS, Schedule
-from aotc.ir.symbolic import evaluate
+from aotc.ir.symbolic_values import evaluate
 from aotc.lowering.options import CompileOptions
 from aotc.lowering.pipeline import lower
 from tests.kernels.model_kit import CONFIGS, lowered

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from aotc.errors import ShapeError
 from aotc.ir.index import IndexSpace, simplify_index
-from aotc.ir.symbolic import SymExpr, evaluate, smax, smin, sym, to_infix
+from aotc.ir.symbolic import SymExpr, smax, smin, sym, to_infix
+from aotc.ir.symbolic_values import evaluate
 from aotc.kernels.index_text import to_triton
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -15,7 +15,7 @@ from aotc.ir.dtypes import dtype_of
 from aotc.ir.evaluate import run_graph
 from aotc.ir.ops import OPS, PRIMITIVES
 from aotc.ir.shapes import ShapeCtx
-from aotc.ir.symbolic import evaluate
+from aotc.ir.symbolic_values import evaluate
 
 from .test_ops_reduce import _conv_expected
 from .util import F16, F32, FLOATS, I32, I64, TOL, arr, decomposed, infer, ref_checked

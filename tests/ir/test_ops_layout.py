@@ -12,7 +12,8 @@ from aotc.errors import ExecError, ShapeError
 from aotc.ir import Graph, Op, Symbol, TensorType, Value, sym
 from aotc.ir.evaluate import run_graph
 from aotc.ir.shapes import ShapeCtx
-from aotc.ir.symbolic import evaluate, smax
+from aotc.ir.symbolic import smax
+from aotc.ir.symbolic_values import evaluate
 
 from .util import ALL_DTYPES, BOOL, F32, I32, I64, NUMERIC, assert_close, graph_of, infer, rand, ref_checked
 

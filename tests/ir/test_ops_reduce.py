@@ -12,7 +12,7 @@ import pytest
 from aotc.errors import ExecError, ShapeError
 from aotc.ir import DType, Op, TensorType, sym
 from aotc.ir.shapes import ShapeCtx
-from aotc.ir.symbolic import evaluate
+from aotc.ir.symbolic_values import evaluate
 
 from .util import (
     ALL_DTYPES,

@@ -10,19 +10,10 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from aotc.errors import ShapeError
-from aotc.ir.symbolic import (
-    SymExpr,
-    bounds,
-    divisor,
-    evaluate,
-    index_var,
-    parse,
-    smax,
-    smin,
-    sym,
-    to_infix,
-    to_sexpr,
-)
+from aotc.ir.index import index_var
+from aotc.ir.symbolic import SymExpr, smax, smin, sym, to_infix, to_sexpr
+from aotc.ir.symbolic_parse import parse
+from aotc.ir.symbolic_values import bounds, divisor, evaluate
 
 NAMES = ("a", "b", "c")
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -11,7 +11,7 @@ from aotc.ir.evaluate import GraphRunner
 from aotc.ir.graph import Graph
 from aotc.ir.ops import Op
 from aotc.ir.schedule import ArgKind, Kernel
-from aotc.ir.symbolic import evaluate
+from aotc.ir.symbolic_values import evaluate
 from aotc.ir.types import Node
 from aotc.kernels.emit import KernelBuilder
 

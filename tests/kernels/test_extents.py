@@ -10,7 +10,8 @@ import numpy as np
 
 from aotc.artifact.plan_checks import plan_facts
 from aotc.ir import DType, Op, Symbol, TensorType, sym
-from aotc.ir.symbolic import bounds, floordiv, mod
+from aotc.ir.symbolic import floordiv, mod
+from aotc.ir.symbolic_values import bounds
 from aotc.kernels.scheduler import schedule_graph
 from tests.graph_kit import make_graph
 from tests.kernels.kernel_kit import check

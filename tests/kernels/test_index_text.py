@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from aotc.ir import DType, Op, TensorType
 from aotc.ir.graph import Graph, Symbol
 from aotc.ir.index import IndexSpace, by_strides, divisions, flatten, unflatten
-from aotc.ir.symbolic import SymExpr, add, evaluate, floordiv, mod, mul, sym, to_infix
+from aotc.ir.symbolic import SymExpr, add, floordiv, mod, mul, sym, to_infix
+from aotc.ir.symbolic_values import evaluate
 from aotc.kernels import index_text as ix
 from aotc.kernels.emit import KernelBuilder
 from aotc.kernels.scheduler import code, schedule_graph

@@ -7,7 +7,7 @@ import itertools
 import pytest
 
 from aotc.ir.schedule import ALIGN
-from aotc.ir.symbolic import evaluate
+from aotc.ir.symbolic_values import evaluate
 from aotc.kernels.memplan import arena_bytes_at_max
 from aotc.kernels.scheduler import schedule_graph
 from tests.kernels.model_kit import DIMS, lowered

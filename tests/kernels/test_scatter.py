@@ -21,7 +21,8 @@ from aotc.errors import ExecError
 from aotc.ir import DType, Op, Symbol, TensorType
 from aotc.ir.evaluate import GraphRunner
 from aotc.ir.schedule import ArgKind
-from aotc.ir.symbolic import evaluate, sym
+from aotc.ir.symbolic import sym
+from aotc.ir.symbolic_values import evaluate
 from aotc.kernels.scheduler import schedule_graph
 from aotc.lowering.options import CompileOptions
 from aotc.lowering.pipeline import lower

@@ -14,7 +14,7 @@ import numpy as np
 
 from aotc.ir import Builder, DType, Graph, Op, Symbol, TensorType, Value, sym, verify
 from aotc.ir.shapes import ShapeCtx
-from aotc.ir.symbolic import evaluate
+from aotc.ir.symbolic_values import evaluate
 
 F32, F16, I32, I64, BOOL = DType.float32, DType.float16, DType.int32, DType.int64, DType.bool
 

@@ -22,7 +22,7 @@ from aotc.ir.graph import Graph
 from aotc.ir.kernel_source import check_kernel_source
 from aotc.ir.ops import Op
 from aotc.ir.schedule import ALIGN, Arg, ArgKind, Kernel, Schedule
-from aotc.ir.symbolic import evaluate
+from aotc.ir.symbolic_values import evaluate
 from aotc.ir.types import Value
 from aotc.runtime.backends.cpu import owned
 

@@ -29,7 +29,8 @@ from aotc.errors import ArtifactError
 from aotc.ir.gather_ids import allows_negative, index_source
 from aotc.ir.graph import Graph
 from aotc.ir.ops import Op
-from aotc.ir.symbolic import SymExpr, evaluate
+from aotc.ir.symbolic import SymExpr
+from aotc.ir.symbolic_values import evaluate
 from aotc.ir.types import ShapeDim
 from aotc.runtime.backends.cpu import CpuProgram
 

@@ -407,7 +407,7 @@ class _Fence:
 def _extent_spans(kernel: Kernel, values: Sequence[Any], grid: Sequence[int]) -> list[tuple[int, int]]:
     """Per arg, the element offsets ``[lo, hi]`` its extents claim for this launch."""
     from aotc.ir.schedule import GRID_NAMES
-    from aotc.ir.symbolic import evaluate
+    from aotc.ir.symbolic_values import evaluate
 
     env: dict[str, int] = dict(kernel.constexprs)
     env.update(zip(GRID_NAMES, (int(g) for g in grid)))

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from aotc.errors import ExecError
 from aotc.ir.graph import Graph
 from aotc.ir.schedule import ALIGN, ArgKind, Schedule
-from aotc.ir.symbolic import evaluate
+from aotc.ir.symbolic_values import evaluate
 from aotc.ir.types import Value
 from aotc.runtime.backends.cuda.launch import Launch
 from aotc.runtime.backends.cuda.streams import SEQUENTIAL, StreamPlan, plan_streams

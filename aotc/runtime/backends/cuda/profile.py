@@ -13,7 +13,7 @@ import numpy as np
 
 from aotc.ir.ops import Op
 from aotc.ir.schedule import ArgKind
-from aotc.ir.symbolic import evaluate
+from aotc.ir.symbolic_values import evaluate
 from aotc.runtime.backends.cuda.plan import nbytes_of
 from aotc.runtime.backends.cuda.program import CudaProgram
 

@@ -16,7 +16,7 @@ from aotc.ir.gather_ids import index_error_message
 from aotc.ir.graph import Graph
 from aotc.ir.launch import KernelBinary
 from aotc.ir.schedule import ALIGN, Schedule
-from aotc.ir.symbolic import evaluate
+from aotc.ir.symbolic_values import evaluate
 from aotc.runtime.backends.cuda.arrays import DeviceArray, DeviceInput, DeviceMemory, adopt
 from aotc.runtime.backends.cuda.launch import Launch
 from aotc.runtime.backends.cuda.model import DeviceModel
