@@ -41,6 +41,7 @@ from aotc.ir.launch import (
     check_targets,
 )
 from aotc.ir.schedule import Kernel
+from aotc.ir.triton_knobs import knob
 from aotc.kernels.cache import Compiled, KernelCache, cache_key, from_json, to_json
 from aotc.kernels.toolchain import PTXAS_VARIABLES, Toolchain, choose_toolchain
 
@@ -374,7 +375,7 @@ def _jit_function(name: str, source: str) -> Any:
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     module = types.ModuleType(f"aotc_kernel_{name}_{digest}")
     module.__file__ = filename
-    with _knob(triton.knobs.runtime, "interpret", False, None):
+    with knob(triton.knobs.runtime, "interpret", False):
         exec(compile(source, filename, "exec"), module.__dict__)
     fn = module.__dict__.get(name)
     if fn is None or not hasattr(fn, "fn"):
@@ -385,7 +386,7 @@ def _jit_function(name: str, source: str) -> Any:
 @contextlib.contextmanager
 def _line_info(triton: Any, keep: bool) -> Iterator[None]:
     # Set through the environment as well: Triton's own compile cache keys on the variable.
-    with _knob(triton.knobs.compilation, "disable_line_info", not keep, "TRITON_DISABLE_LINE_INFO"):
+    with knob(triton.knobs.compilation, "disable_line_info", not keep, "TRITON_DISABLE_LINE_INFO"):
         yield
 
 
@@ -414,28 +415,6 @@ def _clear_ptxas_caches() -> None:
         clear = getattr(getattr(compiler, name, None), "cache_clear", None)
         if clear is not None:
             clear()
-
-
-@contextlib.contextmanager
-def _knob(knobs: Any, name: str, value: bool, env: str | None) -> Iterator[None]:
-    missing = object()
-    saved = knobs.__dict__.get(name, missing)
-    saved_env = os.environ.get(env) if env else None
-    knobs.__dict__[name] = value
-    if env:
-        os.environ[env] = "1" if value else "0"
-    try:
-        yield
-    finally:
-        if saved is missing:
-            knobs.__dict__.pop(name, None)
-        else:
-            knobs.__dict__[name] = saved
-        if env:
-            if saved_env is None:
-                os.environ.pop(env, None)
-            else:
-                os.environ[env] = saved_env
 
 
 __all__ = [

@@ -35,6 +35,7 @@ from aotc.ir.symbolic_values import evaluate
 from aotc.runtime import Executable
 from aotc.runtime.backends import interpret as interpret_module
 from aotc.runtime.backends import triton_interp
+from aotc.runtime.backends.address_fence import AddressFenceError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
 from fake_cuda import FakeDriver
@@ -143,7 +144,7 @@ def run(art: Artifact, feeds: Mapping[str, np.ndarray], ref: list[np.ndarray] | 
                 outs[device] = _call(art, device, feeds)
             except Violation:
                 raise
-            except triton_interp.AddressFenceError as e:
+            except AddressFenceError as e:
                 raise Violation(f"out of bounds on {device}: {e}") from None
             except AotcError as e:
                 refusals.append(f"{device}:{type(e).__name__}")

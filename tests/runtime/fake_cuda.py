@@ -460,7 +460,8 @@ class FakeDriver(StreamsMixin):
 
     def _run_kernel(self, f: _Function, grid: tuple[int, int, int], cluster: int, values: tuple[Any, ...]) -> None:
         from aotc.ir.dtypes import DType
-        from aotc.runtime.backends.triton_interp import AddressFenceError, launch
+        from aotc.runtime.backends.address_fence import AddressFenceError
+        from aotc.runtime.backends.triton_interp import launch
 
         kernel, _ = self.kernels[f.name]
         m = f.meta

@@ -8,14 +8,9 @@ The interpreter keeps the current program id in module-global state, so launches
 with one lock. A kernel's source is checked (``aotc.ir.kernel_source``: only what aotc's codegen writes)
 before it is compiled, and its functions are cached, the ``MAX_FUNCTIONS`` most recently used only.
 
-Every load, store and atomic a launch makes passes an address fence first (``_Fence``): each address (of the
-lanes its mask keeps) must lie inside one of the launch's own argument arrays, and a store or atomic inside
-one the launch writes (its outputs and error flags, for a kernel of a plan). The kernel-source allow-list
-stops Python payloads, but a pure-Triton kernel could still ``tl.store(ptr + offset)`` anywhere in the host
-process under the interpreter; the fence refuses that access before any of it happens (``AddressFenceError``,
-an ExecError naming the kernel and the argument nearest the address). It costs a min/max (and, rarely, a
-search) over each access's addresses, a few percent of what the interpreter spends on the access. ``FENCE``
-turns it off for measuring that cost.
+Every load, store and atomic a launch makes passes its address fence first (``address_fence``): an address
+outside the launch's own argument arrays (or a write into one it only reads) is refused before any of it
+happens. ``FENCE`` turns it off for measuring that cost.
 
 Triton decides at import time whether its own library functions (``tl.sum``, ``tl.cdiv``, ...) are
 interpreted, from ``TRITON_INTERPRET``. The compiler in the same process needs them compiled, so
@@ -36,7 +31,6 @@ import linecache
 import math
 import threading
 import types
-import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -46,6 +40,8 @@ import numpy as np
 from aotc.errors import AotcError, ExecError
 from aotc.ir.kernel_source import BUILTINS, check_kernel_source, imported_modules
 from aotc.ir.schedule import ArgKind, Kernel
+from aotc.ir.triton_knobs import knob
+from aotc.runtime.backends.address_fence import AddressFenceError, Fence
 
 # Triton pointer types by numpy dtype name (bfloat16 is ml_dtypes' name; bool is one byte).
 POINTER_TYPE_OF = {
@@ -69,11 +65,6 @@ FENCE = True
 # Whether the fence narrows each pointer to the offsets its kernel's Extents claim (tests turn it on: every
 # kernel they run then proves the compile-time derivation of its extents sound on what it really touches).
 CHECK_EXTENTS = False
-
-
-class AddressFenceError(ExecError):
-    """A kernel under the interpreter reached for memory outside its launch's argument arrays (or wrote into
-    one it only reads); the access was refused before any of it happened."""
 
 
 class HostTensor:
@@ -202,7 +193,7 @@ def _exec_kernel_module(name: str, source: str) -> _Loaded:
     # mtime None keeps the entry through linecache.checkcache().
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     # The knob decides whether @triton.jit builds interpreted functions.
-    with _knob(t.triton.knobs.runtime, "interpret", True):
+    with knob(t.triton.knobs.runtime, "interpret", True):
         try:
             exec(compile(definitions, filename, "exec"), namespace)
         except Exception as e:
@@ -239,7 +230,7 @@ def launch(kernel: Kernel, grid: Sequence[int], args: Sequence[Any]) -> None:
                 f"kernel {kernel.name}: its source takes ({', '.join(fn.arg_names)}) but the schedule passes "
                 f"({', '.join(expected)})"
             )
-        fence = _Fence.of(kernel, values, dims) if FENCE else None
+        fence = _fence_of(kernel, values, dims) if FENCE else None
         try:
             # Masked-off lanes compute on padding (0/0, log(0)) as the GPU does; their results are never
             # stored, so numpy's floating-point warnings about them say nothing about the outputs.
@@ -255,23 +246,7 @@ def launch(kernel: Kernel, grid: Sequence[int], args: Sequence[Any]) -> None:
 
 
 @contextlib.contextmanager
-def _knob(knobs: Any, name: str, value: Any) -> Iterator[None]:
-    """Set a Triton knob for a block, through the knobs object's own dict so no environment
-    variable is written (the knob's setter would export it)."""
-    missing = object()
-    saved = knobs.__dict__.get(name, missing)
-    knobs.__dict__[name] = value
-    try:
-        yield
-    finally:
-        if saved is missing:
-            knobs.__dict__.pop(name, None)
-        else:
-            knobs.__dict__[name] = saved
-
-
-@contextlib.contextmanager
-def _interpreting(fence: _Fence | None = None) -> Iterator[None]:
+def _interpreting(fence: Fence | None = None) -> Iterator[None]:
     """Triton switched to interpreting for one launch, with the interpreter's gaps (below) mended and its memory
     accesses behind ``fence``."""
     t = _triton()
@@ -280,7 +255,7 @@ def _interpreting(fence: _Fence | None = None) -> Iterator[None]:
         _patched(t.interpreter, "_interpreter", fence.around) if fence is not None else contextlib.nullcontext(),
         _patched(builder, "create_addptr", fence.tracing) if fence is not None else contextlib.nullcontext(),
         _patched(t.JITFunction, "__call__", _call_interpreted),
-        _knob(t.triton.knobs.runtime, "interpret", True),
+        knob(t.triton.knobs.runtime, "interpret", True),
         _patched(builder, "create_dot", _bf16_dot_widened),
         _patched(builder, "cast_impl", _bf16_rounded_to_nearest),
         _patched(builder, "binary_op", _comparisons_typed_int1),
@@ -303,105 +278,22 @@ def _patched(owner: Any, name: str, wrap: Callable[[Any], Any]) -> Iterator[None
         setattr(owner, name, orig)
 
 
-class _Fence:
-    """The memory one launch may touch: its argument arrays, ``[start, end)`` in bytes, each readable and
-    possibly writable. Wraps the interpreter's native memory module (``triton.runtime.interpreter._interpreter``,
-    through which every load, store and atomic goes) for the launch."""
-
-    def __init__(self, kernel: str, regions: list[tuple[int, int, str, bool]]) -> None:
-        self.kernel = kernel
-        self.regions = sorted(regions)
-        self.starts = np.array([r[0] for r in self.regions], dtype=np.uint64)
-        self.ends = np.array([r[1] for r in self.regions], dtype=np.uint64)
-        # the argument each pointer array was computed from (``ptr + offset``), by the array's identity: what a
-        # refusal names
-        self._bases: dict[int, tuple[weakref.ref, str]] = {}
-
-    @classmethod
-    def of(cls, kernel: Kernel, values: Sequence[Any], grid: Sequence[int] = (1, 1, 1)) -> _Fence:
-        """The fence of ``kernel`` launched over ``grid`` with ``values`` (converted args). A kernel of a plan
-        writes only the values it lists among its outputs and its error flags; a hand-written one (no outputs
-        listed) any of its arrays. With ``CHECK_EXTENTS``, each pointer is narrowed to its extents' offsets."""
-        writes = set(kernel.outputs)
-        reach = _extent_spans(kernel, values, grid) if CHECK_EXTENTS and kernel.extents is not None else None
-        regions = []
-        for j, (spec, value) in enumerate(zip(kernel.args, values)):
-            if isinstance(value, HostTensor):
-                start, end = value.data_ptr(), value.data_ptr() + value.array.nbytes
-                if reach is not None:
-                    item = value.array.itemsize
-                    start, end = start + reach[j][0] * item, min(end, start + (reach[j][1] + 1) * item)
-                writable = not writes or spec.kind is ArgKind.FLAG or spec.value in writes
-                regions.append((start, max(start, end), spec.name, writable))
-        return cls(kernel.name, regions)
-
-    def around(self, native: Any) -> _FencedMemory:
-        return _FencedMemory(native, self)
-
-    def tracing(self, orig: Any) -> Any:
-        """``InterpreterBuilder.create_addptr`` that notes which argument each pointer it makes comes from."""
-
-        def create_addptr(builder: Any, ptr: Any, offset: Any) -> Any:
-            out = orig(builder, ptr, offset)
-            name = self.base(ptr.data)
-            if name is not None and isinstance(out.data, np.ndarray):
-                if len(self._bases) > 4096:
-                    self._bases = {k: v for k, v in self._bases.items() if v[0]() is not None}
-                self._bases[id(out.data)] = (weakref.ref(out.data), name)
-            return out
-
-        return create_addptr
-
-    def base(self, ptrs: Any) -> str | None:
-        """The argument ``ptrs`` was computed from: noted when it was, else the one its first lane lies in."""
-        hit = self._bases.get(id(ptrs))
-        if hit is not None and hit[0]() is ptrs:
-            return hit[1]
-        flat = np.asarray(ptrs).reshape(-1)
-        if flat.size == 0:
-            return None
-        at = int(flat[0])  # a pointer argument splat over a tile starts exactly at its array
-        holding = [r for r in self.regions if r[0] <= at < r[1]]
-        return max(holding)[2] if holding else None
-
-    def check(self, ptrs: np.ndarray, mask: np.ndarray | None, size: int, write: bool, op: str) -> None:
-        addr = ptrs if mask is None else ptrs[np.broadcast_to(mask, ptrs.shape).astype(bool, copy=False)]
-        if addr.size == 0:
-            return
-        lo, hi = int(addr.min()), int(addr.max()) + size
-        i = int(np.searchsorted(self.starts, lo, side="right")) - 1
-        if i >= 0 and hi <= self.regions[i][1] and (self.regions[i][3] or not write):
-            return  # the common case: every lane inside one argument
-        addr = addr.reshape(-1).astype(np.uint64, copy=False)
-        ok = np.zeros(addr.shape, dtype=bool)
-        for start, end, _, writable in self.regions:
-            if writable or not write:
-                ok |= (addr >= start) & (addr + np.uint64(size) <= end)
-        if not ok.all():
-            raise self.refusal(ptrs, int(addr[~ok][0]), size, op)
-
-    def refusal(self, ptrs: Any, at: int, size: int, op: str) -> AddressFenceError:
-        inside = [r for r in self.regions if r[0] <= at and at + size <= r[1]]
-        name = self.base(ptrs)
-        if inside and not inside[0][3]:
-            where = f"into {inside[0][2]}, which the launch only reads"
-        else:
-            mine = [r for r in self.regions if r[2] == name]
-            if not mine:  # a pointer of unknown origin: the argument nearest below it
-                mine = [max((r for r in self.regions if r[0] <= at), default=min(self.regions, default=None))]
-            region = mine[0]
-            if region is None:
-                where = "the launch has no pointer arguments"
-            elif at >= region[0]:
-                start, end, arg, _ = region
-                where = f"{at + size - end} bytes past the end of {arg} ({end - start} bytes)"
-            else:
-                where = f"{region[0] - at} bytes before {region[2]}"
-        through = f" through {name}" if name is not None else ""
-        return AddressFenceError(
-            f"kernel {self.kernel}: a {op}{through} of {size} bytes at {at:#x} lies outside its launch's argument "
-            f"arrays ({where}); the interpreter refused it before it happened"
-        )
+def _fence_of(kernel: Kernel, values: Sequence[Any], grid: Sequence[int] = (1, 1, 1)) -> Fence:
+    """The fence of ``kernel`` launched over ``grid`` with ``values`` (converted args). A kernel of a plan
+    writes only the values it lists among its outputs and its error flags; a hand-written one (no outputs
+    listed) any of its arrays. With ``CHECK_EXTENTS``, each pointer is narrowed to its extents' offsets."""
+    writes = set(kernel.outputs)
+    reach = _extent_spans(kernel, values, grid) if CHECK_EXTENTS and kernel.extents is not None else None
+    regions = []
+    for j, (spec, value) in enumerate(zip(kernel.args, values)):
+        if isinstance(value, HostTensor):
+            start, end = value.data_ptr(), value.data_ptr() + value.array.nbytes
+            if reach is not None:
+                item = value.array.itemsize
+                start, end = start + reach[j][0] * item, min(end, start + (reach[j][1] + 1) * item)
+            writable = not writes or spec.kind is ArgKind.FLAG or spec.value in writes
+            regions.append((start, max(start, end), spec.name, writable))
+    return Fence(kernel.name, regions)
 
 
 def _extent_spans(kernel: Kernel, values: Sequence[Any], grid: Sequence[int]) -> list[tuple[int, int]]:
@@ -417,32 +309,6 @@ def _extent_spans(kernel: Kernel, values: Sequence[Any], grid: Sequence[int]) ->
     x = kernel.extents
     assert x is not None
     return [(max(0, evaluate(lo, env)), evaluate(hi, env)) for lo, hi in zip(x.lows, x.highs)]
-
-
-class _FencedMemory:
-    """The interpreter's native memory calls, each checked against a ``_Fence`` first; anything else passes."""
-
-    def __init__(self, native: Any, fence: _Fence) -> None:
-        self._native, self._fence = native, fence
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._native, name)
-
-    def load(self, ptrs: Any, mask: Any, other: Any, dtype: Any) -> Any:
-        self._fence.check(ptrs, mask, np.dtype(dtype).itemsize, False, "load")
-        return self._native.load(ptrs, mask, other, dtype)
-
-    def store(self, ptrs: Any, value: Any, mask: Any) -> Any:
-        self._fence.check(ptrs, mask, value.dtype.itemsize, True, "store")
-        return self._native.store(ptrs, value, mask)
-
-    def atomic_cas(self, ptrs: Any, cmp: Any, val: Any, sem: Any) -> Any:
-        self._fence.check(ptrs, None, val.dtype.itemsize, True, "atomic compare-and-swap")
-        return self._native.atomic_cas(ptrs, cmp, val, sem)
-
-    def atomic_rmw(self, op: Any, ptrs: Any, val: Any, mask: Any, sem: Any) -> Any:
-        self._fence.check(ptrs, mask, val.dtype.itemsize, True, "atomic")
-        return self._native.atomic_rmw(op, ptrs, val, mask, sem)
 
 
 def _call_interpreted(_orig: Any) -> Any:
