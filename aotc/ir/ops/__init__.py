@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from aotc.ir.ops import elementwise, layout, nn, reduce, scatter, vision
+from aotc.ir.ops import attention, elementwise, layout, nn, reduce, scatter, vision
 from aotc.ir.ops.base import Op, OpDef, OpKind
 
 OPS: dict[Op, OpDef] = {
-    d.op: d for d in (*elementwise.DEFS, *layout.DEFS, *reduce.DEFS, *nn.DEFS, *vision.DEFS, *scatter.DEFS)
+    d.op: d
+    for d in (*elementwise.DEFS, *layout.DEFS, *reduce.DEFS, *nn.DEFS, *attention.DEFS, *vision.DEFS, *scatter.DEFS)
 }
 
 missing = [op for op in Op if op not in OPS]
