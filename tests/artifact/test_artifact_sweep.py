@@ -210,7 +210,7 @@ def test_the_harness_fails_on_an_out_of_bounds_access_and_a_hang() -> None:
     import sweep_run
     from plan_kit import D, model, sealed, with_source
     from plan_kit import write as write_plan
-    from test_plan_verification import STORE
+    from test_plan_binding import STORE
 
     hostile = sealed(with_source(model()[1], 2, STORE, f"{STORE} + 1048576"))
     feeds = {"x": np.ones((2, 3, D), np.float32)}

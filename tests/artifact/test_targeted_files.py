@@ -14,7 +14,7 @@ flags = u32 max                                             refused at load: fla
 buffer ``768*seq*min(batch, seq)``                          loads; the call at batch=4, seq=2 is refused before any
                                                             launch, interpret and fake cuda (runtime/test_plan_bounds)
 an offset overlapping a live buffer only at mixed dims      the same
-LayerNorm eps 1e-5 -> 1.00001 the kernels don't follow      refused at load: digest check (test_plan_verification.py)
+LayerNorm eps 1e-5 -> 1.00001 the kernels don't follow      refused at load: digest check (test_plan_binding.py)
 module-level Python in a kernel's source                    interpret refuses it at load, never runs it
 the gather bound 512 -> 912 in a kernel's source            loads (the reader cannot see what a bound in Triton text
                                                             guards); token id 600 is refused at the call by the
@@ -39,7 +39,8 @@ from click.testing import CliRunner
 from kernel_kit import fake_binaries, unchecked
 from mutation import reseal
 from plan_kit import model, write
-from test_plan_verification import ATTACKS, GRAPH_EDITS
+from test_plan_binding import GRAPH_EDITS
+from test_plan_verification import ATTACKS
 
 import aotc
 import aotc.functional as F
