@@ -20,11 +20,12 @@ import ctypes
 import re
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 import numpy as np
+from fake_cuda_memory import MemoryMixin, Pool
 from fake_cuda_streams import StreamsMixin
 from fake_cuda_types import (
     CUdevice_attribute,
@@ -66,14 +67,6 @@ class _Module:
 
 
 @dataclass
-class _Pool:
-    threshold: int = 0
-    used: set[int] = field(default_factory=set)
-    free: dict[int, list[int]] = field(default_factory=dict)  # by size
-    sizes: dict[int, int] = field(default_factory=dict)
-
-
-@dataclass
 class _Function:
     name: str
     module: _Module
@@ -81,7 +74,7 @@ class _Function:
     max_dynamic_shared: int = _SMALL_SHARED
 
 
-class FakeDriver(StreamsMixin):
+class FakeDriver(StreamsMixin, MemoryMixin):
     """One fake GPU. ``register(schedule, binaries)`` tells it each kernel's source (what the cubin would hold)."""
 
     CUresult = CUresult
@@ -117,7 +110,7 @@ class FakeDriver(StreamsMixin):
         self.modules: list[_Module] = []
         self.launches: list[tuple[str, tuple[int, int, int], int, int, int]] = []  # name, grid, block, shared, cluster
         self.memsets = 0
-        self.pools: dict[int, _Pool] = {}
+        self.pools: dict[int, Pool] = {}
         self.fault: CUresult | None = None  # set by a kernel fault: every later call fails with it
         self.faults: list[str] = []  # what each fault was
         self._objects: dict[int, Any] = {}
@@ -225,111 +218,6 @@ class FakeDriver(StreamsMixin):
 
     def cuGetErrorName(self, err: Any) -> tuple[CUresult, bytes]:
         return OK, CUresult(err).name.encode()
-
-    # -- memory -------------------------------------------------------------------------------------
-    def cuMemAlloc(self, nbytes: int) -> tuple[CUresult, int]:
-        with self._lock:
-            used = sum(a.size for a in self.allocs.values())
-            if nbytes <= 0:
-                return CUresult.CUDA_ERROR_INVALID_VALUE, 0
-            if used + nbytes > self.memory:
-                return CUresult.CUDA_ERROR_OUT_OF_MEMORY, 0
-            raw = np.empty(nbytes + 256, np.uint8)
-            start = -raw.ctypes.data % 256
-            arr = raw[start : start + nbytes]
-            arr[:] = 0xCD  # fresh device memory holds garbage, not zeros
-            self.allocs[arr.ctypes.data] = arr
-            return OK, arr.ctypes.data
-
-    def cuMemFree(self, ptr: int) -> tuple[CUresult]:
-        with self._lock:
-            self._drain(None)  # freeing synchronizes the device, as cuMemFree does
-            return (OK,) if self.allocs.pop(int(ptr), None) is not None else (CUresult.CUDA_ERROR_INVALID_VALUE,)
-
-    # -- stream-ordered pools: freed blocks stay in their pool (counted as used) and are reused by size --------
-    def cuMemPoolCreate(self, props: CUmemPoolProps) -> tuple[CUresult, Any]:
-        if props.location.type != CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE or props.location.id != 0:
-            return CUresult.CUDA_ERROR_INVALID_VALUE, None
-        pool = _Pool()
-        self.pools[id(pool)] = pool
-        return OK, self._handle(pool)
-
-    def cuMemPoolSetAttribute(self, pool: Any, attr: CUmemPool_attribute, value: cuuint64_t) -> tuple[CUresult]:
-        if id(pool) not in self.pools or not isinstance(value, cuuint64_t):
-            return (CUresult.CUDA_ERROR_INVALID_VALUE,)
-        pool.threshold = value.value
-        return (OK,)
-
-    def cuMemAllocFromPoolAsync(self, nbytes: int, pool: Any, stream: Any) -> tuple[CUresult, int]:
-        with self._lock:
-            if id(pool) not in self.pools or self._stream(stream) is None:
-                return CUresult.CUDA_ERROR_INVALID_VALUE, 0
-            free = pool.free.get(nbytes)
-            if free:
-                ptr = free.pop()
-                pool.used.add(ptr)
-                return OK, ptr
-        err, ptr = self.cuMemAlloc(nbytes)
-        if err == OK:
-            pool.used.add(ptr)
-            pool.sizes[ptr] = nbytes
-        return err, ptr
-
-    def cuMemFreeAsync(self, ptr: int, stream: Any) -> tuple[CUresult]:
-        with self._lock:
-            pool = next((p for p in self.pools.values() if ptr in p.used), None)
-            if pool is None or self._stream(stream) is None:
-                return (CUresult.CUDA_ERROR_INVALID_VALUE,)
-            # Reuse only after the work queued so far is done (the legacy stream orders after every stream).
-            self._drain(None)
-            pool.used.discard(ptr)
-            pool.free.setdefault(pool.sizes[ptr], []).append(ptr)
-            return (OK,)
-
-    def cuMemPoolDestroy(self, pool: Any) -> tuple[CUresult]:
-        with self._lock:
-            if self.pools.pop(id(pool), None) is None:
-                return (CUresult.CUDA_ERROR_INVALID_VALUE,)
-            for ptrs in pool.free.values():  # blocks still handed out are released when freed (here: never)
-                for ptr in ptrs:
-                    self.allocs.pop(ptr, None)
-            return (OK,)
-
-    def cuMemGetInfo(self) -> tuple[CUresult, int, int]:
-        used = sum(a.size for a in self.allocs.values())
-        return OK, self.memory - used, self.memory
-
-    def _copy(self, dst: int, src: int, n: int, stream: Any, dst_dev: bool, src_dev: bool) -> tuple[CUresult]:
-        with self._lock:
-            if self._capturing(stream):
-                return (CUresult.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,)
-            if (dst_dev and self._find(dst, n) is None) or (src_dev and self._find(src, n) is None):
-                return (CUresult.CUDA_ERROR_INVALID_VALUE,)
-            return self._enqueue(stream, ("memcpy", dst, src, n))
-
-    def cuMemcpyHtoDAsync(self, dst: int, src: int, n: int, stream: Any) -> tuple[CUresult]:
-        return self._copy(dst, src, n, stream, True, False)
-
-    def cuMemcpyDtoHAsync(self, dst: int, src: int, n: int, stream: Any) -> tuple[CUresult]:
-        # Into pageable host memory (all the fake has) the real copy is synchronous with the host: it returns
-        # after the stream's earlier work and the copy itself ran, never writing the buffer once the caller
-        # may have freed it. So run the stream's queue now, the copy last.
-        with self._lock:
-            queued = self._copy(dst, src, n, stream, False, True)
-            return self._drain(self._stream(stream)) if queued[0] == OK else queued
-
-    def cuMemcpyDtoDAsync(self, dst: int, src: int, n: int, stream: Any) -> tuple[CUresult]:
-        return self._copy(dst, src, n, stream, True, True)
-
-    def cuMemsetD32Async(self, ptr: int, value: int, count: int, stream: Any) -> tuple[CUresult]:
-        with self._lock:
-            if self._find(ptr, 4 * count) is None:
-                return (CUresult.CUDA_ERROR_INVALID_VALUE,)
-            return self._enqueue(stream, ("memset", ptr, value, count))
-
-    def cuPointerGetAttribute(self, attr: Any, ptr: int) -> tuple[CUresult, Any]:
-        with self._lock:
-            return (OK, 0) if self._find(int(ptr), 1) is not None else (CUresult.CUDA_ERROR_INVALID_VALUE, None)
 
     # -- modules ------------------------------------------------------------------------------------
     def cuModuleLoadData(self, image: int) -> tuple[CUresult, Any]:
