@@ -18,6 +18,7 @@ from typing import Any
 import flatbuffers
 import numpy as np
 
+from aotc.artifact.fb_build import longs, string, strings, table_vector
 from aotc.artifact.generated import Artifact as FbArtifact
 from aotc.artifact.generated import AttrSet as FbAttrSet
 from aotc.artifact.generated import AttrValue as FbAttrValue
@@ -30,7 +31,7 @@ from aotc.artifact.generated import TensorType as FbTensorType
 from aotc.artifact.generated.ValueKind import ValueKind
 from aotc.artifact.layout import DTYPE_CODES, MAX_ATTR_DEPTH
 from aotc.artifact.plan_checks import GRAPH_FEATURES
-from aotc.artifact.plan_encode import KernelPlan, encode_codes, encode_schedule, encode_strings
+from aotc.artifact.plan_encode import KernelPlan, encode_codes, encode_schedule
 from aotc.errors import ArtifactError
 from aotc.ir.dtypes import DType
 from aotc.ir.graph import Graph, Guard, Symbol
@@ -107,17 +108,17 @@ def encode_artifact(
     source_off = _graph(b, source, t, const_index, "source graph") if source is not None else None
     const_offs = [_constant(b, c) for c in constants]
     seg_offs = [_segment(b, s) for s in segments]
-    strings, types, values, sets = t.build(b)
-    producer = _string(b, header.producer_version, "producer version")
-    model_name = _string(b, header.model_name, "model name")
-    meta = _string(b, header.meta_json, "meta")
-    variants_vec = _table_vector(b, variant_offs)
-    consts_vec = _table_vector(b, const_offs)
-    segs_vec = _table_vector(b, seg_offs)
-    features = encode_strings(b, GRAPH_FEATURES)
-    kernel_features = encode_strings(b, plan.kernel_features)
+    string_table, types, values, sets = t.build(b)
+    producer = string(b, header.producer_version, "producer version")
+    model_name = string(b, header.model_name, "model name")
+    meta = string(b, header.meta_json, "meta")
+    variants_vec = table_vector(b, variant_offs)
+    consts_vec = table_vector(b, const_offs)
+    segs_vec = table_vector(b, seg_offs)
+    features = strings(b, GRAPH_FEATURES)
+    kernel_features = strings(b, plan.kernel_features)
     codes = encode_codes(b, plan)
-    floor = _string(b, plan.driver_floor, "CUDA driver floor") if plan.driver_floor else None
+    floor = string(b, plan.driver_floor, "CUDA driver floor") if plan.driver_floor else None
     onnx_vec = _onnx(b, onnx) if onnx is not None else None
     FbArtifact.Start(b)
     FbArtifact.AddSchemaVersion(b, header.schema_version)
@@ -129,7 +130,7 @@ def encode_artifact(
         FbArtifact.AddSource(b, source_off)
     FbArtifact.AddConstants(b, consts_vec)
     FbArtifact.AddSegments(b, segs_vec)
-    FbArtifact.AddStrings(b, strings)
+    FbArtifact.AddStrings(b, string_table)
     FbArtifact.AddTypes(b, types)
     FbArtifact.AddAttrValues(b, values)
     FbArtifact.AddAttrSets(b, sets)
@@ -235,7 +236,7 @@ class Interner:
 
     def build(self, b: flatbuffers.Builder) -> tuple[int, int, int, int]:
         """The four table vectors: strings, types, attr values, attr sets."""
-        strings = _table_vector(b, [b.CreateString(s) for s in self._utf8])
+        table = table_vector(b, [b.CreateString(s) for s in self._utf8])
         type_offs = []
         for code, dims in self._type_rows:
             shape = _uints(b, dims)
@@ -262,7 +263,7 @@ class Interner:
             FbAttrSet.AddNames(b, names)
             FbAttrSet.AddValues(b, values)
             set_offs.append(FbAttrSet.End(b))
-        return strings, _table_vector(b, type_offs), _table_vector(b, value_offs), _table_vector(b, set_offs)
+        return table, table_vector(b, type_offs), table_vector(b, value_offs), table_vector(b, set_offs)
 
 
 # -- graphs --------------------------------------------------------------------------------------
@@ -312,22 +313,22 @@ def _graph(
 ) -> int:
     c = _node_columns(g, t, what)
     fields = [
-        (FbGraph.AddName, _string(b, g.name, f"{what} name")),
-        (FbGraph.AddInputNames, _table_vector(b, [_string(b, s, f"{what} input name") for s in g.input_names])),
-        (FbGraph.AddInputIds, _ids(b, [v.id for v in g.inputs], what)),
+        (FbGraph.AddName, string(b, g.name, f"{what} name")),
+        (FbGraph.AddInputNames, table_vector(b, [string(b, s, f"{what} input name") for s in g.input_names])),
+        (FbGraph.AddInputIds, longs(b, [v.id for v in g.inputs], what)),
         (FbGraph.AddInputTypes, _uints(b, [t.tensor_type(v.type) for v in g.inputs])),
         (FbGraph.AddNodeOps, _uints(b, c.ops)),
         (FbGraph.AddNodeInputCounts, _uints(b, c.input_counts)),
-        (FbGraph.AddNodeInputs, _ids(b, c.inputs, what)),
+        (FbGraph.AddNodeInputs, longs(b, c.inputs, what)),
         (FbGraph.AddNodeOutputCounts, _uints(b, c.output_counts)),
-        (FbGraph.AddNodeOutputIds, _ids(b, c.output_ids, what)),
+        (FbGraph.AddNodeOutputIds, longs(b, c.output_ids, what)),
         (FbGraph.AddNodeOutputTypes, _uints(b, c.output_types)),
         (FbGraph.AddNodeAttrs, _uints(b, c.attrs)),
         (FbGraph.AddNodeLocs, _uints(b, c.locs)),
-        (FbGraph.AddOutputs, _ids(b, [o.id for o in g.outputs], what)),
-        (FbGraph.AddOutputTreeJson, _string(b, json.dumps(g.output_tree), f"{what} output tree")),
-        (FbGraph.AddSymbols, _table_vector(b, [_symbol(b, s, what) for s in g.symbols])),
-        (FbGraph.AddGuards, _table_vector(b, [_guard(b, gd) for gd in g.guards])),
+        (FbGraph.AddOutputs, longs(b, [o.id for o in g.outputs], what)),
+        (FbGraph.AddOutputTreeJson, string(b, json.dumps(g.output_tree), f"{what} output tree")),
+        (FbGraph.AddSymbols, table_vector(b, [_symbol(b, s, what) for s in g.symbols])),
+        (FbGraph.AddGuards, table_vector(b, [_guard(b, gd) for gd in g.guards])),
         (FbGraph.AddConstants, _uints(b, [const_index[k] for k in g.constants])),
     ]
     if schedule is not None and code_index is not None:
@@ -339,7 +340,7 @@ def _graph(
 
 
 def _symbol(b: flatbuffers.Builder, s: Symbol, what: str) -> int:
-    name_off = _string(b, s.name, f"{what} symbol name")
+    name_off = string(b, s.name, f"{what} symbol name")
     FbSymbol.Start(b)
     FbSymbol.AddName(b, name_off)
     FbSymbol.AddMin(b, _int64(s.min, f"symbol {s.name} min"))
@@ -349,7 +350,7 @@ def _symbol(b: flatbuffers.Builder, s: Symbol, what: str) -> int:
 
 
 def _guard(b: flatbuffers.Builder, g: Guard) -> int:
-    offs = [_string(b, s, "guard") for s in (to_sexpr(g.lhs), g.rel, to_sexpr(g.rhs), g.loc)]
+    offs = [string(b, s, "guard") for s in (to_sexpr(g.lhs), g.rel, to_sexpr(g.rhs), g.loc)]
     FbGuard.Start(b)
     FbGuard.AddLhs(b, offs[0])
     FbGuard.AddRel(b, offs[1])
@@ -359,7 +360,7 @@ def _guard(b: flatbuffers.Builder, g: Guard) -> int:
 
 
 def _constant(b: flatbuffers.Builder, c: ConstantEntry) -> int:
-    name = _string(b, c.name, "constant name")
+    name = string(b, c.name, "constant name")
     shape = b.CreateNumpyVector(np.array(c.shape, dtype=np.int64))
     FbConstant.Start(b)
     FbConstant.AddName(b, name)
@@ -418,29 +419,5 @@ def _int64(x: int, what: str) -> int:
     return x
 
 
-def _ids(b: flatbuffers.Builder, ids: Sequence[int], what: str) -> int:
-    try:
-        arr = np.array(ids, dtype=np.int64)
-    except OverflowError:
-        raise ArtifactError(f"{what}: a value id does not fit in 64 bits") from None
-    return b.CreateNumpyVector(arr)
-
-
 def _uints(b: flatbuffers.Builder, xs: Sequence[int]) -> int:
     return b.CreateNumpyVector(np.array(xs, dtype=np.uint32))
-
-
-def _string(b: flatbuffers.Builder, s: str, what: str) -> int:
-    if not isinstance(s, str):
-        raise ArtifactError(f"{what}: expected a string, got {type(s).__name__}")
-    try:
-        return b.CreateString(s.encode("utf-8"))
-    except UnicodeEncodeError as e:
-        raise ArtifactError(f"{what}: {s!r} is not valid unicode ({e})") from None
-
-
-def _table_vector(b: flatbuffers.Builder, offsets: Sequence[int]) -> int:
-    b.StartVector(4, len(offsets), 4)
-    for off in reversed(offsets):
-        b.PrependUOffsetTRelative(off)
-    return b.EndVector()

@@ -21,6 +21,7 @@ from aotc.artifact.code_checks import (
     code_key,
     derive_driver_floor,
 )
+from aotc.artifact.fb_build import longs, string, strings, table_vector
 from aotc.artifact.generated import ArchLaunch as FbArchLaunch
 from aotc.artifact.generated import Buffer as FbBuffer
 from aotc.artifact.generated import Cubin as FbCubin
@@ -108,7 +109,7 @@ def plan_kernels(
 
 
 def encode_codes(b: flatbuffers.Builder, plan: KernelPlan) -> int:
-    return _table_vector(b, [_code(b, k, plan.binaries.get(k.name)) for k in plan.codes])
+    return table_vector(b, [_code(b, k, plan.binaries.get(k.name)) for k in plan.codes])
 
 
 def encode_schedule(b: flatbuffers.Builder, s: Schedule, code_index: Mapping[str, int]) -> int:
@@ -118,13 +119,13 @@ def encode_schedule(b: flatbuffers.Builder, s: Schedule, code_index: Mapping[str
             if x.extents is None:
                 raise ArtifactError(f"launch {k.name!r}: kernel {x.name!r} has no extents")
             extents.setdefault(x.extents, len(extents))
-    table = _table_vector(b, [_extents(b, x) for x in extents])
-    launches = _table_vector(b, [_launch(b, k, code_index, extents) for k in s.kernels])
-    buffers = _table_vector(b, [_buffer(b, x.value, x.nbytes, x.offset, x.first, x.last) for x in s.buffers])
-    arena = _str(b, to_sexpr(s.arena_bytes))
-    view_values = _longs(b, [v.value for v in s.views])
-    view_bases = _longs(b, [v.base for v in s.views])
-    declined = _strings(b, s.declined)
+    table = table_vector(b, [_extents(b, x) for x in extents])
+    launches = table_vector(b, [_launch(b, k, code_index, extents) for k in s.kernels])
+    buffers = table_vector(b, [_buffer(b, x.value, x.nbytes, x.offset, x.first, x.last) for x in s.buffers])
+    arena = string(b, to_sexpr(s.arena_bytes))
+    view_values = longs(b, [v.value for v in s.views])
+    view_bases = longs(b, [v.base for v in s.views])
+    declined = strings(b, s.declined)
     FbSchedule.Start(b)
     FbSchedule.AddLaunches(b, launches)
     FbSchedule.AddBuffers(b, buffers)
@@ -137,20 +138,16 @@ def encode_schedule(b: flatbuffers.Builder, s: Schedule, code_index: Mapping[str
     return FbSchedule.End(b)
 
 
-def encode_strings(b: flatbuffers.Builder, items: Sequence[str]) -> int:
-    return _strings(b, items)
-
-
 def _code(b: flatbuffers.Builder, k: Kernel, binary: KernelBinary | None) -> int:
     what = f"kernel {k.name!r}"
-    name, source, kind = _str(b, k.name), _str(b, k.source), _str(b, k.kind)
-    cnames = _strings(b, [c for c, _ in k.constexprs])
-    cvalues = _longs(b, [v for _, v in k.constexprs])
+    name, source, kind = string(b, k.name), string(b, k.source), string(b, k.kind)
+    cnames = strings(b, [c for c, _ in k.constexprs])
+    cvalues = longs(b, [v for _, v in k.constexprs])
     divisible = b.CreateNumpyVector(np.array(k.divisible, dtype=np.uint32))
-    arg_names = _strings(b, [a.name for a in k.args])
-    arg_types = _strings(b, [a.type for a in k.args])
-    cubins = _table_vector(b, [_cubin(b, c.arch, c.data, c.meta) for c in binary.cubins] if binary else [])
-    ptx = _str(b, binary.ptx) if binary else None
+    arg_names = strings(b, [a.name for a in k.args])
+    arg_types = strings(b, [a.type for a in k.args])
+    cubins = table_vector(b, [_cubin(b, c.arch, c.data, c.meta) for c in binary.cubins] if binary else [])
+    ptx = string(b, binary.ptx) if binary else None
     ptx_meta = _meta(b, binary.ptx_meta) if binary else None
     FbKernelCode.Start(b)
     FbKernelCode.AddName(b, name)
@@ -172,7 +169,7 @@ def _code(b: flatbuffers.Builder, k: Kernel, binary: KernelBinary | None) -> int
 
 
 def _cubin(b: flatbuffers.Builder, arch: str, data: bytes, meta: LaunchMeta) -> int:
-    arch_off = _str(b, arch)
+    arch_off = string(b, arch)
     data_off = b.CreateByteVector(data)
     meta_off = _meta(b, meta)
     FbCubin.Start(b)
@@ -184,11 +181,11 @@ def _cubin(b: flatbuffers.Builder, arch: str, data: bytes, meta: LaunchMeta) -> 
 
 def _meta(b: flatbuffers.Builder, m: LaunchMeta) -> int:
     what = f"launch metadata of {m.name!r}"
-    name, arch = _str(b, m.name), _str(b, m.arch)
-    params = _strings(b, m.params)
-    triton, ptx, ptxas = _str(b, m.triton_version), _str(b, m.ptx_version), _str(b, m.ptxas_version)
-    cnames = _strings(b, [c for c, _ in m.constexprs])
-    cvalues = _longs(b, [v for _, v in m.constexprs])
+    name, arch = string(b, m.name), string(b, m.arch)
+    params = strings(b, m.params)
+    triton, ptx, ptxas = string(b, m.triton_version), string(b, m.ptx_version), string(b, m.ptxas_version)
+    cnames = strings(b, [c for c, _ in m.constexprs])
+    cvalues = longs(b, [v for _, v in m.constexprs])
     FbLaunchMeta.Start(b)
     FbLaunchMeta.AddName(b, name)
     FbLaunchMeta.AddArch(b, arch)
@@ -212,16 +209,16 @@ def _meta(b: flatbuffers.Builder, m: LaunchMeta) -> int:
 def _launch(b: flatbuffers.Builder, k: Kernel, code_index: Mapping[str, int], extents: Mapping[Extents, int]) -> int:
     code = code_index[k.name]
     nodes = b.CreateNumpyVector(np.array(k.nodes, dtype=np.uint32))
-    inputs, outputs = _longs(b, k.inputs), _longs(b, k.outputs)
+    inputs, outputs = longs(b, k.inputs), longs(b, k.outputs)
     kinds = b.CreateNumpyVector(np.array([ARG_KIND_CODES[a.kind] for a in k.args], dtype=np.uint8))
-    values = _longs(b, [a.value for a in k.args])
-    sizes = _strings(b, [to_sexpr(a.size) for a in k.args])
-    grid = _strings(b, [to_sexpr(g) for g in k.grid])
-    checks = _table_vector(b, [_check(b, c.slot, c.input, c.op, c.low, c.high) for c in k.checks])
-    fused = _strings(b, k.fused)
+    values = longs(b, [a.value for a in k.args])
+    sizes = strings(b, [to_sexpr(a.size) for a in k.args])
+    grid = strings(b, [to_sexpr(g) for g in k.grid])
+    checks = table_vector(b, [_check(b, c.slot, c.input, c.op, c.low, c.high) for c in k.checks])
+    fused = strings(b, k.fused)
     variants = [_variant(b, v.arch, code_index[v.kernel.name], v.kernel, extents) for v in k.variants]
-    variants_off = _table_vector(b, variants) if variants else None
-    digest = _str(b, k.digest)
+    variants_off = table_vector(b, variants) if variants else None
+    digest = string(b, k.digest)
     FbLaunch.Start(b)
     FbLaunch.AddCode(b, code)
     FbLaunch.AddNodes(b, nodes)
@@ -241,9 +238,9 @@ def _launch(b: flatbuffers.Builder, k: Kernel, code_index: Mapping[str, int], ex
 
 
 def _variant(b: flatbuffers.Builder, arch: str, code: int, k: Kernel, extents: Mapping[Extents, int]) -> int:
-    arch_off = _str(b, arch)
-    grid_off = _strings(b, [to_sexpr(g) for g in k.grid])
-    digest = _str(b, k.digest)
+    arch_off = string(b, arch)
+    grid_off = strings(b, [to_sexpr(g) for g in k.grid])
+    digest = string(b, k.digest)
     FbArchLaunch.Start(b)
     FbArchLaunch.AddArch(b, arch_off)
     FbArchLaunch.AddCode(b, code)
@@ -254,11 +251,11 @@ def _variant(b: flatbuffers.Builder, arch: str, code: int, k: Kernel, extents: M
 
 
 def _extents(b: flatbuffers.Builder, x: Extents) -> int:
-    lows = _strings(b, [to_sexpr(e) for e in x.lows])
-    highs = _strings(b, [to_sexpr(e) for e in x.highs])
-    names = _strings(b, [n for n, _, _ in x.ranges])
-    range_lows, range_highs = _longs(b, [lo for _, lo, _ in x.ranges]), _longs(b, [hi for _, _, hi in x.ranges])
-    requires = _strings(b, [to_sexpr(e) for e in x.requires])
+    lows = strings(b, [to_sexpr(e) for e in x.lows])
+    highs = strings(b, [to_sexpr(e) for e in x.highs])
+    names = strings(b, [n for n, _, _ in x.ranges])
+    range_lows, range_highs = longs(b, [lo for _, lo, _ in x.ranges]), longs(b, [hi for _, _, hi in x.ranges])
+    requires = strings(b, [to_sexpr(e) for e in x.requires])
     FbExtents.Start(b)
     FbExtents.AddLows(b, lows)
     FbExtents.AddHighs(b, highs)
@@ -270,7 +267,7 @@ def _extents(b: flatbuffers.Builder, x: Extents) -> int:
 
 
 def _check(b: flatbuffers.Builder, slot: int, input: str, op: str, low: object, high: object) -> int:
-    offs = [_str(b, x) for x in (input, op, to_sexpr(low), to_sexpr(high))]  # type: ignore[arg-type]
+    offs = [string(b, x) for x in (input, op, to_sexpr(low), to_sexpr(high))]  # type: ignore[arg-type]
     FbIndexCheck.Start(b)
     FbIndexCheck.AddSlot(b, _u32(slot, "index check slot"))
     FbIndexCheck.AddInput(b, offs[0])
@@ -281,7 +278,7 @@ def _check(b: flatbuffers.Builder, slot: int, input: str, op: str, low: object, 
 
 
 def _buffer(b: flatbuffers.Builder, value: int, nbytes: object, offset: object, first: int, last: int) -> int:
-    n, o = _str(b, to_sexpr(nbytes)), _str(b, to_sexpr(offset))  # type: ignore[arg-type]
+    n, o = string(b, to_sexpr(nbytes)), string(b, to_sexpr(offset))  # type: ignore[arg-type]
     FbBuffer.Start(b)
     FbBuffer.AddValue(b, value)
     FbBuffer.AddNbytes(b, n)
@@ -298,30 +295,3 @@ def _u32(x: int, what: str) -> int:
     if isinstance(x, bool) or not isinstance(x, int) or not 0 <= x <= U32_MAX:
         raise ArtifactError(f"{what}: {x!r} is not an unsigned 32-bit int")
     return x
-
-
-def _str(b: flatbuffers.Builder, s: str) -> int:
-    if not isinstance(s, str):
-        raise ArtifactError(f"expected a string in the launch plan, got {type(s).__name__}")
-    try:
-        return b.CreateString(s.encode("utf-8"))
-    except UnicodeEncodeError as e:
-        raise ArtifactError(f"{s[:40]!r} is not valid unicode ({e})") from None
-
-
-def _strings(b: flatbuffers.Builder, items: Sequence[str]) -> int:
-    return _table_vector(b, [_str(b, s) for s in items])
-
-
-def _longs(b: flatbuffers.Builder, xs: Sequence[int]) -> int:
-    try:
-        return b.CreateNumpyVector(np.array(list(xs), dtype=np.int64))
-    except OverflowError:
-        raise ArtifactError("a value id does not fit in 64 bits") from None
-
-
-def _table_vector(b: flatbuffers.Builder, offsets: Sequence[int]) -> int:
-    b.StartVector(4, len(offsets), 4)
-    for off in reversed(offsets):
-        b.PrependUOffsetTRelative(off)
-    return b.EndVector()
