@@ -16,9 +16,10 @@ from aotc.ir.analysis import analyze
 from aotc.ir.dtypes import DType
 from aotc.ir.graph import Graph
 from aotc.ir.ops import ELEMENTWISE
+from aotc.ir.schedule import Kernel, KernelKind
 from aotc.ir.symbolic import SymExpr, add, floordiv, mod, mul, sym
 from aotc.ir.symbolic_values import divisor
-from aotc.ir.tiles import upper
+from aotc.ir.tiles import TileConfig, upper
 from aotc.ir.types import Node, Value
 from aotc.kernels import index_text as ix
 from aotc.kernels.pointwise_ops import TL_DTYPE
@@ -95,6 +96,38 @@ def check_epilogue(graph: Graph, anchor: Node, epilogue: Sequence[Node], outputs
     for v in outputs:
         if v.id not in chain:
             raise UnsupportedError(f"{anchor.op.value} kernel output %{v.id} is not the anchor or an epilogue value")
+
+
+def stored_outputs(
+    builder: KernelBuilder, node: Node, epilogue: Sequence[Node], outputs: Sequence[Value] | None
+) -> tuple[Value, ...]:
+    """The values a matmul-like kernel stores: ``outputs``, or by default the last epilogue value (the anchor's
+    own when there is no epilogue); the epilogue checked to be one the template can fuse."""
+    anchor = node.outputs[0]
+    stored = tuple(outputs) if outputs is not None else ((epilogue[-1].outputs[0],) if epilogue else (anchor,))
+    check_epilogue(builder.graph, node, epilogue, stored)
+    return stored
+
+
+def finish_tiled(
+    builder: KernelBuilder, name: str, kind: KernelKind, grid: tuple[Size, Size, Size], cfg: TileConfig, node: int
+) -> Kernel:
+    """The finished kernel of a template tiled by ``cfg`` (block sizes and the grouped tile order as constexprs),
+    with its own node ``node`` among those it computes."""
+    return builder.finish(
+        name=name,
+        kind=kind,
+        grid=grid,
+        constexprs=(
+            ("BLOCK_M", cfg.block_m),
+            ("BLOCK_N", cfg.block_n),
+            ("BLOCK_K", cfg.block_k),
+            ("GROUP_M", cfg.group_m),
+        ),
+        num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
+        extra_nodes=(node,),
+    )
 
 
 def anchor_index(builder: KernelBuilder, node: Node) -> int:

@@ -37,15 +37,16 @@ from aotc.kernels.contraction_emit import (
     anchor_index,
     can_fuse_epilogue,
     cdiv,
-    check_epilogue,
     emit_epilogue,
     emit_tile_order,
+    finish_tiled,
     full_tile,
     is_multiple,
     k_reach,
     mask_and,
     reserve,
     size_text,
+    stored_outputs,
     tile_reach,
     unravel,
     why_not_epilogue,
@@ -167,8 +168,7 @@ def emit_conv(
     as for ``emit_matmul``. Depthwise convolutions use the direct kernel."""
     shape = conv_shape(node)
     anchor = node.outputs[0]
-    outputs = tuple(outputs) if outputs is not None else ((epilogue[-1].outputs[0],) if epilogue else (anchor,))
-    check_epilogue(builder.graph, node, epilogue, outputs)
+    outputs = stored_outputs(builder, node, epilogue, outputs)
     node_index = anchor_index(builder, node)
     ranges = builder.graph.ranges
     reserve(builder, (*FIXED_NAMES, *(n for p in "oki" for n in _names(p, shape))))
@@ -183,20 +183,7 @@ def emit_conv(
             config or matmul_config(upper(shape.rows, ranges), shape.c_out_group, k, anchor.type.dtype, arch_hint)
         )
         grid = _emit_gemm(builder, node, shape, cfg, outputs, allow_tf32)
-    return builder.finish(
-        name=name,
-        kind=KernelKind.CONV,
-        grid=grid,
-        constexprs=(
-            ("BLOCK_M", cfg.block_m),
-            ("BLOCK_N", cfg.block_n),
-            ("BLOCK_K", cfg.block_k),
-            ("GROUP_M", cfg.group_m),
-        ),
-        num_warps=cfg.num_warps,
-        num_stages=cfg.num_stages,
-        extra_nodes=(node_index,),
-    )
+    return finish_tiled(builder, name, KernelKind.CONV, grid, cfg, node_index)
 
 
 def emit_plan(b: KernelBuilder, kp: KernelPlan, name: str, config: KernelConfig, tiles: Any = None) -> Kernel:

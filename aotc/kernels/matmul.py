@@ -29,9 +29,9 @@ from aotc.kernels.contraction_emit import (
     anchor_index,
     can_fuse_epilogue,
     cdiv,
-    check_epilogue,
     emit_epilogue,
     emit_tile_order,
+    finish_tiled,
     full_tile,
     grid_with_batch,
     is_multiple,
@@ -39,6 +39,7 @@ from aotc.kernels.contraction_emit import (
     mask_and,
     reserve,
     size_text,
+    stored_outputs,
     tile_reach,
     unravel,
     why_not_epilogue,
@@ -147,8 +148,7 @@ def emit_matmul(
     if reason is not None:
         raise UnsupportedError(f"matmul template: {reason}")
     anchor = node.outputs[0]
-    outputs = tuple(outputs) if outputs is not None else ((epilogue[-1].outputs[0],) if epilogue else (anchor,))
-    check_epilogue(builder.graph, node, epilogue, outputs)
+    outputs = stored_outputs(builder, node, epilogue, outputs)
     node_index = anchor_index(builder, node)
     shape = matmul_shape(node)
     # The operands' dtype picks the product; the anchor may be wider (out_dtype="float32" keeps the
@@ -195,20 +195,7 @@ def emit_matmul(
             builder.line(f"acc += tl.sum({a_tile}[:, :, None] * {b_tile}[None, :, :], axis=1)")
     out_index = [*out_batch, m_idx, "offs_n[None, :]"]
     emit_epilogue(builder, anchor, "acc", out_index, mask_and(mask_m, mask_n), outputs)
-    return builder.finish(
-        name=name,
-        kind=KernelKind.MATMUL,
-        grid=grid,
-        constexprs=(
-            ("BLOCK_M", cfg.block_m),
-            ("BLOCK_N", cfg.block_n),
-            ("BLOCK_K", cfg.block_k),
-            ("GROUP_M", cfg.group_m),
-        ),
-        num_warps=cfg.num_warps,
-        num_stages=cfg.num_stages,
-        extra_nodes=(node_index,),
-    )
+    return finish_tiled(builder, name, KernelKind.MATMUL, grid, cfg, node_index)
 
 
 def emit_plan(b: KernelBuilder, kp: KernelPlan, name: str, config: KernelConfig, tiles: Any = None) -> Kernel:
