@@ -31,6 +31,7 @@ from aotc.kernels.aot import (
 )
 from aotc.kernels.cache import Compiled, KernelCache, cache_key
 from aotc.kernels.toolchain import Toolchain
+from tests.kernel_fixtures import hand_kernel, ptr, size
 
 ELF = b"\x7fELF"
 HEADER = "import triton\nimport triton.language as tl\n\n"
@@ -68,44 +69,21 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constex
 
 
 def _add(source: str = ADD, name: str = "add_kernel", warps: int = 4, divisible: tuple[int, ...] = ()) -> Kernel:
-    return Kernel(
-        name=name,
-        kind=KernelKind.POINTWISE,
-        nodes=(),
-        inputs=(),
-        outputs=(),
-        args=(
-            Arg("x_ptr", "*fp32", ArgKind.BUFFER, 0),
-            Arg("y_ptr", "*fp32", ArgKind.BUFFER, 1),
-            Arg("out_ptr", "*fp32", ArgKind.BUFFER, 2),
-            Arg("n", "i32", ArgKind.SIZE, size=1024),
-        ),
-        grid=(4, 1, 1),
-        source=source,
-        constexprs=(("BLOCK", 256),),
-        num_warps=warps,
-        divisible=divisible,
-    )
+    args = [ptr("x_ptr", 0), ptr("y_ptr", 1), ptr("out_ptr", 2), size("n", 1024)]
+    return hand_kernel(name, source, args, (4, 1, 1), [("BLOCK", 256)], num_warps=warps, divisible=divisible)
 
 
 def _matmul(divisible: tuple[int, ...]) -> Kernel:
-    return Kernel(
-        name="matmul_kernel",
+    args = [ptr("a_ptr", 0, "*fp16"), ptr("b_ptr", 1, "*fp16"), ptr("c_ptr", 2, "*fp16")]
+    args += [size("M", 512), size("N", 512), size("K", 512)]
+    tiles = [("BM", 128), ("BN", 128), ("BK", 64)]
+    return hand_kernel(
+        "matmul_kernel",
+        MATMUL,
+        args,
+        (4, 4, 1),
+        tiles,
         kind=KernelKind.MATMUL,
-        nodes=(),
-        inputs=(),
-        outputs=(),
-        args=(
-            Arg("a_ptr", "*fp16", ArgKind.BUFFER, 0),
-            Arg("b_ptr", "*fp16", ArgKind.BUFFER, 1),
-            Arg("c_ptr", "*fp16", ArgKind.BUFFER, 2),
-            Arg("M", "i32", ArgKind.SIZE, size=512),
-            Arg("N", "i32", ArgKind.SIZE, size=512),
-            Arg("K", "i32", ArgKind.SIZE, size=512),
-        ),
-        grid=(4, 4, 1),
-        source=MATMUL,
-        constexprs=(("BM", 128), ("BN", 128), ("BK", 64)),
         num_warps=8,
         num_stages=3,
         divisible=divisible,

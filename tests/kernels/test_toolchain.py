@@ -12,9 +12,10 @@ import pytest
 
 from aotc.errors import AotcError, UnsupportedError
 from aotc.ir.launch import check_driver_floor, driver_for_ptx, ptx_for_driver
-from aotc.ir.schedule import Arg, ArgKind, Kernel, KernelKind
+from aotc.ir.schedule import Kernel
 from aotc.kernels import aot
 from aotc.kernels.toolchain import Ptxas, available_ptxas, choose_toolchain
+from tests.kernel_fixtures import hand_kernel, ptr, size
 
 P128 = Ptxas("/t/ptxas", (12, 8), "12.8.93", "triton")
 P129 = Ptxas("/t/ptxas", (12, 9), "12.9.86", "triton")
@@ -77,13 +78,8 @@ def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 
 def _add() -> Kernel:
-    args = (
-        Arg("x_ptr", "*fp32", ArgKind.BUFFER, 0),
-        Arg("y_ptr", "*fp32", ArgKind.BUFFER, 1),
-        Arg("out_ptr", "*fp32", ArgKind.BUFFER, 2),
-        Arg("n", "i32", ArgKind.SIZE, size=8),
-    )
-    return Kernel("add_kernel", KernelKind.POINTWISE, (), (), (), args, (1, 1, 1), ADD, (("BLOCK", 64),))
+    args = [ptr("x_ptr", 0), ptr("y_ptr", 1), ptr("out_ptr", 2), size("n", 8)]
+    return hand_kernel("add_kernel", ADD, args, (1, 1, 1), [("BLOCK", 64)])
 
 
 def elf_abi(cubin: bytes) -> tuple[int, int]:

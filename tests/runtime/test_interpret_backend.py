@@ -13,10 +13,11 @@ from graph_kit import const, make_graph
 from aotc.errors import ExecError, UnsupportedError, VerifyError
 from aotc.ir import DType, Graph, Op, Symbol, TensorType, sym
 from aotc.ir.evaluate import GraphRunner
-from aotc.ir.schedule import Arg, ArgKind, Buffer, IndexCheck, Kernel, KernelKind, Schedule, View
+from aotc.ir.schedule import Arg, ArgKind, Buffer, IndexCheck, KernelKind, Schedule, View
 from aotc.ir.symbolic import floordiv
 from aotc.runtime.backends import InterpretBackend, get_backend
 from aotc.runtime.guards import Binder
+from tests.kernel_fixtures import flag, hand_kernel, ptr, size
 
 pytest.importorskip("triton")
 
@@ -89,50 +90,37 @@ def _schedule(g: Graph) -> Schedule:
     x, ids = (v.id for v in g.inputs)
     t = by_op[Op.ADD].outputs[0].id
     s, r, out_g = (o.id for o in g.outputs)
-    add = Kernel(
-        name="add_bias",
-        kind=KernelKind.POINTWISE,
+    add = hand_kernel(
+        "add_bias",
+        ADD_BIAS,
+        [ptr("x_ptr", x), ptr("w_ptr", w), ptr("t_ptr", t), size("numel", n * 8)],
+        (floordiv(n * 8 + 127, 128), 1, 1),
+        [("BLOCK", 128)],
         nodes=(1, 2),
         inputs=(x, w),
         outputs=(t,),
-        args=(
-            Arg("x_ptr", "*fp32", ArgKind.BUFFER, x),
-            Arg("w_ptr", "*fp32", ArgKind.BUFFER, w),
-            Arg("t_ptr", "*fp32", ArgKind.BUFFER, t),
-            Arg("numel", "i32", ArgKind.SIZE, size=n * 8),
-        ),
-        grid=(floordiv(n * 8 + 127, 128), 1, 1),
-        source=ADD_BIAS,
-        constexprs=(("BLOCK", 128),),
     )
-    reduce = Kernel(
-        name="row_sum",
+    reduce = hand_kernel(
+        "row_sum",
+        ROW_SUM,
+        [ptr("t_ptr", t), ptr("s_ptr", s)],
+        (n, 1, 1),
+        [("COLS", 8)],
         kind=KernelKind.REDUCTION,
         nodes=(3,),
         inputs=(t,),
         outputs=(s,),
-        args=(Arg("t_ptr", "*fp32", ArgKind.BUFFER, t), Arg("s_ptr", "*fp32", ArgKind.BUFFER, s)),
-        grid=(n, 1, 1),
-        source=ROW_SUM,
-        constexprs=(("COLS", 8),),
     )
-    gather = Kernel(
-        name="gather_rows",
-        kind=KernelKind.POINTWISE,
+    gather = hand_kernel(
+        "gather_rows",
+        GATHER,
+        [ptr("table_ptr", table), ptr("ids_ptr", ids, "*i64"), ptr("g_ptr", out_g), flag(), size("rows", 10, "i64")],
+        (3, 1, 1),
+        [("WIDTH", 4)],
         nodes=(5, 6),
         inputs=(table, ids),
         outputs=(out_g,),
-        args=(
-            Arg("table_ptr", "*fp32", ArgKind.BUFFER, table),
-            Arg("ids_ptr", "*i64", ArgKind.BUFFER, ids),
-            Arg("g_ptr", "*fp32", ArgKind.BUFFER, out_g),
-            Arg("flags_ptr", "*i32", ArgKind.FLAG),
-            Arg("rows", "i64", ArgKind.SIZE, size=10),
-        ),
-        grid=(3, 1, 1),
-        source=GATHER,
-        constexprs=(("WIDTH", 4),),
-        checks=(IndexCheck(0, "ids", "gather at test.py:7", 0, 10),),
+        checks=[IndexCheck(0, "ids", "gather at test.py:7", 0, 10)],
     )
     # The intermediate sits past a first 256-byte slot, so a wrong offset would show.
     return Schedule(

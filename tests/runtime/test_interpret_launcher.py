@@ -10,8 +10,9 @@ import pytest
 pytest.importorskip("triton")
 
 from aotc.errors import AotcError, ExecError
-from aotc.ir.schedule import Arg, ArgKind, Kernel, KernelKind
+from aotc.ir.schedule import Kernel
 from aotc.runtime.backends.triton_interp import launch, launch_source, load_function
+from tests.kernel_fixtures import flag, hand_kernel, ptr, size
 
 HEADER = "import triton\nimport triton.language as tl\n\n"
 
@@ -141,23 +142,9 @@ def test_a_loop_bound_from_a_runtime_size() -> None:
 
 
 def _gather_kernel() -> Kernel:
-    return Kernel(
-        name="gather_rows",
-        kind=KernelKind.POINTWISE,
-        nodes=(),
-        inputs=(),
-        outputs=(),
-        args=(
-            Arg("table_ptr", "*fp32", ArgKind.BUFFER, 0),
-            Arg("ids_ptr", "*i64", ArgKind.BUFFER, 1),
-            Arg("out_ptr", "*fp32", ArgKind.BUFFER, 2),
-            Arg("flag_ptr", "*i32", ArgKind.FLAG),
-            Arg("rows", "i64", ArgKind.SIZE, size=10),
-            Arg("dim", "i32", ArgKind.SIZE, size=6),
-        ),
-        grid=(4, 1, 1),
-        source=GATHER,
-        constexprs=(("BLOCK", 8),),
+    args = [ptr("table_ptr", 0), ptr("ids_ptr", 1, "*i64"), ptr("out_ptr", 2), flag("flag_ptr")]
+    return hand_kernel(
+        "gather_rows", GATHER, [*args, size("rows", 10, "i64"), size("dim", 6)], (4, 1, 1), [("BLOCK", 8)]
     )
 
 
