@@ -10,6 +10,7 @@ import os
 
 import numpy as np
 import pytest
+from torch_kit import torch_module, transformers_module
 
 from aotc.ir import Op
 from aotc.ir.evaluate import GraphRunner
@@ -33,8 +34,8 @@ def _feeds(rng: np.random.Generator, batch: int, seq: int) -> list[np.ndarray]:
 
 
 def _check(name: str, exports: dict[str, bytes]) -> None:
-    torch_models.torch_module()
-    torch_models.transformers_module()
+    torch_module()
+    transformers_module()
     case = torch_models.MODELS[name]
     if name not in exports:
         exports[name] = case.build()

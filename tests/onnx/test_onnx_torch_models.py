@@ -21,7 +21,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from torch_kit import torch_module, torchvision_module, transformers_module
+from torch_kit import torch_module
+from torch_zoo import TEXT_MODELS, VOCAB, small_swin, vit
 
 from aotc.compiler import compile_graph
 from aotc.ir.schedule import KernelKind
@@ -29,7 +30,6 @@ from aotc.onnx import import_onnx
 
 ort = pytest.importorskip("onnxruntime")
 RTOL, ATOL = 1e-4, 1e-5
-VOCAB = 128
 TEXT_DIMS = {"batch": (1, 8), "seq": (1, 64)}
 TEXT_SHAPES = ((2, 7), (3, 16))
 
@@ -67,49 +67,30 @@ def encoder(model: Any, names: tuple[str, ...]) -> Any:
     return Encoder()
 
 
-def text_model(config: str, model: str, **kwargs: Any) -> Callable[[], bytes]:
+def text_model(name: str) -> Callable[[], bytes]:
+    """The ONNX export of the zoo's text encoder ``name`` (tests/torch_zoo.py)."""
+
     def build() -> bytes:
-        torch, tf = torch_module(), transformers_module()
-        torch.manual_seed(0)
-        cfg = getattr(tf, config)(**kwargs)
-        m = getattr(tf, model)(cfg)
+        torch = torch_module()
         names = ("input_ids", "attention_mask")
         ids = torch.randint(0, VOCAB, (2, 5))
         mask = torch.ones(2, 5, dtype=torch.int64)
         dyn = {n: {0: "batch", 1: "seq"} for n in (*names, "last_hidden_state")}
-        return export(encoder(m, names), (ids, mask), list(names), dyn)
+        return export(encoder(TEXT_MODELS[name](), names), (ids, mask), list(names), dyn)
 
     return build
 
 
-SMALL = dict(
-    vocab_size=VOCAB,
-    hidden_size=32,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    intermediate_size=64,
-    max_position_embeddings=64,
-)
-
-
-def vit() -> bytes:
-    torch, tf = torch_module(), transformers_module()
-    torch.manual_seed(0)
-    cfg = tf.ViTConfig(**{**SMALL, "vocab_size": None}, image_size=32, patch_size=8)
-    m = tf.ViTModel(cfg, add_pooling_layer=False)
+def vit_export() -> bytes:
     dyn = {"pixel_values": {0: "batch"}, "last_hidden_state": {0: "batch"}}
-    return export(encoder(m, ("pixel_values",)), (torch.randn(2, 3, 32, 32),), ["pixel_values"], dyn)
+    return export(encoder(vit(), ("pixel_values",)), (torch_module().randn(2, 3, 32, 32),), ["pixel_values"], dyn)
 
 
-def swin_t() -> bytes:
-    """torchvision's Swin Transformer (shifted windows, patch merging) at a small size; the output is the
-    normalised feature map before pooling, so every position is compared."""
+def swin_export() -> bytes:
+    """The zoo's small Swin Transformer (shifted windows, patch merging); the output is the normalised feature map
+    before pooling, so every position is compared."""
     torch = torch_module()
-    swin = torchvision_module().models.swin_transformer
-    torch.manual_seed(0)
-    m = swin.SwinTransformer(
-        patch_size=[4, 4], embed_dim=16, depths=[2, 2], num_heads=[2, 2], window_size=[4, 4], stochastic_depth_prob=0.0
-    )
+    m = small_swin()
     features = torch.nn.Sequential(m.features, m.norm)
     dyn = {"pixel_values": {0: "batch", 2: "height", 3: "width"}, "last_hidden_state": {0: "batch", 1: "h", 2: "w"}}
     return export(features, (torch.randn(2, 3, 32, 32),), ["pixel_values"], dyn)
@@ -124,48 +105,14 @@ class Case:
     attention: int = 0  # fused attention kernels expected (0: not checked)
 
 
+# the zoo's text encoders the ONNX path is tested on
+TEXT = ("bert", "distilbert", "albert", "electra", "deberta_v2", "clip_text", "roberta", "gpt2", "t5_encoder")
+
 MODELS: dict[str, Case] = {
-    "bert": Case(text_model("BertConfig", "BertModel", **SMALL)),
-    "distilbert": Case(
-        text_model(
-            "DistilBertConfig",
-            "DistilBertModel",
-            vocab_size=VOCAB,
-            dim=32,
-            n_layers=2,
-            n_heads=2,
-            hidden_dim=64,
-            max_position_embeddings=64,
-        )
-    ),
-    "albert": Case(text_model("AlbertConfig", "AlbertModel", embedding_size=16, **SMALL)),
-    "electra": Case(text_model("ElectraConfig", "ElectraModel", embedding_size=16, **SMALL)),
-    "deberta_v2": Case(text_model("DebertaV2Config", "DebertaV2Model", **SMALL)),
-    "clip_text": Case(
-        text_model("CLIPTextConfig", "CLIPTextModel", **SMALL, bos_token_id=0, eos_token_id=2, pad_token_id=1)
-    ),
-    "roberta": Case(text_model("RobertaConfig", "RobertaModel", **{**SMALL, "max_position_embeddings": 80})),
-    "gpt2": Case(
-        text_model(
-            "GPT2Config",
-            "GPT2Model",
-            vocab_size=VOCAB,
-            n_embd=32,
-            n_layer=2,
-            n_head=2,
-            n_positions=64,
-            bos_token_id=0,
-            eos_token_id=0,
-        )
-    ),
-    "t5_encoder": Case(
-        text_model(
-            "T5Config", "T5EncoderModel", vocab_size=VOCAB, d_model=32, d_kv=16, d_ff=64, num_layers=2, num_heads=2
-        )
-    ),
-    "vit": Case(vit, "image", (("batch", (1, 8)),), ((2, 3, 32, 32), (1, 3, 32, 32))),
+    **{name: Case(text_model(name)) for name in TEXT},
+    "vit": Case(vit_export, "image", (("batch", (1, 8)),), ((2, 3, 32, 32), (1, 3, 32, 32))),
     "swin_t": Case(
-        swin_t,
+        swin_export,
         "image",
         (("batch", (1, 8)), ("height", (16, 64)), ("width", (16, 64))),
         ((2, 3, 32, 32), (1, 3, 48, 40)),
