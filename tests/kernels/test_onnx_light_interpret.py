@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import helper, numpy_helper
+from onnx_light import LIGHT, with_random_weights
 
 from aotc.ir.evaluate import GraphRunner
 from aotc.lowering.options import CompileOptions
@@ -19,7 +19,6 @@ from aotc.lowering.pipeline import lower
 from aotc.onnx import import_onnx
 from tests.kernels.kernel_kit import run_schedule
 
-LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 NAMES = [
     "squeezenet",
     "shufflenet",
@@ -39,32 +38,11 @@ def _slow_only(request: pytest.FixtureRequest) -> None:
         pytest.skip("slow: run with -m slow or AOTC_RUN_SLOW=1")
 
 
-def _random_weights(model: onnx.ModelProto, seed: int) -> onnx.ModelProto:
-    rng = np.random.default_rng(seed)
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    inits = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
-    kept = []
-    for node in m.graph.node:
-        if node.op_type == "ConstantOfShape" and node.input[0] in inits:
-            shape = tuple(int(d) for d in inits[node.input[0]])
-            scale = np.sqrt(2.0 / np.prod(shape[1:])) if len(shape) >= 2 else None
-            w = rng.standard_normal(shape) * scale if scale is not None else rng.uniform(0.5, 1.5, shape)
-            m.graph.initializer.append(numpy_helper.from_array(w.astype(np.float32), node.output[0]))
-        else:
-            kept.append(node)
-    del m.graph.node[:]
-    m.graph.node.extend(kept)
-    for softmax in [n for n in m.graph.node if n.op_type == "Softmax"]:
-        m.graph.output.append(helper.make_empty_tensor_value_info(softmax.input[0]))
-    return m
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
 def test_light_model_under_the_interpreter(name: str, tmp_path: Path) -> None:
     path = tmp_path / f"{name}.onnx"
-    onnx.save(_random_weights(onnx.load(LIGHT / f"light_{name}.onnx"), 0), path)
+    onnx.save(with_random_weights(onnx.load(LIGHT / f"light_{name}.onnx"), 0), path)
     g = lower(import_onnx(path), CompileOptions())
     x = np.random.default_rng(0).standard_normal(tuple(g.inputs[0].type.shape)).astype(np.float32)
     got = run_schedule(g, [x], {})
