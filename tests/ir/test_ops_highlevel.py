@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -17,7 +17,7 @@ from aotc.ir.ops import OPS, PRIMITIVES
 from aotc.ir.shapes import ShapeCtx
 from aotc.ir.symbolic_values import evaluate
 
-from .test_ops_reduce import _conv_expected
+from .formulas import INDEPENDENT, gelu, norm, sdpa
 from .util import F16, F32, FLOATS, I32, I64, TOL, arr, decomposed, infer, ref_checked
 
 Spec = tuple  # ("x", shape) float | ("pos", shape) positive float | ("idx", shape, n) | ("sidx", shape, n) | ("mask", shape) | ("fmask", shape) | ("val", values)
@@ -179,156 +179,7 @@ def test_decomposition_matches_reference(op: Op, case: int, dtype: DType) -> Non
     _compare(got, want, dtype, scale * (2 if dtype is not F32 else 1))
 
 
-# -- references vs independent float64 / python formulas -----------------------------------------------------
-
-
-def _sigmoid(v: float) -> float:
-    return 0.5 * (1.0 + math.tanh(0.5 * v))  # never overflows
-
-
-def _vec(fn: Callable[[float], float]) -> Callable:
-    return lambda x: np.vectorize(fn, otypes=[np.float64])(x) if x.size else x
-
-
-def _softmax_rows(x: np.ndarray, axis: int, log: bool) -> np.ndarray:
-    if x.ndim == 0:
-        return _softmax_rows(x.reshape(1), 0, log).reshape(())
-    moved = np.moveaxis(x, axis, -1)
-    out = np.empty_like(moved)
-    for o in np.ndindex(*moved.shape[:-1]):
-        row = moved[o]
-        m = max(row)
-        total = math.fsum(math.exp(v - m) for v in row)
-        out[o] = [(v - m - math.log(total)) if log else math.exp(v - m) / total for v in row]
-    return np.moveaxis(out, -1, axis)
-
-
-def _norm(x: np.ndarray, ndim: int, eps: float, rms: bool) -> np.ndarray:
-    axes = tuple(range(x.ndim - ndim, x.ndim))
-    if rms:
-        return x / np.sqrt(np.mean(x * x, axis=axes, keepdims=True) + eps)
-    return (x - np.mean(x, axis=axes, keepdims=True)) / np.sqrt(np.var(x, axis=axes, keepdims=True) + eps)
-
-
-def _sdpa(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None, a: dict) -> np.ndarray:
-    scale = a.get("scale") or 1.0 / math.sqrt(q.shape[-1])
-    batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    lq, lk = q.shape[-2], k.shape[-2]
-    qb, kb, vb = (np.broadcast_to(t, batch + t.shape[-2:]) for t in (q, k, v))
-    mb = None if mask is None else np.broadcast_to(mask, batch + (lq, lk))
-    out = np.zeros(batch + (lq, v.shape[-1]))
-    for bi in np.ndindex(*batch):
-        for i in range(lq):
-            scores = []
-            for j in range(lk):
-                s = math.fsum(qb[bi + (i, d)] * kb[bi + (j, d)] for d in range(q.shape[-1])) * scale
-                if a.get("is_causal") and j > i:
-                    s = -math.inf
-                if mb is not None:
-                    mv = mb[bi + (i, j)]
-                    s = (s if mv else -math.inf) if mask.dtype == np.bool_ else s + float(mv)
-                scores.append(s)
-            m = max(scores)
-            p = [math.exp(s - m) for s in scores]
-            total = math.fsum(p)
-            out[bi + (i,)] = sum(pj / total * vb[bi + (j,)] for j, pj in enumerate(p))
-    return out
-
-
-def _pool(x: np.ndarray, a: dict, kind: str) -> np.ndarray:
-    kh, kw = a["kernel"]
-    sh, sw = a.get("strides", a["kernel"])
-    pt, pb, pl, pr = a.get("pads", (0, 0, 0, 0))
-    n, c, h, w = x.shape
-    oh, ow = (h + pt + pb - kh) // sh + 1, (w + pl + pr - kw) // sw + 1
-    out = np.zeros((n, c, oh, ow))
-    for ni, ci, i, j in np.ndindex(n, c, oh, ow):
-        vals, inside = [], 0
-        for di, dj in np.ndindex(kh, kw):
-            r, col = i * sh + di - pt, j * sw + dj - pl
-            if 0 <= r < h and 0 <= col < w:
-                vals.append(x[ni, ci, r, col])
-                inside += 1
-            elif kind == "avg":
-                vals.append(0.0)
-        if kind == "max":
-            out[ni, ci, i, j] = max(vals)
-        else:
-            out[ni, ci, i, j] = math.fsum(vals) / (kh * kw if a.get("count_include_pad", True) else inside)
-    return out
-
-
-def _tri(x: np.ndarray, k: int, lower: bool) -> np.ndarray:
-    out = x.copy()
-    for idx in np.ndindex(*x.shape):
-        i, j = idx[-2:]
-        if (j - i > k) if lower else (j - i < k):
-            out[idx] = 0.0
-    return out
-
-
-def _embedding(w: np.ndarray, idx: np.ndarray) -> np.ndarray:
-    n = w.shape[0]
-    return np.array([w[int(i) % n] for i in idx.reshape(-1)]).reshape(idx.shape + w.shape[1:])
-
-
-def _linear(xs: list[np.ndarray]) -> np.ndarray:
-    x, w = xs[0], xs[1]
-    y = np.einsum("...i,oi->...o", x, w)
-    return y + xs[2] if len(xs) > 2 else y
-
-
-def _batch_norm(xs: list[np.ndarray], a: dict) -> np.ndarray:
-    x, mean, var = xs[:3]
-    sh = (1, -1) + (1,) * (x.ndim - 2)
-    y = (x - mean.reshape(sh)) / np.sqrt(var.reshape(sh) + a.get("eps", 1e-5))
-    if len(xs) > 3:
-        y = y * xs[3].reshape(sh)
-    if len(xs) > 4:
-        y = y + xs[4].reshape(sh)
-    return y
-
-
-def _gelu(v: float, approximate: str) -> float:
-    if approximate == "tanh":
-        return 0.5 * v * (1.0 + math.tanh(math.sqrt(2.0 / math.pi) * (v + 0.044715 * v**3)))
-    return 0.5 * v * (1.0 + math.erf(v / math.sqrt(2.0)))
-
-
-def _conv2d(xs: list[np.ndarray], a: dict) -> np.ndarray:
-    y = _conv_expected(xs[0], xs[1], a, DType.float32).astype(np.float64)
-    return y + xs[2].reshape((-1,) + (1,) * (y.ndim - 2)) if len(xs) > 2 else y
-
-
-INDEPENDENT: dict[Op, Callable[[list[np.ndarray], dict], np.ndarray]] = {
-    Op.LINEAR: lambda xs, a: _linear(xs),
-    Op.RELU: lambda xs, a: _vec(lambda v: v if v > 0 or v != v else 0.0)(xs[0]),
-    Op.GELU: lambda xs, a: _vec(lambda v: _gelu(v, a.get("approximate", "none")) if abs(v) < 1e3 or v > 0 else -0.0)(
-        xs[0]
-    ),
-    Op.SILU: lambda xs, a: _vec(lambda v: v * _sigmoid(v))(xs[0]),
-    Op.SIGMOID: lambda xs, a: _vec(_sigmoid)(xs[0]),
-    Op.SOFTMAX: lambda xs, a: _softmax_rows(xs[0], a.get("axis", -1), log=False) if xs[0].size else xs[0],
-    Op.LOG_SOFTMAX: lambda xs, a: _softmax_rows(xs[0], a.get("axis", -1), log=True),
-    Op.LAYER_NORM: lambda xs, a: (
-        _norm(xs[0], a.get("ndim", 1), a.get("eps", 1e-5), rms=False) * (xs[1] if len(xs) > 1 else 1.0)
-        + (xs[2] if len(xs) > 2 else 0.0)
-    ),
-    Op.RMS_NORM: lambda xs, a: (
-        _norm(xs[0], a.get("ndim", 1), a.get("eps", 1e-6), rms=True) * (xs[1] if len(xs) > 1 else 1.0)
-    ),
-    Op.EMBEDDING: lambda xs, a: _embedding(xs[0], xs[1]),
-    Op.SDPA: lambda xs, a: _sdpa(xs[0], xs[1], xs[2], xs[3] if len(xs) > 3 else None, a),
-    Op.CONV2D: _conv2d,
-    Op.MAX_POOL2D: lambda xs, a: _pool(xs[0], a, "max"),
-    Op.AVG_POOL2D: lambda xs, a: _pool(xs[0], a, "avg"),
-    Op.BATCH_NORM: _batch_norm,
-    Op.REDUCE_MEAN: lambda xs, a: (
-        np.mean(xs[0], axis=a["axes"], keepdims=bool(a.get("keepdim"))) if a["axes"] else xs[0]
-    ),
-    Op.TRIL: lambda xs, a: _tri(xs[0], a.get("k", 0), lower=True),
-    Op.TRIU: lambda xs, a: _tri(xs[0], a.get("k", 0), lower=False),
-}
+# -- references vs independent float64 / python formulas (formulas.py) -----------------------------------
 
 
 @pytest.mark.parametrize(("op", "case"), _all_cases(), ids=lambda v: v.value if isinstance(v, Op) else str(v))
@@ -378,7 +229,7 @@ def test_gelu_matches_math_erf_and_tanh_formula_on_a_dense_grid() -> None:
     x = np.linspace(-8.0, 8.0, 4001, dtype=np.float32)
     for approx in ("none", "tanh"):
         got = ref_checked(Op.GELU, [x], approximate=approx).astype(np.float64)
-        want = np.array([_gelu(float(v), approx) for v in x])
+        want = np.array([gelu(float(v), approx) for v in x])
         np.testing.assert_allclose(got, want, rtol=2e-7, atol=2e-7)
         _, low = decomposed(Op.GELU, _types([x]), {"approximate": approx})
         (dec,) = run_graph(low, [x], {})
@@ -389,7 +240,7 @@ def test_layer_norm_with_large_offset_stays_accurate() -> None:
     rng = np.random.default_rng(7)
     x = (1e3 + rng.standard_normal((4, 64))).astype(np.float32)
     high, low = decomposed(Op.LAYER_NORM, _types([x]), {"eps": 1e-5})
-    want = _norm(x.astype(np.float64), 1, 1e-5, rms=False)
+    want = norm(x.astype(np.float64), 1, 1e-5, rms=False)
     for g in (high, low):
         (y,) = run_graph(g, [x], {})
         np.testing.assert_allclose(y, want, atol=2e-3)
@@ -413,7 +264,7 @@ def test_sdpa_with_symbolic_head_dim_needs_explicit_scale() -> None:
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(
             want,
-            _sdpa(*[x.astype(np.float64) for x in xs], None, {"scale": 0.25, "is_causal": True}),
+            sdpa(*[x.astype(np.float64) for x in xs], None, {"scale": 0.25, "is_causal": True}),
             rtol=1e-5,
             atol=1e-6,
         )
