@@ -18,6 +18,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import bench_kernels  # noqa: E402
 import benchlib  # noqa: E402
+import kernel_cases  # noqa: E402
+import kernel_timing  # noqa: E402
 
 REQUIRED = ("bench", "case", "shape", "dtype", "aotc_ms", "ref_name", "ref_ms", "ratio", "aim", "aim_text", "meets")
 
@@ -77,19 +79,19 @@ def test_a_failing_case_writes_an_error_row_and_the_run_goes_on(
     _fake_gpu(monkeypatch, (9, 0))
     seen: list[tuple[str, ...]] = []
 
-    def broken(b: bench_kernels.Bench) -> None:
+    def broken(b: kernel_timing.Bench) -> None:
         raise RuntimeError("the attention case broke")
 
-    def matmul(b: bench_kernels.Bench) -> None:
+    def matmul(b: kernel_timing.Bench) -> None:
         seen.append(b.targets)
         with b.rec.attempt("matmul_square", {"M": 1}, dtype="bfloat16", ref_name="cublas"):
             raise ValueError("this shape broke")
         b.rec.add("matmul_odd_padded", {"M": 2}, dtype="bfloat16", aotc_ms=1.0, ref_name="cublas", ref_ms=1.2)
 
-    def overhead(b: bench_kernels.Bench) -> None:
+    def overhead(b: kernel_timing.Bench) -> None:
         b.rec.add("overhead_linear", {"batch": 1}, dtype="float32", aotc_ms=0.02, ref_name="eager", ref_ms=0.01)
 
-    monkeypatch.setattr(bench_kernels, "BENCHES", {"attention": broken, "matmul": matmul, "overhead": overhead})
+    monkeypatch.setattr(kernel_timing, "BENCHES", {"attention": broken, "matmul": matmul, "overhead": overhead})
     jsonl = tmp_path / "rows.jsonl"
     code = bench_kernels.main(["attention", "matmul", "overhead", "--jsonl", str(jsonl)])
     assert code == 1  # some rows failed
@@ -119,8 +121,8 @@ def test_compile_only_goes_on_past_an_artifact_that_fails(
 
     real = bench_kernels.builds
 
-    def builds(case: str, args: Any) -> list[bench_kernels.Build]:
-        return [bench_kernels.Build("broken", boom), *real(case, args)]
+    def builds(case: str, args: Any) -> list[kernel_cases.Build]:
+        return [kernel_cases.Build("broken", boom), *real(case, args)]
 
     monkeypatch.setattr(bench_kernels, "builds", builds)
     args = bench_kernels.parse(["overhead", "--small"])
