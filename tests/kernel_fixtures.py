@@ -7,6 +7,21 @@ from collections.abc import Sequence
 
 from aotc.ir.schedule import Arg, ArgKind, IndexCheck, Kernel, KernelKind, Size
 
+# What every kernel module aotc writes starts with.
+HEADER = "import triton\nimport triton.language as tl\n\n"
+
+# out = x + y over n elements, BLOCK per program.
+ADD = (
+    HEADER
+    + """
+@triton.jit
+def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
+"""
+)
+
 
 def ptr(name: str, value: int, type_: str = "*fp32") -> Arg:
     """A buffer pointer argument; ``value`` is the graph value (or, in a hand-run launch, the argument's position)."""

@@ -31,21 +31,10 @@ from aotc.kernels.aot import (
 )
 from aotc.kernels.cache import Compiled, KernelCache, cache_key
 from aotc.kernels.toolchain import Toolchain
-from tests.kernel_fixtures import hand_kernel, ptr, size
+from tests.kernel_fixtures import ADD, HEADER, hand_kernel, ptr, size
 
 ELF = b"\x7fELF"
-HEADER = "import triton\nimport triton.language as tl\n\n"
 
-ADD = (
-    HEADER
-    + """
-@triton.jit
-def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
-"""
-)
 
 MATMUL = (
     HEADER

@@ -15,7 +15,7 @@ from aotc.ir.launch import check_driver_floor, driver_for_ptx, ptx_for_driver
 from aotc.ir.schedule import Kernel
 from aotc.kernels import aot
 from aotc.kernels.toolchain import Ptxas, available_ptxas, choose_toolchain
-from tests.kernel_fixtures import hand_kernel, ptr, size
+from tests.kernel_fixtures import ADD, hand_kernel, ptr, size
 
 P128 = Ptxas("/t/ptxas", (12, 8), "12.8.93", "triton")
 P129 = Ptxas("/t/ptxas", (12, 9), "12.9.86", "triton")
@@ -65,16 +65,6 @@ def test_no_fitting_ptxas_and_bad_floors_are_clear_errors() -> None:
 # -- real builds (triton's bundled ptxas) ----------------------------------------------------------------------
 
 triton = pytest.importorskip("triton")
-ADD = """import triton
-import triton.language as tl
-
-
-@triton.jit
-def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
-"""
 
 
 def _add() -> Kernel:

@@ -17,7 +17,7 @@ from aotc.ir.schedule import Arg, ArgKind, Buffer, IndexCheck, KernelKind, Sched
 from aotc.ir.symbolic import floordiv
 from aotc.runtime.backends import InterpretBackend, get_backend
 from aotc.runtime.guards import Binder
-from tests.kernel_fixtures import flag, hand_kernel, ptr, size
+from tests.kernel_fixtures import HEADER, flag, hand_kernel, ptr, size
 
 pytest.importorskip("triton")
 
@@ -25,7 +25,6 @@ F32, I64 = DType.float32, DType.int64
 n = sym("n")
 W = np.linspace(-1.0, 1.0, 8, dtype=np.float32)
 TABLE = np.arange(40, dtype=np.float32).reshape(10, 4)
-HEADER = "import triton\nimport triton.language as tl\n\n"
 
 ADD_BIAS = (
     HEADER

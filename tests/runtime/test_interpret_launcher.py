@@ -12,22 +12,7 @@ pytest.importorskip("triton")
 from aotc.errors import AotcError, ExecError
 from aotc.ir.schedule import Kernel
 from aotc.runtime.backends.triton_interp import launch, launch_source, load_function
-from tests.kernel_fixtures import flag, hand_kernel, ptr, size
-
-HEADER = "import triton\nimport triton.language as tl\n\n"
-
-ADD = (
-    HEADER
-    + """
-@triton.jit
-def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    x = tl.load(x_ptr + offs, mask=mask)
-    y = tl.load(y_ptr + offs, mask=mask)
-    tl.store(out_ptr + offs, x + y, mask=mask)
-"""
-)
+from tests.kernel_fixtures import ADD, HEADER, flag, hand_kernel, ptr, size
 
 ROW_SUM = (
     HEADER
