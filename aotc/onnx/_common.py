@@ -1,4 +1,5 @@
-"""What the ONNX importer and exporter share: the onnx import guard, dtype tables and name rules."""
+"""What the ONNX importer and exporter share: the onnx import guard, dtype tables and name rules (the export's
+own, which the runtime uses too, are in aotc/ir/onnx_form/)."""
 
 from __future__ import annotations
 
@@ -9,20 +10,19 @@ import numpy as np
 
 from aotc.errors import ModelError, UnsupportedError
 from aotc.ir.dtypes import DType
+from aotc.ir.onnx_form.context import unique as unique
+from aotc.ir.onnx_form.opset import DTYPE_TO_ONNX, ONNX_TO_DTYPE
+from aotc.ir.onnx_form.opset import EXPORT_OPSET as EXPORT_OPSET
+from aotc.ir.onnx_form.opset import SYMBOLS_META_KEY as SYMBOLS_META_KEY
 
-# Export writes this default-domain opset. 18 is the first opset where every reduction (ReduceMax, ReduceMean, ...)
-# takes ``axes`` as an input, and onnxruntime has supported it since 1.14; ops that only arrive later (Gelu in 20,
-# Attention and RMSNormalization in 23) are written as their decompositions.
-EXPORT_OPSET = 18
+# The export's opset, metadata keys and name rule are the emission's (aotc/ir/onnx_form/), named here for the
+# importer and tests.
+
 # Import accepts default-domain opsets from 7 (broadcasting Gemm, BatchNormalization without consumed_inputs) up
 # to the newest opset the installed onnx package knows.
 MIN_IMPORT_OPSET = 7
 # A dim_param without a ``--dim name=min:max`` range gets this inclusive range.
 DEFAULT_DIM_RANGE = (1, 65536)
-# Metadata key the exporter uses to record symbol ranges, so that a re-import restores them.
-SYMBOLS_META_KEY = "aotc.symbols"
-# Metadata key of a model written with its weights as inputs: JSON of ONNX input name -> the artifact constant it binds.
-WEIGHTS_META_KEY = "aotc.weights"
 
 _ONNX_INSTALL_HINT = "ONNX support needs the 'onnx' package: pip install 'aotc[compiler]'"
 
@@ -34,18 +34,6 @@ def require_onnx() -> ModuleType:
     except ImportError as e:
         raise UnsupportedError(_ONNX_INSTALL_HINT) from e
     return onnx
-
-
-# ONNX TensorProto.DataType numbers for the dtypes aotc has.
-DTYPE_TO_ONNX: dict[DType, int] = {
-    DType.float32: 1,
-    DType.int32: 6,
-    DType.int64: 7,
-    DType.bool: 9,
-    DType.float16: 10,
-    DType.bfloat16: 16,
-}
-ONNX_TO_DTYPE: dict[int, DType] = {v: k for k, v in DTYPE_TO_ONNX.items()}
 
 
 def onnx_type_name(elem_type: int) -> str:
@@ -90,16 +78,6 @@ def identifier(name: str, fallback: str, allow_dots: bool = False) -> str:
     out = re.sub(r"[^A-Za-z0-9_.]" if allow_dots else _NON_IDENT, "_", name)
     if not out or not (out[0].isalpha() or out[0] == "_"):
         out = f"{fallback}_{out}" if out else fallback
-    return out
-
-
-def unique(name: str, taken: set[str]) -> str:
-    """``name``, or ``name_2``, ``name_3``... whichever is not yet in ``taken``; adds it to ``taken``."""
-    out, i = name, 2
-    while out in taken:
-        out = f"{name}_{i}"
-        i += 1
-    taken.add(out)
     return out
 
 

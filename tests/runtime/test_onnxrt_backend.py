@@ -17,9 +17,9 @@ from aotc import Dim, TensorSpec, nn
 from aotc.artifact import describe
 from aotc.artifact.reader import read_artifact
 from aotc.errors import AotcError, ArtifactError, ExecError
+from aotc.ir.onnx_form import emitters
 from aotc.ir.ops import Op
 from aotc.lowering.options import CompileOptions
-from aotc.onnx import export_ops
 from aotc.onnx.runtime_model import runtime_onnx
 from aotc.runtime.backends import CpuBackend, cpu_backend, get_backend
 from aotc.runtime.backends.onnxrt import OrtBackend
@@ -71,7 +71,7 @@ def test_the_compiler_stores_the_model_and_cpu_runs_it(compiled) -> None:
 
 
 def test_a_graph_the_exporter_cannot_write_stores_none_and_explain_names_the_op(monkeypatch) -> None:
-    monkeypatch.delitem(export_ops.EMITTERS, Op.EXP)  # exp is a primitive: without its emitter it has no ONNX form
+    monkeypatch.delitem(emitters.EMITTERS, Op.EXP)  # exp is a primitive: without its emitter it has no ONNX form
     compiled = aotc.compile(Net(), SPEC, options=OPTIONS)
     assert compiled.onnx_note.startswith("onnx: none stored") and "exp" in compiled.onnx_note
     assert compiled.onnx_note in compiled.explain().splitlines()

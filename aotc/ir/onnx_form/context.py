@@ -15,34 +15,35 @@ import numpy as np
 from aotc.errors import UnsupportedError
 from aotc.ir.dtypes import DType
 from aotc.ir.graph import Graph
+from aotc.ir.onnx_form import proto
+from aotc.ir.onnx_form.opset import DTYPE_TO_ONNX, accepts
 from aotc.ir.symbolic import Atom, SymExpr
 from aotc.ir.types import ShapeDim
 from aotc.ir.verify import graph_ctx
-from aotc.onnx._common import DTYPE_TO_ONNX, EXPORT_OPSET, unique
 
 INT64_MIN = np.iinfo(np.int64).min
+HALF = (DType.float16, DType.bfloat16)
 
 
 class ExportCtx:
     """Collects the ONNX graph being written; names are unique across values, nodes and initializers."""
 
-    def __init__(self, graph: Graph, weights_as_inputs: bool = False) -> None:
-        import onnx
-
-        self.onnx = onnx
+    def __init__(self, graph: Graph, weights_as_inputs: bool = False, float32: bool = False) -> None:
         self.graph = graph
-        # The weights are graph inputs (exporter.export_graph): emitters pick forms that read them unfolded.
+        # The weights are graph inputs (build.build_model): emitters pick forms that read them unfolded.
         self.weights_as_inputs = weights_as_inputs
+        # Half-precision tensors are written as float32 ones (build.build_model); ``widened`` gathers their dtypes.
+        self.float32 = float32
+        self.widened: set[DType] = set()
         self.shape_ctx = graph_ctx(graph)
-        self.nodes: list[Any] = []
-        self.initializers: list[Any] = []
+        self.nodes: list[proto.Message] = []
+        self.initializers: list[tuple[str, np.ndarray]] = []
         self.taken: set[str] = set()
         self.names: dict[int, str] = {}
         self.next_id = graph.max_value_id() + 1
         self._scalars: dict[tuple, str] = {}
         self._dims: dict[Any, str] = {}
         self._sources: dict[str, tuple[str, int]] = {}
-        self._schemas: dict[str, Any] = {}
 
     # -- names and nodes ------------------------------------------------------------------------------------
     def fresh(self, hint: str) -> str:
@@ -56,7 +57,7 @@ class ExportCtx:
             else list(outputs)
         )
         attrs = {k: v for k, v in attrs.items() if v is not None}
-        self.nodes.append(self.onnx.helper.make_node(op_type, list(inputs), outs, name=self.fresh(op_type), **attrs))
+        self.nodes.append(proto.node(op_type, inputs, outs, self.fresh(op_type), attrs))
         return outs
 
     def one(self, op_type: str, inputs: Sequence[str], out: str | None = None, **attrs: Any) -> str:
@@ -64,10 +65,11 @@ class ExportCtx:
 
     # -- constants ----------------------------------------------------------------------------------------
     def initializer(self, array: np.ndarray, name: str) -> str:
-        from onnx import numpy_helper
-
-        t = numpy_helper.from_array(np.ascontiguousarray(array), name)
-        self.initializers.append(t)
+        array = np.asarray(array)
+        if self.float32 and array.dtype.name in ("float16", "bfloat16"):  # by name: bfloat16 is ml_dtypes'
+            self.widened.add(DType(array.dtype.name))
+            array = array.astype(np.float32)
+        self.initializers.append((name, array))
         return name
 
     def const(self, array: Any, dtype: DType | None = None) -> str:
@@ -137,19 +139,31 @@ class ExportCtx:
         x, y = self.dim(atom.args[0]), self.dim(atom.args[1])
         return self.one("Min" if atom.kind == "min" else "Max", [x, y])
 
-    # -- type support -------------------------------------------------------------------------------------
+    # -- types ---------------------------------------------------------------------------------------------
+    def elem_type(self, dtype: DType) -> int:
+        """The ONNX element type that holds ``dtype`` in this model (float32 for a half one when widening)."""
+        if self.float32 and dtype in HALF:
+            self.widened.add(dtype)
+            return DTYPE_TO_ONNX[DType.float32]
+        return DTYPE_TO_ONNX[dtype]
+
+    def array_elem_type(self, array: np.ndarray, name: str) -> int:
+        try:
+            return DTYPE_TO_ONNX[DType(array.dtype.name)]
+        except ValueError:
+            supported = ", ".join(d.value for d in DTYPE_TO_ONNX)
+            raise UnsupportedError(f"constant {name!r} has dtype {array.dtype.name}; aotc writes {supported}") from None
+
     def accepts(self, op_type: str, dtype: DType) -> bool:
-        """Whether ``op_type`` at the export opset takes ``dtype`` for its first input."""
-        if op_type not in self._schemas:
-            self._schemas[op_type] = self.onnx.defs.get_schema(op_type, EXPORT_OPSET)
-        schema = self._schemas[op_type]
-        type_str = schema.inputs[0].type_str
-        name = "tensor(" + {"float32": "float", "bool": "bool"}.get(dtype.value, dtype.value) + ")"
-        for c in schema.type_constraints:
-            if c.type_param_str == type_str:
-                return name in c.allowed_type_strs
-        return name == type_str
+        """Whether ``op_type`` at the export opset takes ``dtype`` (as this model holds it) for its first input."""
+        return accepts(op_type, DType.float32 if self.float32 and dtype in HALF else dtype)
 
 
-def elem_type(dtype: DType) -> int:
-    return DTYPE_TO_ONNX[dtype]
+def unique(name: str, taken: set[str]) -> str:
+    """``name``, or ``name_2``, ``name_3``... whichever is not yet in ``taken``; adds it to ``taken``."""
+    out, i = name, 2
+    while out in taken:
+        out = f"{name}_{i}"
+        i += 1
+    taken.add(out)
+    return out

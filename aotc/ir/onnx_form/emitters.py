@@ -1,7 +1,7 @@
 """aotc op -> ONNX nodes, one emitter per op that ONNX (at EXPORT_OPSET) can express directly.
 
 An emitter writes the node's results into the given output names. Ops without an emitter here are written as
-their op-table decomposition (see exporter.py), e.g. GELU (ONNX Gelu arrives in opset 20), RMS_NORM, SDPA.
+their op-table decomposition (see build.py), e.g. GELU (ONNX Gelu arrives in opset 20), RMS_NORM, SDPA.
 """
 
 from __future__ import annotations
@@ -11,12 +11,11 @@ from collections.abc import Callable
 import numpy as np
 
 from aotc.ir.dtypes import DType
+from aotc.ir.onnx_form.context import HALF, INT64_MIN, ExportCtx
 from aotc.ir.ops import Op
 from aotc.ir.types import Node
-from aotc.onnx.export_ctx import INT64_MIN, ExportCtx, elem_type
 
 Emitter = Callable[[ExportCtx, Node, list[str], list[str]], None]
-HALF = (DType.float16, DType.bfloat16)
 
 
 def _simple(op_type: str, **fixed: object) -> Emitter:
@@ -27,12 +26,16 @@ def _simple(op_type: str, **fixed: object) -> Emitter:
         if dt in HALF and not ctx.accepts(op_type, dt):
             n = len(node.inputs)
             up = [
-                ctx.one("Cast", [v], to=elem_type(DType.float32)) if j < n and node.inputs[j].type.dtype in HALF else v
+                ctx.one("Cast", [v], to=ctx.elem_type(DType.float32))
+                if j < n and node.inputs[j].type.dtype in HALF
+                else v
                 for j, v in enumerate(ins)
             ]
             y = ctx.one(op_type, up, **fixed)
             out_dt = node.outputs[0].type.dtype
-            ctx.one("Cast", [y], outs[0], to=elem_type(out_dt)) if out_dt in HALF else ctx.one("Identity", [y], outs[0])
+            ctx.one("Cast", [y], outs[0], to=ctx.elem_type(out_dt)) if out_dt in HALF else ctx.one(
+                "Identity", [y], outs[0]
+            )
             return
         ctx.add(op_type, ins, outs, **fixed)
 
@@ -58,7 +61,7 @@ def _mod(ctx: ExportCtx, node: Node, ins: list[str], outs: list[str]) -> None:
 
 
 def _cast(ctx: ExportCtx, node: Node, ins: list[str], outs: list[str]) -> None:
-    ctx.one("Cast", ins, outs[0], to=elem_type(node.attrs["dtype"]))
+    ctx.one("Cast", ins, outs[0], to=ctx.elem_type(node.attrs["dtype"]))
 
 
 def _matmul(ctx: ExportCtx, node: Node, ins: list[str], outs: list[str]) -> None:
@@ -68,7 +71,7 @@ def _matmul(ctx: ExportCtx, node: Node, ins: list[str], outs: list[str]) -> None
     if node.inputs[0].type.dtype is out_dt:
         _simple("MatMul")(ctx, node, ins, outs)
         return
-    up = [ctx.one("Cast", [v], to=elem_type(out_dt)) for v in ins]
+    up = [ctx.one("Cast", [v], to=ctx.elem_type(out_dt)) for v in ins]
     ctx.add("MatMul", up, outs)
 
 
@@ -148,7 +151,7 @@ def _gather(ctx: ExportCtx, node: Node, ins: list[str], outs: list[str]) -> None
 def _scatter(ctx: ExportCtx, node: Node, ins: list[str], outs: list[str]) -> None:
     idx = ins[1]
     if node.inputs[1].type.dtype is not DType.int64:
-        idx = ctx.one("Cast", [idx], to=elem_type(DType.int64))  # ScatterND takes int64 indices only
+        idx = ctx.one("Cast", [idx], to=ctx.elem_type(DType.int64))  # ScatterND takes int64 indices only
     reduction = node.attrs.get("reduction", "none")
     ctx.one("ScatterND", [ins[0], idx, ins[2]], outs[0], **({} if reduction == "none" else {"reduction": reduction}))
 
@@ -160,7 +163,7 @@ def _iota(ctx: ExportCtx, node: Node, ins: list[str], outs: list[str]) -> None:
     # Range over int64 dims, then Cast: importers (aotc's included) can follow an integer Range of a shape
     r = ctx.one("Range", [ctx.scalar(0, DType.int64), ctx.dim_scalar(n), ctx.scalar(1, DType.int64)])
     if dt is not DType.int64:
-        r = ctx.one("Cast", [r], to=elem_type(dt))
+        r = ctx.one("Cast", [r], to=ctx.elem_type(dt))
     view = [1] * len(shape)
     view[axis] = n
     r = ctx.one("Reshape", [r, ctx.shape(view)])
@@ -173,7 +176,7 @@ def _full(ctx: ExportCtx, node: Node, ins: list[str], outs: list[str]) -> None:
         v = bool(value) if dt is DType.bool else (int(value) if dt.is_int else float(value))
         scalar = ctx.scalar(v, dt)
     else:  # a symbolic value, e.g. the element count a mean divides by
-        scalar = ctx.one("Cast", [ctx.dim_scalar(value)], to=elem_type(dt))
+        scalar = ctx.one("Cast", [ctx.dim_scalar(value)], to=ctx.elem_type(dt))
     if shape == ():
         ctx.one("Identity", [scalar], outs[0])
     else:
