@@ -60,7 +60,7 @@ class CompiledModel:
         self.artifact_bytes = artifact_bytes
         self.kernels = kernels or Kernels(None, {}, "not scheduled")
         self.options = options or CompileOptions.from_env()
-        self.onnx_note = onnx_note  # whether the artifact stores an ONNX model for onnxruntime, and why not
+        self.onnx_note = onnx_note  # whether the artifact stores an ONNX model (for tools), and why not
         self._executable: Any = None
 
     @property
@@ -213,8 +213,9 @@ def kernel_stage(lowered: Graph, options: CompileOptions, progress: Progress = N
 
 
 def onnx_stage(source: Graph, progress: Progress = None) -> RuntimeOnnx:
-    """The high-level graph as ONNX without weights, which the cpu backend runs on onnxruntime; None (with the
-    reason, for ``--explain``) when the exporter cannot write one of its ops."""
+    """The high-level graph as ONNX without weights, which the artifact stores for tools (the cpu backend writes
+    its own from the variant graph at load); None (with the reason, for ``--explain``) when one of its ops has no
+    ONNX form."""
     _report(progress, "export onnx")
     return runtime_onnx(source)
 
@@ -229,7 +230,7 @@ def write_stage(
     onnx: RuntimeOnnx | None = None,
 ) -> bytes:
     """The artifact bytes for the lowered graph, its kernels, the source graph (already on the weights the
-    lowered graph stores: rebase_source), the ONNX model for onnxruntime (``onnx``: onnx_stage's) and the
+    lowered graph stores: rebase_source), the ONNX model for tools (``onnx``: onnx_stage's) and the
     compile's metadata (``padded``: the padding pass's 'padded:' lines, which ``aotc inspect`` shows, as it
     shows the ONNX model's summary)."""
     _report(progress, "write artifact")

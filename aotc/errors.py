@@ -1,4 +1,5 @@
-"""The typed errors every layer raises. Dependency-free so the runtime can use them."""
+"""The typed errors every layer raises, and the warning a backend gives when it falls back. Dependency-free so
+the runtime can use them."""
 
 from __future__ import annotations
 
@@ -37,3 +38,7 @@ class UnsupportedError(AotcError):
 
 class ExecError(AotcError):
     """A value computed while running is invalid (e.g. a gather index out of range)."""
+
+
+class FallbackWarning(RuntimeWarning):
+    """A backend failed on a call whose inputs passed aotc's checks, and a slower one computed it instead."""

@@ -1,8 +1,8 @@
-"""aotc on CPU servers: ``aotc.load(path, device="cpu")`` (onnxruntime over the artifact's ONNX model, its weights
-read in place from the file) against onnxruntime running the exported ONNX file of the same model (weights inside,
-so it constant-folds and prepacks them), with the numpy references (``device="reference"``) beside them. Not a
-test: it prints each case's medians and the ratios ``aotc / onnxruntime`` (aim: <= 1.1) and ``reference /
-onnxruntime``.
+"""aotc on CPU servers: ``aotc.load(path, device="cpu")`` (onnxruntime over the model the runtime writes from the
+artifact's verified graph, its weights read in place from the file) against onnxruntime running the exported ONNX
+file of the same model (weights inside, so it constant-folds and prepacks them), with the numpy references
+(``device="reference"``) beside them. Not a test: it prints each case's medians and the ratios ``aotc /
+onnxruntime`` (aim: <= 1.1) and ``reference / onnxruntime``.
 
     python benchmarks/bench_cpu.py [CASE ...] [--rounds N] [--calls N] [--threads N] [--no-reference] [--jsonl PATH]
 

@@ -122,15 +122,16 @@ def render_text(info: dict[str, Any]) -> str:
 
 
 def onnx_line(onnx: dict[str, Any]) -> str:
-    """What device="cpu" runs: the stored ONNX model on onnxruntime, or the numpy references and why."""
+    """The ONNX model the file stores for tools, or why it has none. device='cpu' runs neither: it writes its
+    onnxruntime model from the verified variant graph at load."""
     if not onnx["stored"]:
-        return f"none ({onnx['reason']}): device='cpu' runs the numpy references"
-    line = f"{format_size(onnx['bytes'])} model for device='cpu' on onnxruntime"
+        return f"none ({onnx['reason']})"
+    line = f"{format_size(onnx['bytes'])} model of the high-level graph (for tools; device='cpu' does not run it)"
     if onnx.get("nodes") is not None:
-        line += f": {onnx['nodes']} nodes, {onnx['weights']} weights bound in place by name"
+        line += f": {onnx['nodes']} nodes, {onnx['weights']} weights as inputs named after constants"
     line += ", computes in float32"
     if onnx.get("widened_from"):
-        line += f" ({' and '.join(onnx['widened_from'])} weights cast to float32 once, at load)"
+        line += f" (widened from {' and '.join(onnx['widened_from'])})"
     return line
 
 

@@ -137,7 +137,7 @@ class Decoder:
         return self.root.Source()
 
     def onnx(self) -> bytes | None:
-        """The ONNX model the file stores for onnxruntime (schema >= 7), or None."""
+        """The ONNX model the file stores for tools (schema >= 7), or None."""
         if self.root.OnnxIsNone():
             return None
         if self.version < ONNX_VERSION:

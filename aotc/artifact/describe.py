@@ -54,8 +54,9 @@ def describe(artifact: Artifact) -> dict[str, Any]:
 
 
 def _onnx(artifact: Artifact) -> dict[str, Any]:
-    """The ONNX model the cpu backend runs on onnxruntime: its size and the compiler's summary of it (kept in
-    meta["onnx"], since the reader never parses ONNX), or why the file has none."""
+    """The ONNX model the file stores for tools (the cpu backend writes its own from the variant graph): its size
+    and the compiler's summary of it (kept in meta["onnx"], since the reader never parses ONNX), or why the file
+    has none."""
     summary = artifact.meta.get("onnx")
     summary = summary if isinstance(summary, dict) else {}
     if artifact.onnx is None:

@@ -94,8 +94,8 @@ def encode_artifact(
     onnx: bytes | None = None,
 ) -> bytes:
     """The artifact's FlatBuffer. ``tables`` may hold entries already (tests encode attr values alone);
-    ``plan`` holds the variants' launch plans and kernel code (plan_encode.plan_kernels); ``onnx`` the ONNX
-    model for onnxruntime (schema 7), or None."""
+    ``plan`` holds the variants' launch plans and kernel code (plan_encode.plan_kernels); ``onnx`` the stored ONNX
+    model (schema 7), or None."""
     b = new_builder()
     t = Interner() if tables is None else tables
     plan = plan or KernelPlan((None,) * len(variants), (), {})

@@ -78,8 +78,9 @@ class Artifact:
     # signature was verified against trusted keys when the file was read (read_artifact(trusted_keys=...)).
     signed_by: str | None = None
     signature_verified: bool = False
-    # The model's high-level graph as ONNX with no weight data, for the cpu backend's onnxruntime (schema >= 7;
-    # None: the file stores none). Its weights are inputs bound to ``constants`` by name (aotc/onnx/runtime_model.py).
+    # The model's high-level graph as ONNX with no weight data, for tools and ``aotc inspect`` (schema >= 7; None: the
+    # file stores none). Its weights are inputs named after ``constants`` (aotc/onnx/runtime_model.py). Nothing binds
+    # it to the graphs, so the runtime never runs it: the cpu backend writes its own from the variant graph.
     onnx: bytes | None = None
 
     @property

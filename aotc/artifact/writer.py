@@ -63,7 +63,7 @@ def write_artifact(
     ``source`` is the model's high-level graph, kept for ONNX export. ``meta`` must be JSON-able.
     ``schedules`` holds each variant's launch plan (None: that variant has no kernels), ``binaries`` the
     compiled kernels (one per distinct kernel name, or none when compiled with no targets). ``onnx`` is the
-    model for the cpu backend's onnxruntime (aotc/onnx/runtime_model.py), its weights named after constants.
+    high-level graph as ONNX for tools (aotc/onnx/runtime_model.py), its weights named after constants.
     Raises VerifyError for an invalid graph and ArtifactError for anything that can't be stored,
     including a plan that does not fit its variant (plan_checks.py).
     """

@@ -1,7 +1,7 @@
 """The hostile files of issue 15, each built with the project's own writer (plan checks off) and resealed, and what
 becomes of each. Most are tested beside the check that refuses them; this module adds the CLI's answer to each
-file refused at load, and the one file whose change no check at load can see (a kernel's source that codegen's
-checks cannot tell from another kernel's).
+file refused at load, the one file whose change no check at load can see (a kernel's source that codegen's checks
+cannot tell from another kernel's), and files whose stored ONNX model was changed (the runtime never runs it).
 
 ==========================================================  =========================================================
 file                                                        what happens (where it is tested)
@@ -21,6 +21,9 @@ the gather bound 512 -> 912 in a kernel's source            loads (the reader ca
                                                             address fence on interpret and in the fake driver, before
                                                             the read (here). On a GPU the cubin runs: only a
                                                             signature vouches for code (README, Security)
+the stored ONNX model edited (a Relu made a Sigmoid), or    loads; device='cpu' computes what the variant graph does:
+replaced by garbage                                         onnxruntime runs a model the runtime writes from that
+                                                            graph, never the stored one (here)
 ==========================================================  =========================================================
 
 Every file refused at load: ``aotc run`` and ``aotc inspect`` exit 1 with one line naming the launch and the check.
@@ -29,8 +32,10 @@ Every file refused at load: ``aotc run`` and ``aotc inspect`` exit 1 with one li
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +51,7 @@ import aotc
 import aotc.functional as F
 from aotc import Dim, TensorSpec
 from aotc.artifact import read_artifact, write_artifact
+from aotc.artifact.reader import Artifact
 from aotc.errors import ExecError
 from aotc.ir.digest import seal
 from aotc.runtime import Executable
@@ -136,45 +142,60 @@ def test_a_gather_bound_raised_in_a_kernels_source_is_fenced_at_the_call() -> No
     assert len(fake.faults) == 1 and re.search(fence, fake.faults[0]), fake.faults
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="schema 7's stored ONNX model is not bound to the file's graph: the cpu backend runs whatever ONNX the "
-    "file holds (a Relu made a Sigmoid computes another model); refusing it needs the reader or the onnxruntime "
-    "backend to check the ONNX model against the source graph",
-)
-def test_an_onnx_model_its_graph_does_not_follow_is_refused_or_agrees() -> None:
-    """The MLP's file with its stored ONNX model edited (a Relu made a Sigmoid), written by the project's own
-    writer: refused at load, or the cpu backend (onnxruntime) computes what the file's graph and kernels do."""
-    import importlib.util
-
-    import onnx
-
-    from aotc.errors import ArtifactError
-
+def _mlp_with_stored_onnx(edit: Callable[[bytes], bytes]) -> tuple[Artifact, Artifact]:
+    """The MLP's file, and the same file with its stored ONNX model replaced by ``edit(model)``, written by the
+    project's own writer."""
     spec = importlib.util.spec_from_file_location("mlp", Path(__file__).resolve().parents[2] / "models" / "mlp.py")
     mlp = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mlp)
     art = read_artifact(aotc.compile(*mlp.build()).artifact_bytes)
-    model = onnx.load_from_string(art.onnx)
-    relu = next(n for n in model.graph.node if n.op_type == "Relu")
-    relu.op_type = "Sigmoid"
     data = write_artifact(
         list(art.variants),
         source=art.source,
         meta=art.meta,
         schedules=list(art.schedules),
         binaries=tuple(art.kernels.values()),
-        onnx=model.SerializeToString(),
+        onnx=edit(art.onnx),
     )
-    try:
-        edited = read_artifact(data)
-    except ArtifactError:
-        return
+    return art, read_artifact(data)
+
+
+def _assert_cpu_computes_the_graph(original: Artifact, edited: Artifact) -> None:
+    """device='cpu' on the edited file agrees with the references on it and with the original file on the cpu."""
+    pytest.importorskip("onnxruntime")
+    from aotc.runtime.backends.onnxrt import OrtBackend
+
     rng = np.random.default_rng(0)
     feeds = {
         name: rng.standard_normal(tuple(d if isinstance(d, int) else 2 for d in v.type.shape)).astype(np.float32)
         for name, v in zip(edited.variants[0].input_names, edited.variants[0].inputs)
     }
-    np.testing.assert_allclose(
-        aotc.load(edited, device="cpu")(**feeds), aotc.load(edited, device="reference")(**feeds), rtol=1e-4, atol=1e-4
-    )
+    cpu = aotc.load(edited, device="cpu")
+    assert isinstance(cpu._backend, OrtBackend)
+    got = cpu(**feeds)
+    np.testing.assert_allclose(got, aotc.load(edited, device="reference")(**feeds), rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(got, aotc.load(original, device="cpu")(**feeds))
+
+
+def test_an_onnx_model_its_graph_does_not_follow_is_refused_or_agrees() -> None:
+    """The MLP's file with its stored ONNX model edited (a Relu made a Sigmoid): it loads (the stored model is bound
+    to nothing the reader checks), and the cpu backend computes what the file's graph and kernels do, since it
+    builds its onnxruntime model from the verified variant graph and never runs the stored one."""
+    import onnx
+
+    def relu_to_sigmoid(blob: bytes) -> bytes:
+        model = onnx.load_from_string(blob)
+        relu = next(n for n in model.graph.node if n.op_type == "Relu")
+        relu.op_type = "Sigmoid"
+        return model.SerializeToString()
+
+    original, edited = _mlp_with_stored_onnx(relu_to_sigmoid)
+    assert edited.onnx != original.onnx
+    _assert_cpu_computes_the_graph(original, edited)
+
+
+def test_a_stored_onnx_model_of_garbage_does_not_change_the_cpu_result() -> None:
+    garbage = np.random.default_rng(1).integers(0, 256, 4096, dtype=np.uint8).tobytes()
+    original, edited = _mlp_with_stored_onnx(lambda _: garbage)
+    assert edited.onnx == garbage
+    _assert_cpu_computes_the_graph(original, edited)

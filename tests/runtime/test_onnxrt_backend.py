@@ -1,4 +1,5 @@
-"""How device="cpu" picks its engine, what the ONNX model an artifact stores looks like, and the threads option."""
+"""How device="cpu" picks its engine, what the ONNX model an artifact stores looks like, the threads option, and
+how the onnxruntime backend answers bad ids and its own failures."""
 
 from __future__ import annotations
 
@@ -16,13 +17,14 @@ import aotc.functional as F
 from aotc import Dim, TensorSpec, nn
 from aotc.artifact import describe
 from aotc.artifact.reader import read_artifact
-from aotc.errors import AotcError, ArtifactError, ExecError
+from aotc.errors import AotcError, ExecError, FallbackWarning
 from aotc.ir.onnx_form import emitters
 from aotc.ir.ops import Op
 from aotc.lowering.options import CompileOptions
 from aotc.onnx.runtime_model import runtime_onnx
 from aotc.runtime.backends import CpuBackend, cpu_backend, get_backend
-from aotc.runtime.backends.onnxrt import OrtBackend
+from aotc.runtime.backends.cpu import CpuProgram
+from aotc.runtime.backends.onnxrt import OrtBackend, OrtProgram
 
 pytest.importorskip("onnxruntime")
 
@@ -77,7 +79,8 @@ def test_a_graph_the_exporter_cannot_write_stores_none_and_explain_names_the_op(
     assert compiled.onnx_note in compiled.explain().splitlines()
     artifact = read_artifact(compiled.artifact_bytes)
     assert artifact.onnx is None and "exp" in describe(artifact)["onnx"]["reason"]
-    assert isinstance(aotc.load(artifact, device="cpu")._backend, CpuBackend)
+    exe = aotc.load(artifact, device="cpu")  # quietly: filterwarnings makes any warning an error here
+    assert exe.device == "cpu" and all(isinstance(program, CpuProgram) for _, program in exe._variants)
 
 
 def test_reference_is_the_numpy_references_by_name() -> None:
@@ -89,14 +92,13 @@ def test_cpu_without_onnxruntime_falls_back_with_one_line_saying_what_to_install
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "onnxruntime" else real(name, *a))
     with pytest.warns(RuntimeWarning, match=r"pip install 'aotc\[cpu\]'") as record:
-        backend = cpu_backend(SimpleNamespace(onnx=b"model", constants={}))
+        backend = cpu_backend(SimpleNamespace(constants={}))
     assert isinstance(backend, CpuBackend) and backend.name == "cpu"
     assert len(record) == 1 and "\n" not in str(record[0].message)
 
 
-def test_cpu_with_no_stored_model_runs_the_references_quietly() -> None:
-    backend = cpu_backend(SimpleNamespace(constants={}))
-    assert isinstance(backend, CpuBackend)
+def test_cpu_with_no_artifact_runs_the_references_quietly() -> None:
+    assert isinstance(cpu_backend(), CpuBackend)
 
 
 @pytest.mark.parametrize("threads", [1, 2, 0])
@@ -141,17 +143,54 @@ def test_a_bad_id_computed_inside_the_model_raises_aotcs_error_and_onnxruntime_s
     assert capfd.readouterr().err == ""
 
 
-def test_an_onnx_model_naming_external_data_is_refused(tmp_path, monkeypatch) -> None:
-    from onnx import TensorProto, helper
+class Sub5(nn.Module):
+    """An embedding whose ids are ``x - 5``: computed, so only the ids' min and max after the run can see a negative
+    one (onnxruntime's Gather would wrap it and read the table's end)."""
 
-    monkeypatch.chdir(tmp_path)
-    np.ones(4, np.float32).tofile(tmp_path / "w.bin")  # a file the crafted model points at, beside the process
-    weight = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[4], data_location=TensorProto.EXTERNAL)
-    for key, value in (("location", "w.bin"), ("offset", "0"), ("length", "16")):
-        weight.external_data.add(key=key, value=value)
-    x, y = helper.make_tensor_value_info("x", 1, [4]), helper.make_tensor_value_info("y", 1, [4])
-    graph = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "g", [x], [y], initializer=[weight])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
-    helper.set_model_props(model, {"aotc.weights": "{}"})
-    with pytest.raises(ArtifactError, match="onnxruntime cannot load the artifact's ONNX model"):
-        OrtBackend(model.SerializeToString(), {})
+    def __init__(self) -> None:
+        super().__init__()
+        self.wte = nn.Embedding(10, 4)
+
+    def forward(self, ids):
+        return self.wte(ids - 5)
+
+
+def test_a_negative_id_computed_inside_the_model_raises_the_references_error() -> None:
+    spec = {"ids": TensorSpec((Dim("n", min=1, max=8),), "int64")}
+    data = aotc.compile(Sub5(), spec, options=OPTIONS).artifact_bytes
+    exe, reference = aotc.load(data, device="cpu"), aotc.load(data, device="reference")
+    assert isinstance(exe._backend, OrtBackend) and isinstance(exe._variants[0][1], OrtProgram)
+    for ids in (np.array([5, 4, 9]), np.array([15, 5])):  # -1 at [1]; 10 at [0]
+        with pytest.raises(ExecError) as fast:
+            exe(ids=ids)
+        with pytest.raises(ExecError) as ref:
+            reference(ids=ids)
+        assert str(fast.value) == str(ref.value) and "computed inside the model" in str(fast.value)
+    good = np.array([5, 14, 7])
+    np.testing.assert_array_equal(exe(ids=good), reference(ids=good))
+
+
+class FailingSession:
+    """Stands in for an onnxruntime session that fails on every call, as onnxruntime can on valid inputs."""
+
+    def __init__(self, session: object) -> None:
+        self.get_outputs = session.get_outputs  # type: ignore[attr-defined]
+
+    def run(self, *_: object) -> None:
+        raise RuntimeError("[ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION : Non-zero status code\nstack trace")
+
+
+def test_onnxruntime_failing_on_valid_inputs_falls_back_to_the_references_with_one_warning(compiled) -> None:
+    exe = aotc.load(compiled.artifact_bytes, device="cpu")
+    program = exe._variants[0][1]
+    program._session = FailingSession(program._session)
+    x = np.random.default_rng(1).standard_normal((2, 16)).astype(np.float32)
+    want = aotc.load(compiled.artifact_bytes, device="reference")(x=x)
+    first_line = r"\(\[ONNXRuntimeError\] : 6 : RUNTIME_EXCEPTION : Non-zero status code\)"
+    with pytest.warns(FallbackWarning, match=first_line) as record:
+        for _ in range(3):
+            got = exe(x=x)
+            for k in want:
+                np.testing.assert_array_equal(got[k], want[k])
+    assert len(record) == 1 and "stack trace" not in str(record[0].message)
+    assert "numpy references" in str(record[0].message)

@@ -148,4 +148,4 @@ def test_one_executable_serves_many_threads() -> None:
         got = pool.map(call, jobs)
     for w, o in zip(want, got):
         for a, b in zip(w, o):
-            np.testing.assert_array_equal(a, b)
+            np.testing.assert_allclose(b, a, rtol=1e-6, atol=1e-6)  # device=None: onnxruntime, in its own order

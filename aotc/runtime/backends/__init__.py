@@ -4,8 +4,8 @@
 the bound symbols, and returns fresh output arrays the caller owns (cuda: ``run(..., outputs="device")`` keeps
 them on the GPU). The cuda backend (aotc/runtime/backends/cuda/) is imported only when asked for.
 
-``cpu`` is onnxruntime over the artifact's stored ONNX model (backends/onnxrt.py) when onnxruntime is installed
-and the file stores one, else the numpy references (backends/cpu.py), which ``reference`` picks explicitly."""
+``cpu`` is onnxruntime over the artifact's verified graphs, written as ONNX at load (backends/onnxrt.py), when
+onnxruntime is installed, else the numpy references (backends/cpu.py), which ``reference`` picks explicitly."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ ONNXRUNTIME_HINT = "pip install 'aotc[cpu]'"
 
 
 def get_backend(device: str | None, artifact: Any = None, *, threads: int | None = None) -> Backend:
-    """The backend for ``device`` and ``artifact`` (an Artifact; None: one with no ONNX model); None picks cpu.
+    """The backend for ``device`` and ``artifact`` (an Artifact; None: the cpu runs the references); None picks cpu.
     ``threads``: onnxruntime's intra-op threads on the cpu backend (None: its default)."""
     if device is None:
         return cpu_backend(artifact, threads)
@@ -65,10 +65,9 @@ def default_backend(binaries: object = None, artifact: Any = None, *, threads: i
 
 
 def cpu_backend(artifact: Any = None, threads: int | None = None) -> Backend:
-    """onnxruntime over the artifact's ONNX model when both exist, else the numpy references; without
-    onnxruntime, one warning says what to install."""
-    model = stored_onnx(artifact)
-    if model is None:
+    """onnxruntime over the artifact's graphs when it is installed, else the numpy references (and one warning
+    says what to install). A variant with an op that has no ONNX form runs on the references either way."""
+    if artifact is None:
         return CpuBackend()
     if importlib.util.find_spec("onnxruntime") is None:
         warnings.warn(
@@ -79,12 +78,7 @@ def cpu_backend(artifact: Any = None, threads: int | None = None) -> Backend:
         return CpuBackend()
     from aotc.runtime.backends.onnxrt import OrtBackend
 
-    return OrtBackend(model, artifact.constants, threads=threads)
-
-
-def stored_onnx(artifact: Any) -> bytes | None:
-    """The ONNX model the artifact stores for onnxruntime, or None (an older file, or a graph with no ONNX form)."""
-    return getattr(artifact, "onnx", None) or None
+    return OrtBackend(artifact.constants, threads=threads)
 
 
 def _ordinal(device: str) -> int:
@@ -105,5 +99,4 @@ __all__ = [
     "cpu_backend",
     "default_backend",
     "get_backend",
-    "stored_onnx",
 ]

@@ -1,143 +1,147 @@
-"""The cpu backend on onnxruntime: the artifact's stored ONNX model (aotc/onnx/runtime_model.py) run by
+"""The cpu backend on onnxruntime: each verified variant graph written as ONNX here, at load, and run by
 onnxruntime's CPU kernels, its weights read in place from the artifact's mapped, verified segments.
 
-The model has its weights as inputs, named in its metadata; each is bound once, at load, to the mapped array,
-and passed with every call (onnxruntime reads a contiguous array of the input's dtype in place: no copy).
-Half-precision weights are cast to float32 once, here: the one copy this backend makes. onnxruntime is imported
-only when this backend is built.
+The model is built from the graph the reader verified and every other backend runs (the variant: the graph the
+numpy references run and the kernels' digests bind), with aotc's one emission (aotc/ir/onnx_form/), so it cannot
+compute anything else. The ONNX model a file may store (schema 7) is never read here: it is bytes the reader
+binds to nothing. Building costs a few milliseconds and reads no weight (see README, "Running on a CPU").
+
+Each weight is a graph input, bound once, at load, to the mapped array and passed with every call (onnxruntime
+reads a contiguous array of the input's dtype in place: no copy). The model computes in float32: half-precision
+weights are cast to float32 once, here (the one copy this backend makes), half inputs per call, and outputs back
+to the graph's dtypes. onnxruntime is imported only when this backend is built.
 
 Every input has passed aotc's guards before a program runs. A token id outside its gather's valid range that
-comes straight from an input is found here, before onnxruntime sees it (onnxruntime would wrap a negative id
-that aotc refuses); the numpy reference program then runs the call and raises the same ExecError as every other
-backend. Any error onnxruntime raises is handled the same way: the reference runs the call, so the user sees
-aotc's error (or, for an onnxruntime failure on valid inputs, the reference's result), never onnxruntime's.
+comes straight from an input is found here, before onnxruntime sees it; ids the model computes, for a gather that
+refuses negative ids (onnxruntime would wrap them), come back as two extra outputs, their min and max, checked
+after the run. Either way the numpy reference program then runs the call and raises the same ExecError as every
+other backend. Any error onnxruntime raises is handled the same way: the reference runs the call, so the user
+sees aotc's error; should the reference compute the call instead (onnxruntime failed on valid inputs), a
+FallbackWarning names onnxruntime's error, once per variant.
 
-One session serves every thread: onnxruntime's ``run`` is thread-safe and a call keeps its state in locals.
-``threads`` sets onnxruntime's intra-op threads (None: its default, one per physical core).
+One session per variant serves every thread: onnxruntime's ``run`` is thread-safe and a call keeps its state in
+locals. ``threads`` sets onnxruntime's intra-op threads (None: its default, one per physical core).
 """
 
 from __future__ import annotations
 
-import json
-import os
+import threading
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from aotc.errors import ArtifactError
+from aotc.errors import FallbackWarning, UnsupportedError
 from aotc.ir.gather_ids import allows_negative, index_source
 from aotc.ir.graph import Graph
+from aotc.ir.onnx_form import IdBound, build_model
 from aotc.ir.ops import Op
 from aotc.ir.symbolic import SymExpr
 from aotc.ir.symbolic_values import evaluate
 from aotc.ir.types import ShapeDim
 from aotc.runtime.backends.cpu import CpuProgram
 
-WEIGHTS_META_KEY = "aotc.weights"  # as aotc/onnx/_common.py writes it (the runtime never imports aotc.onnx)
-_ORT_DTYPES = {
-    "tensor(float)": np.dtype(np.float32),
-    "tensor(int32)": np.dtype(np.int32),
-    "tensor(int64)": np.dtype(np.int64),
-    "tensor(bool)": np.dtype(np.bool_),
-}
+_HALF = ("float16", "bfloat16")
 
 
 class OrtBackend:
-    """One onnxruntime session over an artifact's stored ONNX model and mapped weights."""
+    """onnxruntime over an artifact's verified graphs: one session per variant, the weights bound by name."""
 
     name = "cpu"
 
-    def __init__(self, model: bytes, constants: Mapping[str, np.ndarray], *, threads: int | None = None) -> None:
+    def __init__(self, constants: Mapping[str, np.ndarray], *, threads: int | None = None) -> None:
         import onnxruntime as ort
 
-        options = ort.SessionOptions()
+        self._ort = ort
+        self._options = ort.SessionOptions()
         if threads is not None:
-            options.intra_op_num_threads = threads
-        # Fatal only: what onnxruntime reports (an error included) is aotc's to say, as ArtifactError or ExecError.
-        options.log_severity_level = 4
-        # The model carries no weight data; should a crafted one name external data, resolving it under a path that
-        # cannot exist refuses it rather than reading files near the process's working directory.
-        options.add_session_config_entry(
-            "session.model_external_initializers_file_folder_path", os.path.join(os.devnull, "no-external-data")
-        )
+            self._options.intra_op_num_threads = threads
+        # Fatal only: what onnxruntime reports (an error included) is aotc's to say, as ExecError or a warning.
+        self._options.log_severity_level = 4
+        self._constants = constants
+        self._weights: dict[str, np.ndarray] = {}  # constant name -> the array onnxruntime reads
+
+    def prepare(self, graph: Graph) -> OrtProgram | CpuProgram:
+        """The variant's program: onnxruntime over the graph written as ONNX, or the numpy references when the
+        graph has an op with no ONNX form (the compile's ``--explain`` names it)."""
         try:
-            session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
-        except Exception as e:
-            raise ArtifactError(f"onnxruntime cannot load the artifact's ONNX model: {_first_line(e)}") from None
+            form = build_model(graph, weights_as_inputs=True, float32=True, id_bounds=True)
+        except UnsupportedError:
+            return CpuProgram(graph)
         try:
-            bound = json.loads(session.get_modelmeta().custom_metadata_map.get(WEIGHTS_META_KEY, "{}"))
-        except ValueError:
-            bound = None
-        if not isinstance(bound, dict):
-            raise ArtifactError(f"the artifact's ONNX model has no valid {WEIGHTS_META_KEY!r} metadata")
-        self._session = session
-        self.weights: dict[str, np.ndarray] = {}
-        self.inputs: list[tuple[str, np.dtype]] = []
-        for info in session.get_inputs():
-            dtype = _ORT_DTYPES.get(info.type)
-            if dtype is None:
-                raise ArtifactError(
-                    f"the artifact's ONNX model takes {info.name!r} as {info.type}, not a dtype of aotc"
-                )
-            if info.name in bound:
-                self.weights[info.name] = self._bind(info, bound[info.name], constants, dtype)
-            else:
-                self.inputs.append((info.name, dtype))
-        self.outputs = [o.name for o in session.get_outputs()]
-
-    def _bind(self, info: Any, constant: str, constants: Mapping[str, np.ndarray], dtype: np.dtype) -> np.ndarray:
-        if constant not in constants:
-            raise ArtifactError(
-                f"the artifact's ONNX model binds {info.name!r} to constant {constant!r}, which it lacks"
+            session = self._ort.InferenceSession(form.model, self._options, providers=["CPUExecutionProvider"])
+        except Exception as e:  # aotc wrote a model onnxruntime refuses: the references still run the file
+            warnings.warn(
+                f"aotc: onnxruntime cannot load the model of graph {graph.name!r} ({_first_line(e)}); "
+                "device='cpu' runs it on the numpy references",
+                FallbackWarning,
+                stacklevel=2,
             )
-        array = constants[constant]
-        if tuple(array.shape) != tuple(info.shape):
-            raise ArtifactError(
-                f"the artifact's ONNX model takes weight {info.name!r} as {list(info.shape)}, "
-                f"but constant {constant!r} is {list(array.shape)}"
-            )
-        # The mapped array itself when it is float32 already; a half weight is widened once, here.
-        return np.ascontiguousarray(array if array.dtype == dtype else array.astype(dtype))
+            return CpuProgram(graph)
+        weights = {name: self._weight(constant) for name, constant in form.weights.items()}
+        return OrtProgram(session, graph, weights, form.id_bounds)
 
-    def prepare(self, graph: Graph) -> OrtProgram:
-        return OrtProgram(self, graph)
-
-    def run(self, feeds: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """The model's outputs for checked inputs (in input order); onnxruntime's errors propagate."""
-        values = dict(self.weights)
-        for (name, dtype), x in zip(self.inputs, feeds):
-            values[name] = np.ascontiguousarray(x, dtype)
-        # session.run over arrays: with onnxruntime 1.32 about half the per-call cost of run_with_ort_values
-        return self._session.run(self.outputs, values)
+    def _weight(self, constant: str) -> np.ndarray:
+        """The mapped array itself when it is float32 or an integer already; a half weight is widened once, here,
+        for every variant that reads it."""
+        if constant not in self._weights:
+            array = self._constants[constant]
+            if array.dtype.name in _HALF:
+                array = array.astype(np.float32)
+            self._weights[constant] = np.ascontiguousarray(array)
+        return self._weights[constant]
 
 
 class OrtProgram:
-    """A variant run by the backend's session: every variant shares the one model, each keeps its own guards
-    (checked by the Executable) and its own reference program for errors."""
+    """A variant run by its session, with its own guards (checked by the Executable) and its own reference program
+    for errors."""
 
-    def __init__(self, backend: OrtBackend, graph: Graph) -> None:
-        names = [name for name, _ in backend.inputs]
-        if names != list(graph.input_names) or len(backend.outputs) != len(graph.outputs):
-            raise ArtifactError(
-                f"the artifact's ONNX model takes {names} and gives {len(backend.outputs)} outputs; "
-                f"graph {graph.name} takes {list(graph.input_names)} and gives {len(graph.outputs)}"
-            )
-        self._backend = backend
+    def __init__(self, session: Any, graph: Graph, weights: Mapping[str, np.ndarray], bounds: Sequence[IdBound]):
+        self._session = session
+        self._graph = graph
+        self._weights = dict(weights)
+        self._inputs = [
+            (name, np.dtype(np.float32) if v.type.dtype.value in _HALF else v.type.dtype.np)
+            for name, v in zip(graph.input_names, graph.inputs)
+        ]
+        self._outputs = [o.name for o in session.get_outputs()]
+        self._dtypes = [o.type.dtype.np for o in graph.outputs]
+        self._bounds = tuple(bounds)
         self._reference = CpuProgram(graph)
         self._checks = _input_index_checks(graph)
-        self._dtypes = [o.type.dtype.np for o in graph.outputs]
+        self._warned = threading.Lock()  # taken for good by the first fallback's warning
 
     def run(self, feeds: Sequence[np.ndarray], env: Mapping[str, int]) -> list[np.ndarray]:
         if any(_outside(feeds[pos], size, negative, env) for pos, size, negative in self._checks):
             return self._reference.run(feeds, env)  # raises the ExecError every backend raises for this id
+        values = dict(self._weights)
+        for (name, dtype), x in zip(self._inputs, feeds):
+            values[name] = np.ascontiguousarray(x, dtype)
         try:
-            outs = self._backend.run(feeds)
-        except Exception:
-            # onnxruntime's message never reaches the user: the reference raises aotc's error for these inputs
-            # (a bad id computed inside the model, say), or computes the call onnxruntime could not.
-            return self._reference.run(feeds, env)
+            # session.run over arrays: with onnxruntime 1.32 about half the per-call cost of run_with_ort_values
+            outs = self._session.run(self._outputs, values)
+        except Exception as e:
+            # onnxruntime's message never reaches the user as an error: the reference raises aotc's error for these
+            # inputs (a bad id computed inside the model, say), or computes the call onnxruntime could not.
+            result = self._reference.run(feeds, env)
+            self._warn(e)
+            return result
+        for bound in self._bounds:
+            low, high = (int(outs[i]) for i in bound.outputs)
+            if low < 0 or high >= _value(bound.size, env):  # an empty ids tensor has low > high: never outside
+                return self._reference.run(feeds, env)  # raises the ExecError every backend raises for this id
         return [x if x.dtype == dt else x.astype(dt) for x, dt in zip(outs, self._dtypes)]
+
+    def _warn(self, error: BaseException) -> None:
+        if self._warned.acquire(blocking=False):
+            warnings.warn(
+                f"aotc: onnxruntime failed on inputs of graph {self._graph.name!r} that passed aotc's checks "
+                f"({_first_line(error)}); device='cpu' computed the call with the numpy references (slower), as it "
+                "will each call onnxruntime fails",
+                FallbackWarning,
+                stacklevel=4,
+            )
 
 
 def _input_index_checks(graph: Graph) -> list[tuple[int, ShapeDim, bool]]:
@@ -158,8 +162,12 @@ def _input_index_checks(graph: Graph) -> list[tuple[int, ShapeDim, bool]]:
 def _outside(ids: np.ndarray, size: ShapeDim, negative: bool, env: Mapping[str, int]) -> bool:
     if ids.size == 0:
         return False
-    n = evaluate(size, env) if isinstance(size, SymExpr) else size
+    n = _value(size, env)
     return bool(ids.min() < (-n if negative else 0) or ids.max() >= n)
+
+
+def _value(size: ShapeDim, env: Mapping[str, int]) -> int:
+    return evaluate(size, env) if isinstance(size, SymExpr) else size
 
 
 def _first_line(e: BaseException) -> str:
