@@ -19,7 +19,7 @@ pytest.importorskip("onnxruntime")
 
 @pytest.fixture(scope="module")
 def artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny model whose artifact stores an ONNX model, so device='cpu' is onnxruntime."""
+    """A tiny model, which device='cpu' runs on onnxruntime."""
     import aotc.functional as F
 
     path = tmp_path_factory.mktemp("threads") / "relu.aotc"
@@ -28,7 +28,9 @@ def artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def intra_op_threads(exe: Executable) -> int:
-    return exe._backend._session.get_session_options().intra_op_num_threads
+    """The intra-op threads of the onnxruntime session of every variant (one value)."""
+    (threads,) = {program._session.get_session_options().intra_op_num_threads for _, program in exe._variants}
+    return threads
 
 
 def loads_seen(monkeypatch: pytest.MonkeyPatch) -> list[Executable]:

@@ -194,3 +194,18 @@ def test_onnxruntime_failing_on_valid_inputs_falls_back_to_the_references_with_o
                 np.testing.assert_array_equal(got[k], want[k])
     assert len(record) == 1 and "stack trace" not in str(record[0].message)
     assert "numpy references" in str(record[0].message)
+
+
+def test_a_model_onnxruntime_refuses_runs_on_the_references_with_a_warning(compiled, monkeypatch) -> None:
+    import onnxruntime
+
+    def refuse(*_: object, **__: object) -> None:
+        raise RuntimeError("[ONNXRuntimeError] : 10 : INVALID_GRAPH : Load model failed\nmore")
+
+    monkeypatch.setattr(onnxruntime, "InferenceSession", refuse)
+    with pytest.warns(FallbackWarning, match=r"cannot run graph 'Net' \(\[ONNXRuntimeError\] .* failed\)"):
+        exe = aotc.load(compiled.artifact_bytes, device="cpu")
+    assert all(isinstance(program, CpuProgram) for _, program in exe._variants)
+    x = np.ones((2, 16), np.float32)
+    for got, want in zip(exe.run({"x": x}), aotc.load(compiled.artifact_bytes, device="reference").run({"x": x})):
+        np.testing.assert_array_equal(got, want)

@@ -67,13 +67,12 @@ class OrtBackend:
         graph has an op with no ONNX form (the compile's ``--explain`` names it)."""
         try:
             form = build_model(graph, weights_as_inputs=True, float32=True, id_bounds=True)
+            session = self._ort.InferenceSession(form.model, self._options, providers=["CPUExecutionProvider"])
         except UnsupportedError:
             return CpuProgram(graph)
-        try:
-            session = self._ort.InferenceSession(form.model, self._options, providers=["CPUExecutionProvider"])
-        except Exception as e:  # aotc wrote a model onnxruntime refuses: the references still run the file
+        except Exception as e:  # a model aotc could not write, or onnxruntime refuses: the references still run it
             warnings.warn(
-                f"aotc: onnxruntime cannot load the model of graph {graph.name!r} ({_first_line(e)}); "
+                f"aotc: onnxruntime cannot run graph {graph.name!r} ({_first_line(e)}); "
                 "device='cpu' runs it on the numpy references",
                 FallbackWarning,
                 stacklevel=2,
