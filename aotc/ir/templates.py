@@ -6,7 +6,7 @@ and the plan checks (aotc/artifact/plan_checks.py) all read this table; the runt
 A new template is a new row here and its module under aotc/kernels/.
 
 The table lives in ``ir`` because the reader checks each launch's grid against its row and may not import
-the compiler. The compiler's parts of a row (its emitter and fusion check) are therefore named as
+the compiler. The compiler's parts of a row (its emitter, fusion check and node groups) are therefore named as
 ``"module:function"`` under ``aotc.kernels``; aotc/kernels/templates.py resolves them.
 """
 
@@ -57,8 +57,10 @@ class Template:
 
     ``emit``: ``(builder, plan, name, config, tiles) -> Kernel``, the plan a ``KernelPlan`` (aotc/kernels/fusion.py)
     and ``tiles`` autotuning's config or None. ``check``: ``(root node) -> reason | None``, whether the template can
-    emit a launch rooted at that node. ``tuning``: what autotuning varies, "gemm" (matmul tiles) or "attention"
-    (flash-attention tiles); "" when the heuristics alone choose.
+    emit a launch rooted at that node. ``group``: ``(fusion graph) -> [(node indices, detail)]``, node groups the
+    template computes whole as one launch each, before the planner's general rules (aotc/kernels/fusion.py);
+    ``detail`` is the template's own record of a group, which its emitter reads. ``tuning``: what autotuning
+    varies, "gemm" (matmul tiles) or "attention" (flash-attention tiles); "" when the heuristics alone choose.
     """
 
     kind: KernelKind
@@ -68,6 +70,7 @@ class Template:
     check: str = ""
     epilogue: bool = False  # the pointwise consumers of its root's output fuse into the launch
     tuning: str = ""
+    group: str = ""
 
 
 # -- grids: what each template launches, checked by the reader ----------------------------------------

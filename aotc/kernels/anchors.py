@@ -3,6 +3,8 @@ end of each contraction's epilogue, the pointwise consumers fused into the contr
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from aotc.errors import UnsupportedError
 from aotc.ir.ops import Op
 from aotc.ir.schedule import View
@@ -47,14 +49,17 @@ def output_views(
     return out
 
 
-def epilogues(g: FusionGraph, stored: set[int], declined: list[str]) -> dict[int, tuple[Node, tuple[Node, ...]]]:
+def epilogues(
+    g: FusionGraph, stored: set[int], declined: list[str], grouped: Collection[int] = ()
+) -> dict[int, tuple[Node, tuple[Node, ...]]]:
     """For each node a template is rooted at: its pointwise epilogue where the template takes one (its row says);
-    the epilogue's one escaping value is stored. Keyed by it."""
+    the epilogue's one escaping value is stored. Keyed by it. Nodes of a node group (``grouped``, fusion.py) are
+    another launch's: never roots here, nor in an epilogue."""
     out: dict[int, tuple[Node, tuple[Node, ...]]] = {}
-    claimed: set[int] = set()
-    for c in g.graph.nodes:
+    claimed: set[int] = set(grouped)
+    for ci, c in enumerate(g.graph.nodes):
         row = rooted_at(c)
-        if row is None:
+        if row is None or ci in claimed:
             continue
         reason = check(c)
         if reason is not None:
@@ -85,7 +90,7 @@ def _epilogue(g: FusionGraph, c: Node, claimed: set[int], declined: list[str]) -
                 u = g.graph.nodes[ui]
                 if ui in inside:
                     continue
-                reason = "it is in another contraction's epilogue" if ui in claimed else why_not_epilogue(c, u)
+                reason = "another launch computes it" if ui in claimed else why_not_epilogue(c, u)
                 if reason is None and any(x.id in desc and x.id not in values for x in u.inputs):
                     continue  # an operand still to come (or a view of the tile): maybe next round
                 if reason is not None:

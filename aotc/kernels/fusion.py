@@ -11,7 +11,11 @@ until every kernel can be generated:
   any other reduction is stored and read back;
 - a value computed from memory that two kernels would each recompute is stored once;
 - a scatter's output is always stored, by two launches (aotc/kernels/scatter.py): a copy of its data, then
-  its writes into that buffer in place; an operand of either computed with a reduction is stored first.
+  its writes into that buffer in place; an operand of either computed with a reduction is stored first;
+- a template with node groups (a row's ``group``, aotc/ir/templates.py: the recurrent cell's time loop) takes
+  each group whole as one launch, which stores every value of the group read elsewhere; what enters a group
+  is read as any template's operand (computed values stored first). Groups whose launches would wait on each
+  other (or on themselves) are left to the rules above.
 
 Each growth step is recorded with its reason, which ``--explain`` prints.
 """
@@ -40,9 +44,10 @@ from aotc.kernels.fusion_graph import (
     needs_compute,
     reads_memory,
 )
+from aotc.kernels.fusion_groups import NodeGroup, entering, group_outputs, node_groups
 from aotc.kernels.reduction import reduced_axes
 
-__all__ = ["VIEWS", "FusionPlan", "KernelPlan", "plan_fusion"]
+__all__ = ["VIEWS", "FusionPlan", "KernelPlan", "NodeGroup", "plan_fusion"]
 
 
 @dataclass
@@ -62,6 +67,7 @@ class KernelPlan:
     # ``in_place``, writes its updates into that buffer (launched after the copy).
     scatter: Node | None = None
     in_place: bool = False
+    group: NodeGroup | None = None  # the node group it computes whole (outputs: stored_first, then the anchor)
 
     @property
     def outputs(self) -> tuple[Value, ...]:
@@ -70,6 +76,8 @@ class KernelPlan:
     @property
     def kind(self) -> KernelKind:
         """The template that emits it: the one rooted at its root's op, else the scatter, reduction or pointwise one."""
+        if self.group is not None:
+            return self.group.kind
         if self.root is not None:
             return ROOTED_AT[self.root.op].kind
         if self.scatter is not None:
@@ -99,12 +107,17 @@ def plan_fusion(graph: Graph) -> FusionPlan:
                 raise UnsupportedError(f"graph {graph.name} is not lowered: {n.op.value} ({n}) is a high-level op")
             raise UnsupportedError(f"no kernel for op {n.op.value} ({n}): it runs on the cpu backend only")
     stored |= {n.outputs[0].id for n in graph.nodes if n.op is Op.SCATTER}
+    groups = node_groups(g, declined)
+    grouped = {i for grp in groups for i in grp.nodes}
+    outputs = {grp: group_outputs(g, grp) for grp in groups}
+    stored |= {v.id for vs in outputs.values() for v in vs}
     view_outputs = output_views(g, stored, views, declined)
-    epilogues = epilogues_of(g, stored, declined)
+    epilogues = epilogues_of(g, stored, declined, grouped)
     fixed = set(stored)
     operands: set[int] = set()
     while True:
-        kernels = [k for vid in _anchors(g, stored) for k in _plans(g, vid, stored, epilogues)]
+        kernels = [k for vid in _anchors(g, stored, grouped) for k in _plans(g, vid, stored, epilogues)]
+        kernels += [_group_plan(g, grp, outputs[grp], stored) for grp in groups]
         grow = _needed(g, kernels, stored, declined, operands)
         if grow:
             stored |= grow
@@ -116,7 +129,7 @@ def plan_fusion(graph: Graph) -> FusionPlan:
         stored -= views_now
         fixed |= stored
     for k in kernels:
-        k.view_outputs = tuple(view_outputs.get(k.anchor.id, ()))
+        k.view_outputs = tuple(x for v in k.outputs for x in view_outputs.get(v.id, ()))
     return FusionPlan(_merge_pointwise(g, _order(g, kernels)), views, _dedupe(declined))
 
 
@@ -124,8 +137,17 @@ def _dedupe(lines: list[str]) -> list[str]:
     return list(dict.fromkeys(lines))
 
 
-def _anchors(g: FusionGraph, stored: set[int]) -> list[int]:
-    return sorted((v for v in stored if v not in g.external), key=lambda v: g.prod[v][0])
+def _anchors(g: FusionGraph, stored: set[int], grouped: set[int]) -> list[int]:
+    """The stored values each kernel of its own stores (a group's outputs are its launch's)."""
+    return sorted(
+        (v for v in stored if v not in g.external and g.prod[v][0] not in grouped), key=lambda v: g.prod[v][0]
+    )
+
+
+def _group_plan(g: FusionGraph, grp: NodeGroup, outputs: tuple[Value, ...], stored: set[int]) -> KernelPlan:
+    plan = KernelPlan(outputs[-1], set(grp.nodes), stored_first=outputs[:-1], group=grp)
+    _collect(g, plan, entering(g, grp), stored)  # what enters it: read, or computed through views
+    return plan
 
 
 def _plans(
@@ -193,12 +215,18 @@ def _needed(
     """Values that must be stored for every kernel to be generable (empty when the plan is final).
     Values stored for a contraction's operand are also added to ``operand_values``."""
     grow: set[int] = set()
-    for k in kernels:  # 1. contraction operands that need computing
-        for x in k.root.inputs if k.root is not None else ():
-            if x.id not in stored and x.id not in g.external and needs_compute(g, x.id, stored):
-                base = compute_below_views(g, x.id)
+    for k in kernels:  # 1. contraction operands (and what enters a node group) that need computing
+        if k.group is not None:
+            ids, what = entering(g, k.group), f"the {k.kind} group"
+        elif k.root is not None:
+            ids, what = [x.id for x in k.root.inputs], k.root.op.value
+        else:
+            continue
+        for v in ids:
+            if v not in stored and v not in g.external and needs_compute(g, v, stored):
+                base = compute_below_views(g, v)
                 grow.add(base)
-                declined.append(f"operand %{x.id} of {k.root.op.value} is computed, not a view: %{base} stored first")
+                declined.append(f"operand %{v} of {what} is computed, not a view: %{base} stored first")
     operand_values |= grow
     if grow:
         return grow
@@ -223,7 +251,7 @@ def _needed(
     if grow:
         return grow
     for k in kernels:  # 3. reductions that cannot share one row loop
-        if k.root is None and k.scatter is None and k.reductions:
+        if k.root is None and k.scatter is None and k.group is None and k.reductions:
             grow |= _reduction_conflicts(g, k, declined)
     if grow:
         return grow  # 4. (below) sharing, once the kernels' shapes settle
@@ -312,7 +340,8 @@ def _order(g: FusionGraph, kernels: Iterable[KernelPlan]) -> list[KernelPlan]:
     """Kernels in dependency order (a kernel runs after the kernels whose anchors it reads), ties broken by
     the anchor's position in the graph. A scatter's writes follow its copy, and its readers follow both."""
     kernels = sorted(kernels, key=lambda k: (g.prod[k.anchor.id][0], k.in_place))
-    by_anchor = {k.anchor.id: i for i, k in enumerate(kernels)}  # the last writer: a scatter's writes
+    # the last writer of each stored value (a scatter's writes); a group stores several
+    by_anchor = {v.id: i for i, k in enumerate(kernels) for v in k.outputs}
     copies = {k.anchor.id: i for i, k in enumerate(kernels) if k.scatter is not None and not k.in_place}
     deps = [
         {copies[r] if by_anchor[r] == i else by_anchor[r] for r in k.reads if r in by_anchor}
@@ -359,8 +388,8 @@ def _merge_pointwise(g: FusionGraph, kernels: list[KernelPlan]) -> list[KernelPl
 
 
 def _can_merge(g: FusionGraph, p: KernelPlan, k: KernelPlan) -> bool:
-    if p.scatter or k.scatter:
-        return False  # a scatter's copy and writes are two launches, each with its own template
+    if p.scatter or k.scatter or p.group or k.group:
+        return False  # a scatter's copy and writes are two launches, each with its own template; a group is whole
     if p.root or k.root or p.reductions or k.reductions or p.anchor.id not in k.reads:
         return False
     if p.anchor.type.shape != k.anchor.type.shape or k.stored_first:

@@ -1,5 +1,5 @@
-"""The compiler's side of the template table (aotc/ir/templates.py): each row's emitter and fusion check,
-which the row names as ``"module:function"`` under ``aotc.kernels``, resolved when used."""
+"""The compiler's side of the template table (aotc/ir/templates.py): each row's emitter, fusion check and node
+groups, which the row names as ``"module:function"`` under ``aotc.kernels``, resolved when used."""
 
 from __future__ import annotations
 

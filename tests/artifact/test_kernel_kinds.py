@@ -90,7 +90,7 @@ def test_every_row_names_a_distinct_kind_and_its_hooks_resolve() -> None:
     assert len(BY_KIND) == len(TEMPLATES)
     for row in TEMPLATES:
         assert KernelKind(str(row.kind)) is row.kind is getattr(KernelKind, row.kind.upper())
-        for ref in (row.emit, row.check):
+        for ref in (row.emit, row.check, row.group):
             if ref:
                 assert callable(hook(ref)), ref
         assert row.tuning in ("", "gemm", "attention")
