@@ -173,6 +173,14 @@ def attention_grid(graph: Graph, k: Kernel) -> tuple[Size, Size, Size]:
     return _batched(_cdiv(lq, _block(k, "BLOCK_M")), _numel(out[:-2]), k)
 
 
+def recurrent_grid(graph: Graph, k: Kernel) -> tuple[Size, Size, Size]:
+    """BLOCK_M rows of the recurrence's state per program, over the rows of the values it stores."""
+    shapes = _written(graph, k)
+    if not shapes:
+        raise ValueError("a recurrent_cell launch stores nothing")
+    return (_largest(_cdiv(_numel(s[:-1]), _block(k, "BLOCK_M")) for s in shapes), 1, 1)
+
+
 # -- the table ------------------------------------------------------------------------------------
 
 K = KernelKind
@@ -208,6 +216,10 @@ TEMPLATES: tuple[Template, ...] = (
     # A scatter's output takes two launches: a copy of its data, then its writes into that buffer in place.
     Template(K("scatter_copy"), frozenset(), flat_grid, emit="scatter:emit_copy_plan"),
     Template(K("scatter"), frozenset(), flat_grid, emit="scatter:emit_plan"),
+    # The steps of an unrolled recurrence (an LSTM's time loop), each its products, gates and state update.
+    Template(
+        K("recurrent_cell"), frozenset(), recurrent_grid, emit="recurrent:emit_plan", group="recurrent:node_groups"
+    ),
 )
 del K
 

@@ -173,6 +173,16 @@ class KernelWriter:
             self._scopes.pop()
             self._depth -= 1
 
+    @contextlib.contextmanager
+    def scope(self) -> Iterator[None]:
+        """Like ``block`` with no header: values computed inside are computed again when needed after it (a
+        recurrent template's step, so no load stays live across every step)."""
+        self._scopes.append(_Scope())
+        try:
+            yield
+        finally:
+            self._scopes.pop()
+
     # -- arguments ------------------------------------------------------------------------------
     def wide(self, expr: Size) -> bool:
         """Whether ``expr`` may exceed int32 for some binding of the symbols."""

@@ -1,8 +1,9 @@
-"""The text of generated kernels: a few of GPT-2's pinned against checked-in files, and what every kernel of
-the example models must look like (STYLE.md 7: a header comment naming its nodes, parameters named by role in
-the order pointers, sizes, constexprs, none that no line reads, no no-op broadcast, no sprawling line).
+"""The text of generated kernels: a few of GPT-2's and an LSTM time loop's pinned against checked-in files, and
+what every kernel of the example models must look like (STYLE.md 7: a header comment naming its nodes,
+parameters named by role in the order pointers, sizes, constexprs, none that no line reads, no no-op
+broadcast, no sprawling line).
 
-A codegen change that alters a pinned kernel fails ``test_gpt2_kernel_text``; when the change is meant, rewrite
+A codegen change that alters a pinned kernel fails ``test_pinned_kernel_text``; when the change is meant, rewrite
 the files and review their diff with the change:
 
     AOTC_UPDATE_KERNEL_TEXT=1 .venv/bin/python -m pytest -q -p no:cacheprovider tests/kernels/test_kernel_text.py
@@ -40,25 +41,26 @@ def _first(kind: KernelKind, *ops: str) -> Callable[[Schedule], Kernel]:
     return pick
 
 
-# file stem -> the GPT-2 kernel it pins
+# file stem (the model's name first) -> the kernel it pins
 PINNED: dict[str, Callable[[Schedule], Kernel]] = {
     "gpt2_embedding": _first(KernelKind.POINTWISE, "gather"),
     "gpt2_layernorm": _first(KernelKind.REDUCTION, "rsqrt"),
     "gpt2_attention": _first(KernelKind.ATTENTION),
     "gpt2_matmul_bias_gelu": _first(KernelKind.MATMUL, "tanh"),
+    "lstm_ensemble_recurrent_cell": _first(KernelKind.RECURRENT_CELL, "flip"),
 }
 
 
 @pytest.mark.parametrize("stem", sorted(PINNED))
-def test_gpt2_kernel_text(stem: str) -> None:
-    kernel = PINNED[stem](_schedule("gpt2"))
+def test_pinned_kernel_text(stem: str) -> None:
+    kernel = PINNED[stem](_schedule(next(m for m in CONFIGS if stem.startswith(f"{m}_"))))
     path = GOLDEN / f"{stem}.txt"
     if os.environ.get(UPDATE):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(kernel.source)
     assert path.exists(), f"no golden text {path}: run with {UPDATE}=1 to write it"
     assert kernel.source == path.read_text(), (
-        f"the generated text of GPT-2's {stem} kernel changed. If the change is meant, rewrite the golden files "
+        f"the generated text of the pinned {stem} kernel changed. If the change is meant, rewrite the golden files "
         f"with {UPDATE}=1 .venv/bin/python -m pytest -q -p no:cacheprovider tests/kernels/test_kernel_text.py "
         "and review their diff with your change."
     )

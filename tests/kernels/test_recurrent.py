@@ -1,0 +1,205 @@
+"""The recurrent-cell template (aotc/kernels/recurrent.py): an LSTM's time loop as a few launches, computing what
+the cpu backend computes under the Triton interpreter at two batch sizes, in plans the artifact's reader
+verifies; and the cells it leaves to the general rules."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import aotc
+from aotc import Dim, TensorSpec, nn
+from aotc.artifact import read_artifact, write_artifact
+from aotc.frontend.trace import trace
+from aotc.ir.graph import Graph
+from aotc.ir.schedule import KernelKind, Schedule
+from aotc.kernels import fusion
+from aotc.kernels.recurrent import MAX_H, MAX_STEPS
+from aotc.kernels.scheduler import schedule_graph
+from aotc.lowering.options import CompileOptions
+from aotc.lowering.pipeline import lower
+from aotc_cli.loader import import_file
+from tests.kernels.kernel_kit import check
+from tests.kernels.model_kit import feeds
+
+MODELS = Path(__file__).resolve().parents[2] / "models"
+TOL = (2e-4, 2e-4)  # float32: tl.dot and numpy's matmul sum in other orders, through ten steps
+BATCHES = ({"batch": 1}, {"batch": 5})
+
+
+@cache
+def ensemble(**config: int) -> Graph:
+    model, inputs = import_file(MODELS / "lstm_ensemble.py").build(**config)
+    return lower(trace(model, inputs, "lstm_ensemble"), CompileOptions())
+
+
+class TorchStyle(nn.Module):
+    """aotc.nn.LSTM as a torch user writes it: two bidirectional layers, batch first, a head on the last step."""
+
+    def __init__(self, hidden: int) -> None:
+        super().__init__()
+        self.lstm = nn.LSTM(6, hidden, num_layers=2, batch_first=True, bidirectional=True)
+        self.head = nn.Linear(2 * hidden, 3)
+
+    def forward(self, x):
+        out, (h, c) = self.lstm(x)
+        return self.head(out[:, -1]), h, c
+
+
+@cache
+def torch_style(hidden: int, steps: int) -> Graph:
+    model = TorchStyle(hidden)
+    rng = np.random.default_rng(7)
+    model.load_state_dict(
+        {k: rng.uniform(-0.4, 0.4, v.shape).astype(np.float32) for k, v in model.state_dict().items()}
+    )
+    spec = {"x": TensorSpec((Dim("batch", min=1, max=64), steps, 6), "float32")}
+    return lower(trace(model, spec, "torch_style"), CompileOptions())
+
+
+def _without_groups(graph: Graph, monkeypatch: pytest.MonkeyPatch) -> Schedule:
+    with monkeypatch.context() as m:
+        m.setattr(fusion, "node_groups", lambda g, declined: [])
+        return schedule_graph(graph)
+
+
+def test_the_lstm_ensembles_launches_fall_at_least_threefold(monkeypatch: pytest.MonkeyPatch) -> None:
+    g = ensemble()  # 3 members x 2 bidirectional layers x 10 steps
+    before, after = _without_groups(g, monkeypatch), schedule_graph(g)
+    assert len(before.kernels) == 352  # a matmul for each product, a pointwise kernel for each step's state
+    assert 3 * len(after.kernels) <= len(before.kernels), [k.name for k in after.kernels]
+    cells = [k for k in after.kernels if k.kind is KernelKind.RECURRENT_CELL]
+    # each of the 12 directions: 10 steps in launches of at most MAX_STEPS; then one kernel sums the members
+    assert len(cells) == 12 * -(-10 // MAX_STEPS) and len(after.kernels) == len(cells) + 1
+    assert not any(k.kind is KernelKind.MATMUL for k in after.kernels)
+
+
+@pytest.mark.parametrize(
+    "graph",
+    [
+        pytest.param(lambda: ensemble(members=2, steps=6, hidden_size=12), id="ensemble-h12-6steps"),
+        pytest.param(lambda: torch_style(10, 5), id="nn.LSTM-h10-5steps"),
+    ],
+)
+def test_chains_compute_what_the_cpu_backend_does(graph) -> None:
+    g = graph()
+    s = schedule_graph(g)
+    assert any(k.kind is KernelKind.RECURRENT_CELL for k in s.kernels)
+    for i, dims in enumerate(BATCHES):
+        check(g, feeds("lstm", g, dims, seed=i), dims, tol=TOL, schedule=s)
+
+
+@pytest.mark.parametrize("graph", [lambda: ensemble(members=1, steps=6), lambda: torch_style(10, 5)])
+def test_the_reader_verifies_the_plans(graph) -> None:
+    """Launch digests, each pointer's extents inside its value and the sources' allow-list (aotc/artifact)."""
+    g = graph()
+    s = schedule_graph(g)
+    art = read_artifact(write_artifact([g], schedules=[s]))
+    assert art.plans_bound and art.schedules[0] == s
+
+
+def test_a_chain_is_cut_every_max_steps() -> None:
+    g = ensemble(members=1, num_layers=1, steps=MAX_STEPS + 2)
+    cells = [k for k in schedule_graph(g).kernels if k.kind is KernelKind.RECURRENT_CELL]
+    per_launch = sorted(sum(g.nodes[i].op.value == "matmul" for i in k.nodes) for k in cells)
+    # two directions; each step has two products (x_t @ W_ih, h @ W_hh)
+    assert per_launch == [4, 4, 2 * MAX_STEPS, 2 * MAX_STEPS]
+
+
+def test_the_nn_lstm_input_projection_stays_one_matmul() -> None:
+    """aotc.nn.LSTM projects every step's input at once: that matmul enters each chain as a loaded value."""
+    s = schedule_graph(torch_style(10, 5))
+    kinds = [k.kind for k in s.kernels]
+    assert kinds.count(KernelKind.MATMUL) == 4 + 1  # per layer and direction, and the head
+    assert kinds.count(KernelKind.RECURRENT_CELL) == 4 * -(-5 // MAX_STEPS)
+
+
+def test_a_state_wider_than_a_program_holds_is_left_to_matmuls() -> None:
+    g = ensemble(members=1, num_layers=1, steps=2, hidden_size=MAX_H + 8)
+    kinds = {k.kind for k in schedule_graph(g).kernels}
+    assert KernelKind.RECURRENT_CELL not in kinds and KernelKind.MATMUL in kinds
+
+
+def _cell(lin_x: nn.Linear, lin_h: nn.Linear, x, h, c):
+    i, f, g, o = (lin_x(x) + lin_h(h)).chunk(4, dim=1)
+    c = aotc.sigmoid(f) * c + aotc.sigmoid(i) * aotc.tanh(g)
+    return aotc.sigmoid(o) * aotc.tanh(c), c
+
+
+class Crossed(nn.Module):
+    """Two two-step recurrences, each one's second input the other's first state (flipped): as two launches
+    each would wait for the other."""
+
+    def __init__(self, h: int = 8) -> None:
+        super().__init__()
+        self.h = h
+        self.ax, self.ah, self.bx, self.bh = (nn.Linear(h, 4 * h) for _ in range(4))
+
+    def forward(self, x):
+        zero = aotc.zeros(x.shape[0], self.h)
+        ha, ca = _cell(self.ax, self.ah, x, zero, zero)
+        hb, cb = _cell(self.bx, self.bh, x, zero, zero)
+        ha2, _ = _cell(self.ax, self.ah, aotc.flip(hb, dims=[1]), ha, ca)
+        hb2, _ = _cell(self.bx, self.bh, aotc.flip(ha, dims=[1]), hb, cb)
+        return ha2 + hb2
+
+
+class Stacked(nn.Module):
+    """Two LSTM layers stepped together, as hand-written loops do: the upper cell takes the lower's new state."""
+
+    def __init__(self, h: int = 12) -> None:
+        super().__init__()
+        self.h = h
+        self.x1, self.h1, self.x2, self.h2 = (
+            nn.Linear(5, 4 * h),
+            nn.Linear(h, 4 * h),
+            nn.Linear(h, 4 * h),
+            nn.Linear(h, 4 * h),
+        )
+
+    def forward(self, x):
+        h1 = c1 = h2 = c2 = aotc.zeros(x.shape[0], self.h)
+        for t in range(x.shape[1]):
+            h1, c1 = _cell(self.x1, self.h1, x[:, t], h1, c1)
+            h2, c2 = _cell(self.x2, self.h2, h1, h2, c2)
+        return h2, c1
+
+
+def test_layers_stepped_together_make_a_chain_each() -> None:
+    spec = {"x": TensorSpec((Dim("batch", min=1, max=8), 6, 5), "float32")}
+    g = lower(trace(Stacked(), spec, "stacked"), CompileOptions())
+    s = schedule_graph(g)
+    assert [k.kind for k in s.kernels] == [KernelKind.RECURRENT_CELL] * 4  # 2 layers x 6 steps in launches of 4, 2
+    for i, dims in enumerate(BATCHES):
+        check(g, feeds("stacked", g, dims, seed=i), dims, tol=TOL, schedule=s)
+    read_artifact(write_artifact([g], schedules=[s]))
+
+
+def test_chains_that_would_wait_on_each_other_are_left_to_the_general_rules() -> None:
+    spec = {"x": TensorSpec((Dim("batch", min=1, max=8), 8), "float32")}
+    g = lower(trace(Crossed(), spec, "crossed"), CompileOptions())
+    s = schedule_graph(g)
+    assert not any(k.kind is KernelKind.RECURRENT_CELL for k in s.kernels)
+    assert sum("recurrent_cell group" in d and "wait on itself" in d for d in s.declined) == 2, s.declined
+    for i, dims in enumerate(BATCHES):
+        check(g, feeds("crossed", g, dims, seed=i), dims, tol=TOL, schedule=s)
+
+
+def test_a_lone_gated_layer_is_no_recurrence() -> None:
+    """``a, b = linear(x).chunk(2); tanh(a) * sigmoid(b)`` has the shape of one cell: the matmul template takes it."""
+
+    class Gated(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 16)
+
+        def forward(self, x):
+            a, b = self.fc(x).chunk(2, dim=1)
+            return aotc.tanh(a) * aotc.sigmoid(b)
+
+    spec = {"x": TensorSpec((Dim("batch", min=1, max=8), 4), "float32")}
+    s = schedule_graph(lower(trace(Gated(), spec, "gated"), CompileOptions()))
+    assert [k.kind for k in s.kernels] == [KernelKind.MATMUL, KernelKind.POINTWISE]
