@@ -68,7 +68,16 @@ def _matmul(ctx: ExportCtx, node: Node, ins: list[str], outs: list[str]) -> None
     """ONNX MatMul returns its inputs' type: a half product kept in float32 (``out_dtype``) multiplies
     float32 copies of the inputs, which is exact for the products and accumulates in float32."""
     out_dt = node.outputs[0].type.dtype
-    if node.inputs[0].type.dtype is out_dt:
+    a, b = (v.type for v in node.inputs)
+    k = a.shape[-1]
+    if ctx.weights_as_inputs and a.dtype is out_dt and a.rank >= 3 and b.rank == 2 and isinstance(k, int) and k > 0:
+        # One GEMM over every row: onnxruntime runs a batched MatMul by a 2-D operand (a weight, unfolded as an
+        # input) as one GEMM per batch, each packing the weight again (_linear writes Linear so for the same reason).
+        rows = ctx.one("Reshape", [ins[0], ctx.i64([-1, k])])
+        y = ctx.one("MatMul", [rows, ins[1]])
+        ctx.one("Reshape", [y, ctx.shape(node.outputs[0].type.shape)], outs[0])
+        return
+    if a.dtype is out_dt:
         _simple("MatMul")(ctx, node, ins, outs)
         return
     up = [ctx.one("Cast", [v], to=ctx.elem_type(out_dt)) for v in ins]
