@@ -8,7 +8,9 @@ model's metadata (``aotc.symbols``) so that importing the file again restores th
 are listed in ``aotc.guards`` for reference only.
 
 Options: ``weights_as_inputs`` writes no weight data (each constant becomes a graph input after the model's own,
-named in ``aotc.weights``, for whoever runs it to bind arrays it already holds); ``float32`` writes every
+named in ``aotc.weights``, for whoever runs it to bind arrays it already holds; those named in ``session_weights``
+become initializers that reference external data instead, for the caller to supply when it builds the session, so
+that onnxruntime holds them as its own: it prepacks a GEMM's or a convolution's weights only then); ``float32`` writes every
 float16/bfloat16 tensor as float32 (``aotc.widened`` says which dtypes were); ``external`` puts initializers of a
 KiB or more in a data file of that name (protobuf cannot hold 2 GiB); ``id_bounds`` adds, per gather whose ids
 the model computes and whose rule refuses negative ids, two scalar outputs after the graph's own: the ids' min
@@ -19,13 +21,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
+import math
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import numpy as np
 
 from aotc.errors import UnsupportedError
 from aotc.ir.builder import Builder
+from aotc.ir.dtypes import DType
 from aotc.ir.gather_ids import allows_negative, index_source
 from aotc.ir.graph import Graph
 from aotc.ir.onnx_form import proto
@@ -47,6 +51,8 @@ from aotc.ir.verify import verify
 # Initializers of at least this many bytes go to the external data file, when there is one.
 EXTERNAL_MIN_BYTES = 1024
 _EXTERNAL_ALIGN = 4096  # each external tensor starts on a page, so onnxruntime may map it
+# Where a session weight's data "is": no file; the session's builder supplies every such tensor itself.
+SUPPLIED_LOCATION = "aotc-supplied-weight"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,6 +73,8 @@ class OnnxForm:
     nodes: int
     # ONNX input name -> the constant it binds, for a model written with weights_as_inputs
     weights: Mapping[str, str]
+    # ONNX initializer name -> the constant the caller supplies for it (the session_weights the model reads)
+    session_weights: Mapping[str, str]
     # the half dtypes written as float32 ("float16", "bfloat16"), for a model written with float32
     widened: tuple[str, ...]
     id_bounds: tuple[IdBound, ...]
@@ -81,6 +89,7 @@ def build_model(
     float32: bool = False,
     external: str | None = None,
     id_bounds: bool = False,
+    session_weights: Collection[str] = (),
     producer_version: str = "",
 ) -> OnnxForm:
     """``graph`` as an ONNX model; UnsupportedError names an op with no ONNX form."""
@@ -89,7 +98,11 @@ def build_model(
     inputs = _declare_inputs(ctx, graph)
     out_names = _declare_outputs(ctx, graph)
     weight_inputs = _declare_constants(ctx, graph, as_inputs=weights_as_inputs)
-    inputs += [_value_info(ctx, name, t) for name, (_, t) in weight_inputs.items()]
+    # Supplied weights the graph reads (onnxruntime refuses one for an initializer that no node reads).
+    read = {v.id for n in graph.nodes for v in n.inputs} | {v.id for v in graph.outputs}
+    held = {n.attrs["name"] for n in graph.nodes if n.op is Op.CONSTANT and n.outputs[0].id in read}
+    supplied = {name: w for name, w in weight_inputs.items() if w[0] in session_weights and w[0] in held}
+    inputs += [_value_info(ctx, name, t) for name, (_, t) in weight_inputs.items() if name not in supplied]
     gathers = []
     for node in graph.nodes:
         _emit(ctx, node)
@@ -111,10 +124,14 @@ def build_model(
         size = node.inputs[0].type.shape[node.attrs.get("axis", 0)]
         bounds.append(IdBound(node, size, (positions[0], positions[1])))
     initializers, data = _initializers(ctx, external)
+    for name, (_, t) in supplied.items():
+        itemsize = 4 if float32 and t.dtype in (DType.float16, DType.bfloat16) else t.dtype.np.itemsize
+        nbytes = math.prod(t.shape) * itemsize
+        initializers.append(proto.tensor_reference(name, t.shape, ctx.elem_type(t.dtype), SUPPLIED_LOCATION, nbytes))
     meta = {SYMBOLS_META_KEY: json.dumps({s.name: [s.min, s.max] for s in graph.symbols})}
     if graph.guards:
         meta[GUARDS_META_KEY] = json.dumps([str(gd) for gd in graph.guards])
-    weights = {name: constant for name, (constant, _) in weight_inputs.items()}
+    weights = {name: constant for name, (constant, _) in weight_inputs.items() if name not in supplied}
     if weights_as_inputs:
         meta[WEIGHTS_META_KEY] = json.dumps(weights)
     widened = tuple(d.value for d in sorted(ctx.widened, key=lambda d: d.value))
@@ -124,7 +141,8 @@ def build_model(
     model = proto.model(
         body, ir_version=IR_VERSION, opset=EXPORT_OPSET, producer=("aotc", producer_version), metadata=meta
     )
-    return OnnxForm(model.tobytes(), len(ctx.nodes), weights, widened, tuple(bounds), data)
+    session = {name: constant for name, (constant, _) in supplied.items()}
+    return OnnxForm(model.tobytes(), len(ctx.nodes), weights, session, widened, tuple(bounds), data)
 
 
 def _initializers(ctx: ExportCtx, external: str | None) -> tuple[list[proto.Message], tuple[np.ndarray, ...]]:

@@ -96,6 +96,19 @@ def tensor(name: str, array: np.ndarray, elem_type: int, external: tuple[str, in
     return m
 
 
+def tensor_reference(name: str, shape: Sequence[int], elem_type: int, location: str, length: int) -> Message:
+    """A TensorProto with no data, naming ``length`` bytes at offset 0 of external data ``location``: for a caller
+    that supplies the tensor itself when it builds the session (onnxruntime's add_external_initializers)."""
+    m = Message()
+    m.ints(1, shape)
+    m.int(2, elem_type)
+    m.str(8, name)
+    for key, value in (("location", location), ("offset", "0"), ("length", str(length))):
+        m.message(13, _entry(key, value))
+    m.int(14, _EXTERNAL)
+    return m
+
+
 def value_info(name: str, elem_type: int, dims: Sequence[int | str]) -> Message:
     """A ValueInfoProto of a tensor; an int dim is a dim_value, a str one a dim_param. The shape is written even
     when empty: a present, empty shape is a scalar, an absent one an unknown rank."""

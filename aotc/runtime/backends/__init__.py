@@ -78,7 +78,7 @@ def cpu_backend(artifact: Any = None, threads: int | None = None) -> Backend:
         return CpuBackend()
     from aotc.runtime.backends.onnxrt import OrtBackend
 
-    return OrtBackend(artifact.constants, threads=threads)
+    return OrtBackend(artifact.constants, threads=threads, variants=len(artifact.variants))
 
 
 def _ordinal(device: str) -> int:
