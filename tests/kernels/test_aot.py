@@ -6,7 +6,6 @@ The matmul compiles take seconds: they are marked slow (run with ``-m slow`` or 
 from __future__ import annotations
 
 import dataclasses
-import os
 import pickle
 import subprocess
 import sys
@@ -77,12 +76,6 @@ def _matmul(divisible: tuple[int, ...]) -> Kernel:
         num_stages=3,
         divisible=divisible,
     )
-
-
-@pytest.fixture
-def slow(request: pytest.FixtureRequest) -> None:
-    if not (request.config.option.markexpr or os.environ.get("AOTC_RUN_SLOW") == "1"):
-        pytest.skip("slow: run with -m slow or AOTC_RUN_SLOW=1")
 
 
 def _check_meta(meta: LaunchMeta, name: str, arch: str, params: tuple[str, ...], warps: int) -> None:
@@ -251,7 +244,8 @@ def test_a_kernel_that_does_not_compile_names_itself(tmp_path: Path) -> None:
         compile_kernels([_add(), _add(warps=8)], ("sm_80",), AotOptions(cache=False))
 
 
-def test_worker_processes_report_each_failure(tmp_path: Path, slow: None) -> None:
+@pytest.mark.slow
+def test_worker_processes_report_each_failure(tmp_path: Path) -> None:
     bad = [
         _add(ADD.replace("def add_kernel", f"def bad{i}").replace("tl.arange(0, BLOCK)", "tl.arange(0, n)"), f"bad{i}")
         for i in range(2)
@@ -285,7 +279,8 @@ def test_targets_are_checked() -> None:
         parse_targets("sm_80")
 
 
-def test_matmul_with_and_without_divisibility_hints(tmp_path: Path, slow: None) -> None:
+@pytest.mark.slow
+def test_matmul_with_and_without_divisibility_hints(tmp_path: Path) -> None:
     params = ("*fp16", "*fp16", "*fp16", "i32", "i32", "i32")
     opts = AotOptions(cache_dir=str(tmp_path), jobs=2)
     hinted = compile_kernels([_matmul(divisible=(0, 1, 2, 3, 4, 5))], ("sm_80", "sm_90"), opts)["matmul_kernel"]

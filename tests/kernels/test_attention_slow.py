@@ -4,7 +4,6 @@ the Triton interpreter, and the ahead-of-time compile of the kernel for sm_80 an
 from __future__ import annotations
 
 import itertools
-import os
 
 import pytest
 
@@ -15,12 +14,6 @@ from tests.kernels.test_attention import BF16, F16, F32, Case, attention_graph, 
 
 triton = pytest.importorskip("triton")
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(autouse=True)
-def _only_when_slow_tests_run(request):
-    if not (request.config.option.markexpr or os.environ.get("AOTC_RUN_SLOW") == "1"):
-        pytest.skip("slow: run with -m slow or AOTC_RUN_SLOW=1")
 
 
 SHARED_LIMIT = {"sm_80": 163 * 1024, "sm_90": 227 * 1024}

@@ -5,7 +5,6 @@ conv implicit GEMM with its batch-norm + ReLU epilogue, and the direct depthwise
 from __future__ import annotations
 
 import importlib.util
-import os
 
 import pytest
 
@@ -19,12 +18,6 @@ from tests.kernels.contraction_kit import anchor_of, builder_for, epilogue_of
 
 triton = pytest.importorskip("triton")
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(autouse=True)
-def _only_when_slow_tests_run(request):
-    if not (request.config.option.markexpr or os.environ.get("AOTC_RUN_SLOW") == "1"):
-        pytest.skip("slow: run with -m slow or AOTC_RUN_SLOW=1")
 
 
 def _kernels():

@@ -5,7 +5,6 @@ Minutes of interpreter time: slow (-m slow or AOTC_RUN_SLOW=1)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -30,12 +29,6 @@ NAMES = [
     "vgg19",
     "zfnet512",
 ]
-
-
-@pytest.fixture(autouse=True)
-def _slow_only(request: pytest.FixtureRequest) -> None:
-    if not (request.config.option.markexpr or os.environ.get("AOTC_RUN_SLOW") == "1"):
-        pytest.skip("slow: run with -m slow or AOTC_RUN_SLOW=1")
 
 
 @pytest.mark.slow

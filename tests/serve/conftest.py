@@ -35,10 +35,6 @@ START_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 20.0
 
 
-def slow_enabled(request: pytest.FixtureRequest) -> bool:
-    return bool(request.config.option.markexpr) or os.environ.get("AOTC_RUN_SLOW") == "1"
-
-
 @pytest.fixture(scope="session")
 def artifacts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Each example model in models/ compiled once (no GPU targets: the cpu backend serves them)."""

@@ -23,7 +23,7 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from .conftest import MODELS, ROOT, free_port, random_feeds, running_server, slow_enabled
+from .conftest import MODELS, ROOT, free_port, random_feeds, running_server
 
 pytestmark = pytest.mark.slow
 
@@ -41,9 +41,7 @@ np.savez(sys.argv[3], **dict(zip(output_names(exe.output_tree, len(flat)), flat)
 
 
 @pytest.fixture(scope="module")
-def triton_venv(request: pytest.FixtureRequest) -> Path:
-    if not slow_enabled(request):  # here, not in a function-scoped fixture: this one runs first
-        pytest.skip("slow: run with -m slow or AOTC_RUN_SLOW=1")
+def triton_venv() -> Path:
     venv = Path(os.environ.get("AOTC_TRITON_VENV", Path.home() / ".cache" / "aotc" / "triton-venv"))
     python = venv / "bin" / "python"
     if not (venv / "ready").exists():
