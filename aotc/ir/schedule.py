@@ -71,7 +71,7 @@ class Extents:
     ``requires`` further facts the code's index math rests on, each ``>= 0`` (a grid within the tiles its
     program ids are decoded into). The reader substitutes what a launch passes and proves, over the symbols'
     ranges, that each name lies in its interval, each requirement holds and each pointer stays inside its
-    value (aotc/artifact/plan_checks.py)."""
+    value (aotc/artifact/binding_checks.py)."""
 
     lows: tuple[Size, ...]
     highs: tuple[Size, ...]

@@ -2,7 +2,7 @@
 at, its fusion check, its emitter, how it is tuned and the grid it launches.
 
 The scheduler (aotc/kernels/scheduler.py), the fusion planner, ``--explain``, autotuning (aotc/autotune.py)
-and the plan checks (aotc/artifact/plan_checks.py) all read this table; the runtime never branches on a kind.
+and the plan checks (aotc/artifact/launch_checks.py) all read this table; the runtime never branches on a kind.
 A new template is a new row here and its module under aotc/kernels/.
 
 The table lives in ``ir`` because the reader checks each launch's grid against its row and may not import

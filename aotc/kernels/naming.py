@@ -17,7 +17,7 @@ from aotc.ir.graph import Graph
 from aotc.ir.ops import Op
 from aotc.ir.types import Node
 
-OUT = "out_ptr"  # aotc/artifact/plan_checks.py: a pointer the kernel stores through starts with it
+OUT = "out_ptr"  # aotc/artifact/launch_checks.py: a pointer the kernel stores through starts with it
 _POOL = ("x", "y", "z")
 _WIDTH = 112  # header comment lines wrap here
 

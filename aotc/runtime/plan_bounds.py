@@ -21,7 +21,9 @@ import threading
 import weakref
 from collections.abc import Mapping
 
-from aotc.artifact.plan_checks import Fact, PlanFacts, check_disjoint, plan_facts
+from aotc.artifact.memory_checks import check_disjoint
+from aotc.artifact.plan_checks import plan_facts
+from aotc.artifact.plan_space import Fact, PlanFacts
 from aotc.errors import ArtifactError, ShapeError
 from aotc.ir.graph import Graph
 from aotc.ir.schedule import GRID_LIMITS, Schedule, Size

@@ -87,7 +87,7 @@ def test_a_graph_edit_its_kernels_do_not_follow_is_refused_by_the_digest(label: 
     with pytest.raises(ArtifactError, match=r"launch \d+ \(.*\): digest check failed: its digest [0-9a-f]{32} is not"):
         read_artifact(data)
     # the attack, were the digest not checked: the kernels compute the graph they were compiled for
-    with mock.patch.object(plan_checks, "_check_binding"):
+    with mock.patch.object(plan_checks, "check_binding"):
         art = read_artifact(data)
     feeds = _feeds(art.variants[0])
     cpu, interp = aotc.load(art, device="cpu")(**feeds), aotc.load(art, device="interpret")(**feeds)
@@ -144,9 +144,9 @@ def test_a_swapped_size_arg_is_refused_by_the_extents() -> None:
 def test_a_swapped_size_arg_the_extents_let_through_would_have_been_fenced() -> None:
     """With the extents not checked, the interpreter's address fence refuses the first read past x."""
     import aotc
-    from aotc.artifact import plan_checks
+    from aotc.artifact import binding_checks
 
-    with mock.patch.object(plan_checks, "_check_extents"):
+    with mock.patch.object(binding_checks, "check_extents"):
         art = read_artifact(write(sealed(_swapped_rows(model()[1]))))
     x = np.ones((2, 3, D), np.float32)
     with pytest.raises(

@@ -16,7 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aotc.artifact import read_artifact, write_artifact
-from aotc.artifact.plan_checks import check_disjoint, check_schedule, plan_facts
+from aotc.artifact.memory_checks import check_disjoint
+from aotc.artifact.plan_checks import check_schedule, plan_facts
 from aotc.ir.graph import Graph
 from aotc.ir.schedule import GRID_LIMITS, Schedule
 from aotc.ir.symbolic_values import evaluate
