@@ -3,11 +3,47 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from aotc.artifact.layout import MAX_TREE_DEPTH
+from aotc.ir.digest import graph_digest
 from aotc.ir.graph import Graph, Symbol
 from aotc.ir.ops import OPS, Op
+
+# The artifact meta key the writer puts the source graph's digest under (ir.digest.graph_digest), binding the source
+# graph to the variants lowered from it; the reader checks it and takes it out of the meta it returns.
+SOURCE_DIGEST_KEY = "aotc.source_digest"
+SOURCE_DIGEST_VERSION = 8  # from this schema on, every file with a source graph carries its digest
+
+
+def source_weights(source: Graph, variants: Sequence[Graph], checksums: Mapping[str, bytes]) -> dict[str, bytes]:
+    """The stored checksums of the weights the source graph's digest covers (graph_digest): every weight that not
+    every graph holds (the source's own, such as batch norm statistics, and the variants' own, such as the conv
+    weights they were folded into). Editing one of those would make the cpu backend, which runs the source graph,
+    compute something other than the kernels and references, which run the variants; a weight every graph holds is
+    one array for every backend."""
+    graphs = [source, *variants]
+    everywhere = set(source.constants).intersection(*(g.constants for g in variants))
+    return {name: checksums[name] for g in graphs for name in g.constants if name not in everywhere}
+
+
+def source_problem(
+    source: Graph | None, digest: object, schema_version: int, weights: Mapping[str, bytes] | None = None
+) -> str:
+    """Why a file's source graph is not the one its writer bound to the variants with ``digest`` ('' when it is, or
+    when a file from before the binding has none); ``weights``: source_weights."""
+    if digest is None:
+        if source is not None and schema_version >= SOURCE_DIGEST_VERSION:
+            return f"the source graph has no digest (meta {SOURCE_DIGEST_KEY!r}), which every schema 8 file's carries"
+        return ""
+    if source is None:
+        return f"meta {SOURCE_DIGEST_KEY!r} binds a source graph, but the file has none"
+    if not isinstance(digest, str):
+        return f"meta {SOURCE_DIGEST_KEY!r} is a {type(digest).__name__}, not a digest"
+    if graph_digest(source, weights) != digest:
+        return "the source graph does not match its digest: it was changed without the rest of the file"
+    return ""
 
 
 def interface_mismatch(a: Graph, b: Graph) -> str:

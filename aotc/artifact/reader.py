@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from aotc.artifact.checks import graph_problem, interface_mismatch
+from aotc.artifact.checks import SOURCE_DIGEST_KEY, graph_problem, interface_mismatch, source_problem, source_weights
 from aotc.artifact.decode import ConstantInfo, Decoder, SegmentInfo
 from aotc.artifact.fbverify import verify_flatbuffer
 from aotc.artifact.layout import PREAMBLE_SIZE, SIGNED_FORMAT_VERSION, checksum, unpack_preamble
@@ -80,8 +80,11 @@ class Artifact:
     signature_verified: bool = False
     # The model's high-level graph as ONNX with no weight data, for tools and ``aotc inspect`` (schema >= 7; None: the
     # file stores none). Its weights are inputs named after ``constants`` (aotc/onnx/runtime_model.py). Nothing binds
-    # it to the graphs, so the runtime never runs it: the cpu backend writes its own from the variant graph.
+    # it to the graphs, so the runtime never runs it: the cpu backend writes its own from the verified graphs.
     onnx: bytes | None = None
+    # Whether the writer bound ``source`` to the variants with its digest, which the reader checked (files written
+    # since the binding): then the cpu backend may run the source graph as the variants' equal.
+    source_bound: bool = False
 
     @property
     def plans_bound(self) -> bool:
@@ -268,6 +271,14 @@ def _decode(
         raise ArtifactError(f"model name {name!r} is not variant 0's name {variants[0].name!r}")
     src = dec.source()
     source = _graph(dec, src, arrays, "source graph", False) if src is not None else None
+    meta = dec.meta()
+    digest = meta.pop(SOURCE_DIGEST_KEY, None)  # the writer's, not the caller's: Artifact.source_bound says it
+    weights = None
+    if digest is not None and source is not None:
+        checksums = {c.name: segments[c.segment].checksum for c in infos}
+        weights = source_weights(source, variants, checksums)
+    if problem := source_problem(source, digest, pre.schema_version, weights):
+        raise ArtifactError(problem)
     if src is not None and pre.schema_version >= 3 and src.Schedule() is not None:
         raise ArtifactError("the source graph has a schedule (only variants have launch plans)")
     dec.check_all_used()
@@ -278,7 +289,7 @@ def _decode(
     return Artifact(
         variants=variants,
         source=source,
-        meta=dec.meta(),
+        meta=meta,
         name=name,
         schema_version=pre.schema_version,
         format_version=pre.format_version,
@@ -293,6 +304,7 @@ def _decode(
         unusable_kernel_features=plans.unusable,
         cuda_driver_floor=plans.driver_floor,
         onnx=dec.onnx(),
+        source_bound=digest is not None,
     )
 
 

@@ -11,7 +11,13 @@ from typing import Any
 import numpy as np
 
 from aotc import __version__
-from aotc.artifact.checks import check_output_tree, graph_problem, interface_mismatch
+from aotc.artifact.checks import (
+    SOURCE_DIGEST_KEY,
+    check_output_tree,
+    graph_problem,
+    interface_mismatch,
+    source_weights,
+)
 from aotc.artifact.encode import ConstantEntry, Header, SegmentEntry, encode_artifact
 from aotc.artifact.layout import (
     FORMAT_VERSION,
@@ -24,6 +30,7 @@ from aotc.artifact.layout import (
 )
 from aotc.artifact.plan_encode import plan_kernels
 from aotc.errors import ArtifactError, ShapeError
+from aotc.ir.digest import graph_digest
 from aotc.ir.dtypes import DType, dtype_of
 from aotc.ir.graph import Graph
 from aotc.ir.launch import KernelBinary
@@ -119,6 +126,9 @@ def _plan(
         ConstantEntry(n, dtype_of(arrays[n].dtype), tuple(int(d) for d in arrays[n].shape), i)
         for i, n in enumerate(names)
     ]
+    if source is not None:  # the source graph bound to the variants (checks.source_problem)
+        weights = source_weights(source, variants, dict(zip(names, checksums)))
+        meta = {**(meta or {}), SOURCE_DIGEST_KEY: graph_digest(source, weights)}
     header = Header(SCHEMA_VERSION, __version__, variants[0].name, _meta_json(meta))
 
     # Segment offsets count from the data start, the first 4096 boundary after the FlatBuffer, so

@@ -18,7 +18,8 @@ it to its producer.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from aotc.ir.dtypes import DType
@@ -105,6 +106,33 @@ def launch_digest(
         parts.append(b"X%d\0%s\0%s\0" % (chk.slot, _text(chk.input), _text(chk.op)))
         parts += (get(chk.low, _expr), get(chk.high, _expr))
     parts += (b"E", get(k.extents, _extents) if k.extents is not None else b"-")
+    return hashlib.blake2b(b"".join(parts), digest_size=DIGEST_BYTES).hexdigest()
+
+
+def graph_digest(graph: Graph, weights: Mapping[str, bytes] | None = None) -> str:
+    """The hex digest of what ``graph`` computes: its symbols, guards, inputs (names, types), nodes (ops, attrs,
+    types, how they connect, by value id), outputs and output tree, and ``weights`` (constant name -> a checksum of
+    its bytes: the artifact passes those of the weights only this graph holds). Not its nodes' source locations.
+    A file binds its source graph to the variants lowered from it with this (aotc.artifact's SOURCE_DIGEST_KEY), as
+    launch digests bind kernels: a source graph, or a weight only it reads, edited without the rest of the file is
+    refused. A weight the variants read too is the same array for every backend, so editing it makes a valid file of
+    another model, as for any weight."""
+    c = DigestCache()
+    get = c.get
+    parts = [b"aotc graph digest 1\0", get(graph.symbols, _symbols)]
+    for g in graph.guards:
+        parts += (b"G", _expr(g.lhs), _text(g.rel), b"\0", _expr(g.rhs))
+    for name, v in zip(graph.input_names, graph.inputs):
+        parts += (b"I%d\0%s\0" % (v.id, _text(name)), get(v.type, _type))
+    for node in graph.nodes:
+        parts += (get(node.op, _op), get(node.attrs, _attrs))
+        parts += (b"i%d," % v.id for v in node.inputs)
+        for v in node.outputs:
+            parts += (b"o%d" % v.id, get(v.type, _type))
+    parts.append(b"O" + b"".join(b"%d," % v.id for v in graph.outputs))
+    parts.append(_text(json.dumps(graph.output_tree, sort_keys=True)))
+    for name, checksum in sorted((weights or {}).items()):
+        parts += (b"W", _text(name), b"\0", checksum)
     return hashlib.blake2b(b"".join(parts), digest_size=DIGEST_BYTES).hexdigest()
 
 

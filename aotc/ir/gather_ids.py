@@ -20,6 +20,9 @@ from aotc.ir.symbolic import SymExpr, mul, to_infix
 from aotc.ir.types import Attrs, Node, ShapeDim
 
 NEGATIVE_INDICES = "negative_indices"
+# The ops that gather rows of their operand 0 by the ids in operand 1 along an axis (an embedding's is 0), with
+# NEGATIVE_INDICES saying which rule their ids follow: GATHER in a primitive graph, EMBEDDING too in a source one.
+GATHER_OPS = frozenset({Op.GATHER, Op.EMBEDDING})
 
 # Ops through which an id reaches the gather unchanged in value (only moved or widened), so a bad id can be
 # blamed on the graph input it came from. CAST also keeps each id at its position.

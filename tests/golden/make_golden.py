@@ -6,7 +6,8 @@ From version 3 the file also holds the variant's launch plan and its kernels com
 PTX; triton compiles them with no GPU); from version 4 for sm_80 and sm_90, with sm_90 variants; from version 6
 every launch carries its digest and extents and every binary the constexprs it was compiled with; from version 7
 the file stores the source graph as ONNX for onnxruntime (aotc/onnx/runtime_model.py); from version 8 each
-kernel names its template (KernelCode.kind_name). Run it once per schema
+kernel names its template (KernelCode.kind_name) and the source graph is bound to the variants by its digest
+(meta aotc.source_digest). Run it once per schema
 version, when SCHEMA_VERSION is bumped, and check both files in. Never
 regenerate an older version's files: they prove that files written by earlier aotc versions still load.
 The model touches most of the schema: symbols with ranges and multiple_of, a guard with its source

@@ -30,7 +30,7 @@ import numpy as np
 from aotc.errors import UnsupportedError
 from aotc.ir.builder import Builder
 from aotc.ir.dtypes import DType
-from aotc.ir.gather_ids import allows_negative, index_source
+from aotc.ir.gather_ids import GATHER_OPS, allows_negative, index_source
 from aotc.ir.graph import Graph
 from aotc.ir.onnx_form import proto
 from aotc.ir.onnx_form.context import ExportCtx, unique
@@ -106,7 +106,7 @@ def build_model(
     gathers = []
     for node in graph.nodes:
         _emit(ctx, node)
-        if id_bounds and node.op is Op.GATHER and not allows_negative(node.attrs):
+        if id_bounds and node.op in GATHER_OPS and not allows_negative(node.attrs):
             if index_source(graph, node)[0] is None:  # ids straight from an input are checked before the run
                 gathers.append(node)
     outputs = []

@@ -78,7 +78,9 @@ def cpu_backend(artifact: Any = None, threads: int | None = None) -> Backend:
         return CpuBackend()
     from aotc.runtime.backends.onnxrt import OrtBackend
 
-    return OrtBackend(artifact.constants, threads=threads, variants=len(artifact.variants))
+    # The source graph runs only when the file binds it to the variants (the reader checked its digest).
+    source = artifact.source if getattr(artifact, "source_bound", False) else None
+    return OrtBackend(artifact.constants, threads=threads, variants=len(artifact.variants), source=source)
 
 
 def _ordinal(device: str) -> int:

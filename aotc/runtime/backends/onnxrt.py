@@ -1,15 +1,20 @@
-"""The cpu backend on onnxruntime: each verified variant graph written as ONNX here, at load, and run by
-onnxruntime's CPU kernels, its weights read in place from the artifact's mapped, verified segments.
+"""The cpu backend on onnxruntime: the artifact's verified graph written as ONNX here, at load, and run by
+onnxruntime's CPU kernels, its weights read from the artifact's mapped, verified segments.
 
-The model is built from the graph the reader verified and every other backend runs (the variant: the graph the
-numpy references run and the kernels' digests bind), with aotc's one emission (aotc/ir/onnx_form/), so it cannot
-compute anything else. The ONNX model a file may store (schema 7) is never read here: it is bytes the reader
-binds to nothing. Building costs a few milliseconds and reads no weight (see README, "Running on a CPU").
+The model is built from a graph the reader verified, with aotc's one emission (aotc/ir/onnx_form/), so it cannot
+compute anything the file's graphs do not. That graph is the source graph (the model's high-level ops: pools,
+norms, GELU, attention, as onnxruntime's kernels and fusions know them; one session for every variant) when the
+file binds it to its variants -- the writer stores its digest, the reader refuses a source graph that does not
+match -- and else each variant's primitive graph (the graph the numpy references run and the kernels' digests
+bind), a session each. The ONNX model a file may store (schema 7) is never read here: it is bytes the reader binds
+to nothing. Building costs a few milliseconds and reads no weight (see README, "CPU servers").
 
-Each weight is a graph input, bound once, at load, to the mapped array and passed with every call (onnxruntime
-reads a contiguous array of the input's dtype in place: no copy). The model computes in float32: half-precision
-weights are cast to float32 once, here (the one copy this backend makes), half inputs per call, and outputs back
-to the graph's dtypes. onnxruntime is imported only when this backend is built.
+The weights a MatMul, Gemm or Conv reads are given to the session as initializers of its own, so onnxruntime
+prepacks them; once it holds them, the mapped pages they came from leave the resident set (aotc/runtime/pages.py).
+Every other weight (an embedding table) is a graph input, bound once, at load, to the mapped array and passed with
+every call (onnxruntime reads a contiguous array of the input's dtype in place: no copy). The model computes in
+float32: half-precision weights are cast to float32 once, here, half inputs per call, and outputs back to the
+graph's dtypes. onnxruntime is imported only when this backend is built.
 
 Every input has passed aotc's guards before a program runs. A token id outside its gather's valid range that
 comes straight from an input is found here, before onnxruntime sees it; ids the model computes, for a gather that
@@ -19,7 +24,7 @@ other backend. Any error onnxruntime raises is handled the same way: the referen
 sees aotc's error; should the reference compute the call instead (onnxruntime failed on valid inputs), a
 FallbackWarning names onnxruntime's error, once per variant.
 
-One session per variant serves every thread: onnxruntime's ``run`` is thread-safe and a call keeps its state in
+A session serves every thread: onnxruntime's ``run`` is thread-safe and a call keeps its state in
 locals. ``threads`` sets onnxruntime's intra-op threads (None: its default, one per physical core).
 """
 
@@ -32,10 +37,11 @@ from typing import Any
 
 import numpy as np
 
+from aotc.artifact.checks import interface_mismatch
 from aotc.errors import FallbackWarning, UnsupportedError
-from aotc.ir.gather_ids import allows_negative, index_source
+from aotc.ir.gather_ids import GATHER_OPS, allows_negative, index_source
 from aotc.ir.graph import Graph
-from aotc.ir.onnx_form import IdBound, build_model
+from aotc.ir.onnx_form import IdBound, OnnxForm, build_model
 from aotc.ir.ops import Op
 from aotc.ir.symbolic import SymExpr
 from aotc.ir.symbolic_values import evaluate
@@ -51,16 +57,28 @@ class OrtBackend:
 
     name = "cpu"
 
-    def __init__(self, constants: Mapping[str, np.ndarray], *, threads: int | None = None, variants: int = 1) -> None:
+    def __init__(
+        self,
+        constants: Mapping[str, np.ndarray],
+        *,
+        threads: int | None = None,
+        variants: int = 1,
+        source: Graph | None = None,
+    ) -> None:
         import onnxruntime as ort
 
         self._ort = ort
         self._threads = threads
         self._constants = constants
-        # With one variant, the session holds the weights it can prepack (see _session_weights); with several, each
-        # session would hold its own copy, so every weight stays bound in place.
-        self._prepack = variants == 1
+        # The source graph, when the file binds it to its variants (the reader checked its digest): the model's
+        # high-level ops (pools, norms, GELU, attention) as onnxruntime's own kernels and fusions know them, one
+        # session for every variant. Else each variant's primitive graph, a session each.
+        self._source = source
+        # The session holds the weights it can prepack (see _session_weights) when there is one session; with a
+        # session per variant each would hold its own copy, so every weight stays bound in place.
+        self._prepack = variants == 1 or source is not None
         self._weights: dict[str, np.ndarray] = {}  # constant name -> the array onnxruntime reads
+        self._sessions: dict[int, tuple[Any, OnnxForm, list[Any]] | None] = {}  # id(graph) -> what _session built
 
     def _options(self) -> Any:
         options = self._ort.SessionOptions()
@@ -71,8 +89,25 @@ class OrtBackend:
         return options
 
     def prepare(self, graph: Graph) -> OrtProgram | CpuProgram:
-        """The variant's program: onnxruntime over the graph written as ONNX, or the numpy references when the
-        graph has an op with no ONNX form (the compile's ``--explain`` names it)."""
+        """The variant's program: onnxruntime over the source graph (when bound) or the variant's graph written as
+        ONNX, or the numpy references when neither has an ONNX form (the compile's ``--explain`` names the op)."""
+        built = None
+        if self._source is not None and not interface_mismatch(graph, self._source):
+            built = self._session(self._source, warn=False)
+        if built is None:
+            built = self._session(graph, warn=True)
+        if built is None:
+            return CpuProgram(graph)
+        session, form, values = built
+        weights = {name: self._weight(constant) for name, constant in form.weights.items()}
+        return OrtProgram(session, graph, weights, form.id_bounds, held=values)
+
+    def _session(self, graph: Graph, warn: bool) -> tuple[Any, OnnxForm, list[Any]] | None:
+        """onnxruntime's session over ``graph`` (built once per graph), or None when it has an op with no ONNX form
+        or onnxruntime refuses the model (``warn``: say so)."""
+        if id(graph) in self._sessions:
+            return self._sessions[id(graph)]
+        self._sessions[id(graph)] = None
         held = _session_weights(graph) if self._prepack else frozenset()
         try:
             form = build_model(graph, weights_as_inputs=True, float32=True, id_bounds=True, session_weights=held)
@@ -83,22 +118,23 @@ class OrtBackend:
                 options.add_external_initializers(list(supplied), values)
             session = self._ort.InferenceSession(form.model, options, providers=["CPUExecutionProvider"])
         except UnsupportedError:
-            return CpuProgram(graph)
+            return None
         except Exception as e:  # a model aotc could not write, or onnxruntime refuses: the references still run it
-            warnings.warn(
-                f"aotc: onnxruntime cannot run graph {graph.name!r} ({_first_line(e)}); "
-                "device='cpu' runs it on the numpy references",
-                FallbackWarning,
-                stacklevel=2,
-            )
-            return CpuProgram(graph)
+            if warn:
+                warnings.warn(
+                    f"aotc: onnxruntime cannot run graph {graph.name!r} ({_first_line(e)}); "
+                    "device='cpu' runs it on the numpy references",
+                    FallbackWarning,
+                    stacklevel=3,
+                )
+            return None
         # The session holds its own (prepacked) copies of the supplied weights now: the mapped pages they were copied
         # from leave this process's resident set, so the weights stay in memory once.
         for constant in form.session_weights.values():
             if self._weights[constant] is self._constants[constant]:
                 release_pages(self._constants[constant])
-        weights = {name: self._weight(constant) for name, constant in form.weights.items()}
-        return OrtProgram(session, graph, weights, form.id_bounds, held=values)
+        self._sessions[id(graph)] = (session, form, values)
+        return self._sessions[id(graph)]
 
     def _weight(self, constant: str) -> np.ndarray:
         """The mapped array itself when it is float32 or an integer already; a half weight is widened once, here,
@@ -179,7 +215,7 @@ def _session_weights(graph: Graph) -> frozenset[str]:
     held = set()
     for node in graph.nodes:
         for i, v in enumerate(node.inputs):
-            if v.id in constants and not (node.op is Op.GATHER and i == 0):
+            if v.id in constants and not (node.op in GATHER_OPS and i == 0):
                 held.add(constants[v.id])
     return frozenset(held)
 
@@ -190,7 +226,7 @@ def _input_index_checks(graph: Graph) -> list[tuple[int, ShapeDim, bool]]:
     position = {name: i for i, name in enumerate(graph.input_names)}
     checks = []
     for node in graph.nodes:
-        if node.op is not Op.GATHER:
+        if node.op not in GATHER_OPS:
             continue
         name, _ = index_source(graph, node)
         if name is not None:
