@@ -73,7 +73,7 @@ from kernel_cases import (
 from kernel_timing import run_gpu
 
 import aotc
-from aotc.ir.schedule import KernelKind
+from aotc.ir.templates import KernelKind
 
 
 def fail(message: str, code: int = 1) -> None:

@@ -16,7 +16,7 @@ import benchlib  # targets, compile, rows and timing
 import aotc
 import aotc.functional as F
 from aotc import Dim, TensorSpec, nn
-from aotc.ir.schedule import KernelKind
+from aotc.ir.templates import KernelKind
 from aotc.lowering.pipeline import explain_lowering
 
 DTYPE = "bfloat16"

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from aotc.ir.schedule import Arg, ArgKind, IndexCheck, Kernel, KernelKind, Size
+from aotc.ir.schedule import Arg, ArgKind, IndexCheck, Kernel, Size
+from aotc.ir.templates import KernelKind
 
 # What every kernel module aotc writes starts with.
 HEADER = "import triton\nimport triton.language as tl\n\n"

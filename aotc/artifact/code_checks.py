@@ -24,8 +24,8 @@ from aotc.ir.launch import (
     parse_version,
     version_text,
 )
-from aotc.ir.schedule import ArgKind, Kernel, KernelKind, Schedule
-from aotc.ir.templates import BY_KIND
+from aotc.ir.schedule import ArgKind, Kernel, Schedule
+from aotc.ir.templates import BY_KIND, KernelKind
 
 FLAG_TYPE = "*i32"
 SIZE_TYPES = ("i32", "i64")

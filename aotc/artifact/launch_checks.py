@@ -24,8 +24,9 @@ from aotc.artifact.code_checks import FLAG_TYPE, SIZE_TYPES, fail
 from aotc.artifact.plan_space import Plan, refuse
 from aotc.ir.launch import POINTER_TYPE
 from aotc.ir.ops import Op
-from aotc.ir.schedule import GRID_LIMITS, ArgKind, Kernel, Size, grid_need, same_launch
+from aotc.ir.schedule import GRID_LIMITS, ArgKind, Kernel, Size, same_launch
 from aotc.ir.symbolic import SymExpr, add, mul, to_infix
+from aotc.ir.templates import grid_need
 from aotc.ir.types import Node, Shape
 
 # The prefix codegen names a pointer it stores through (STYLE.md 7: parameters named by role).

@@ -13,9 +13,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from aotc.ir.symbolic import SymExpr
-from aotc.ir.templates import KernelKind, grid_need
-
-__all__ = ["KernelKind", "grid_need"]  # re-exported: the kind and the grid a launch may have are its template's
 
 Size = int | SymExpr
 
@@ -84,7 +81,7 @@ class Kernel:
     """One Triton kernel: its source, what it computes and how to launch it."""
 
     name: str  # unique in the schedule; the @triton.jit function's name in ``source``
-    kind: KernelKind
+    kind: str  # a KernelKind: its template's name (aotc/ir/templates.py), a str so this module needs no table
     nodes: tuple[int, ...]  # indices into graph.nodes this kernel computes (views it folds in included)
     inputs: tuple[int, ...]  # value ids it reads from memory
     outputs: tuple[int, ...]  # value ids it writes

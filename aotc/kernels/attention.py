@@ -27,9 +27,10 @@ from typing import TYPE_CHECKING, Any
 from aotc.errors import UnsupportedError
 from aotc.ir.dtypes import DType
 from aotc.ir.ops import Op
-from aotc.ir.schedule import Kernel, KernelKind
+from aotc.ir.schedule import Kernel
 from aotc.ir.symbolic import SymExpr, add, floordiv, mul, sym
 from aotc.ir.symbolic_values import bounds
+from aotc.ir.templates import KernelKind
 from aotc.ir.tiles import upper
 from aotc.ir.types import Node, Value
 from aotc.kernels.contraction_emit import (

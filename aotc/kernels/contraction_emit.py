@@ -16,9 +16,10 @@ from aotc.ir.analysis import analyze
 from aotc.ir.dtypes import DType
 from aotc.ir.graph import Graph
 from aotc.ir.ops import ELEMENTWISE
-from aotc.ir.schedule import Kernel, KernelKind
+from aotc.ir.schedule import Kernel
 from aotc.ir.symbolic import SymExpr, add, floordiv, mod, mul, sym
 from aotc.ir.symbolic_values import divisor
+from aotc.ir.templates import KernelKind
 from aotc.ir.tiles import TileConfig, upper
 from aotc.ir.types import Node, Value
 from aotc.kernels import index_text as ix

@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING, Any
 from aotc.errors import UnsupportedError
 from aotc.ir.dtypes import DType
 from aotc.ir.ops import Op
-from aotc.ir.schedule import Kernel, KernelKind
+from aotc.ir.schedule import Kernel
 from aotc.ir.symbolic import SymExpr, add, floordiv, mod, mul, sym
+from aotc.ir.templates import KernelKind
 from aotc.ir.tiles import (
     TileConfig,
     check_dot_config,

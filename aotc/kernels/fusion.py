@@ -43,9 +43,9 @@ from aotc.kernels.fusion_graph import (
     inline_values,
     needs_compute,
     reads_memory,
+    reduced_axes,
 )
 from aotc.kernels.fusion_groups import NodeGroup, entering, group_outputs, node_groups
-from aotc.kernels.reduction import reduced_axes
 
 __all__ = ["VIEWS", "FusionPlan", "KernelPlan", "NodeGroup", "plan_fusion"]
 

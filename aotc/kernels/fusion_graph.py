@@ -92,3 +92,10 @@ def reads_memory(g: FusionGraph, vid: int, stored: set[int]) -> bool:
             return True
         stack.extend(x.id for x in n.inputs)
     return False
+
+
+def reduced_axes(node: Node) -> tuple[int, ...]:
+    """The axes of its input a reduction node reduces (an arg-reduction's one axis, normalized)."""
+    if node.op in (Op.ARGMAX, Op.ARGMIN):
+        return (node.attrs.get("axis", 0) % max(1, node.inputs[0].type.rank),)
+    return tuple(node.attrs["axes"])

@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 from aotc.errors import ShapeError
 from aotc.ir.graph import Graph
 from aotc.ir.launch import POINTER_TYPE
-from aotc.ir.schedule import GRID_NAMES, Arg, ArgKind, Extents, IndexCheck, Kernel, KernelKind, Size
+from aotc.ir.schedule import GRID_NAMES, Arg, ArgKind, Extents, IndexCheck, Kernel, Size
 from aotc.ir.symbolic import SymExpr, sym, to_sexpr
 from aotc.ir.symbolic_values import bounds, divisor, evaluate, substitute
+from aotc.ir.templates import KernelKind
 from aotc.ir.types import Node, Shape, Value
 from aotc.kernels import index_text as ix
 from aotc.kernels import naming

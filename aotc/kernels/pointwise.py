@@ -6,9 +6,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from aotc.ir.index import unflatten
-from aotc.ir.schedule import Kernel, KernelKind, Size
+from aotc.ir.schedule import Kernel, Size
 from aotc.ir.symbolic import add, floordiv, mul, sym
 from aotc.ir.symbolic_values import bounds
+from aotc.ir.templates import KernelKind
 from aotc.ir.types import Shape, Value
 from aotc.kernels import index_text as ix
 from aotc.kernels.config import KernelConfig

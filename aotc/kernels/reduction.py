@@ -13,12 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 from aotc.ir.dtypes import DType
 from aotc.ir.ops import Op
-from aotc.ir.schedule import Kernel, KernelKind
+from aotc.ir.schedule import Kernel
 from aotc.ir.symbolic import add, floordiv, mul, sym
 from aotc.ir.symbolic_values import bounds
+from aotc.ir.templates import KernelKind
 from aotc.ir.types import Node, Shape, Value
 from aotc.kernels.config import KernelConfig
 from aotc.kernels.emit import KernelBuilder, numel
+from aotc.kernels.fusion_graph import reduced_axes
 from aotc.kernels.pointwise import unravel_into
 from aotc.kernels.pointwise_ops import HALF, TL_DTYPE, is_literal
 from aotc.kernels.reach import GRID_X
@@ -28,12 +30,6 @@ if TYPE_CHECKING:
     from aotc.kernels.fusion import KernelPlan
 
 _COMBINE = {Op.REDUCE_SUM: "tl.sum", Op.REDUCE_MAX: "tl.max", Op.REDUCE_MIN: "tl.min"}
-
-
-def reduced_axes(node: Node) -> tuple[int, ...]:
-    if node.op in (Op.ARGMAX, Op.ARGMIN):
-        return (node.attrs.get("axis", 0) % max(1, node.inputs[0].type.rank),)
-    return tuple(node.attrs["axes"])
 
 
 def emit_plan(b: KernelBuilder, kp: KernelPlan, name: str, config: KernelConfig, tiles: Any = None) -> Kernel:

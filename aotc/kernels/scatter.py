@@ -49,9 +49,10 @@ from aotc.errors import UnsupportedError
 from aotc.ir.dtypes import DType
 from aotc.ir.gather_ids import index_range, index_source, op_where
 from aotc.ir.ops import Op
-from aotc.ir.schedule import IndexCheck, Kernel, KernelKind, Size
+from aotc.ir.schedule import IndexCheck, Kernel, Size
 from aotc.ir.symbolic import add, floordiv, smax, smin
 from aotc.ir.symbolic_values import bounds
+from aotc.ir.templates import KernelKind
 from aotc.ir.types import Node, Shape
 from aotc.kernels.config import KernelConfig
 from aotc.kernels.emit import KernelBuilder, numel

@@ -13,8 +13,8 @@ from mutation import reseal
 from aotc.artifact import read_artifact
 from aotc.artifact.layout import PREAMBLE_SIZE
 from aotc.errors import ArtifactError
-from aotc.ir.schedule import KernelKind, Schedule
-from aotc.ir.templates import BY_KIND, TEMPLATES, grid_need, template
+from aotc.ir.schedule import Schedule
+from aotc.ir.templates import BY_KIND, TEMPLATES, KernelKind, grid_need, template
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 

@@ -103,7 +103,8 @@ def main() -> int:
     verify(src)
     verify(variant, primitive_only=True)
     from aotc.ir.digest import seal
-    from aotc.ir.schedule import ArchVariant, KernelKind
+    from aotc.ir.schedule import ArchVariant
+    from aotc.ir.templates import KernelKind
     from aotc.kernels.aot import compile_kernels
     from aotc.kernels.scheduler import schedule_graph
     from aotc.lowering.options import CompileOptions

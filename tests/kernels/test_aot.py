@@ -17,7 +17,8 @@ pytest.importorskip("triton")
 
 from aotc.errors import AotcError, UnsupportedError
 from aotc.ir.launch import SCRATCH_PARAMS, LaunchMeta
-from aotc.ir.schedule import ArchVariant, Arg, ArgKind, Kernel, KernelKind
+from aotc.ir.schedule import ArchVariant, Arg, ArgKind, Kernel
+from aotc.ir.templates import KernelKind
 from aotc.kernels import aot
 from aotc.kernels.aot import (
     AotOptions,

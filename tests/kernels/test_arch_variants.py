@@ -8,7 +8,8 @@ import numpy as np
 import aotc.functional as F
 from aotc import Dim, TensorSpec, nn
 from aotc.frontend.trace import trace
-from aotc.ir.schedule import KernelKind, same_launch
+from aotc.ir.schedule import same_launch
+from aotc.ir.templates import KernelKind
 from aotc.kernels.scheduler import schedule_graph
 from aotc.lowering.options import CompileOptions
 from aotc.lowering.pipeline import lower

@@ -23,8 +23,9 @@ from aotc.errors import UnsupportedError
 from aotc.frontend.trace import trace
 from aotc.ir import Builder, DType, Graph, Op, Symbol, TensorType, Value
 from aotc.ir.evaluate import GraphRunner
-from aotc.ir.schedule import ArgKind, KernelKind
+from aotc.ir.schedule import ArgKind
 from aotc.ir.symbolic import sym
+from aotc.ir.templates import KernelKind
 from aotc.ir.verify import graph_ctx
 from aotc.kernels.attention import AttentionConfig, attention_config, emit_attention, why_not_attention
 from aotc.lowering.options import CompileOptions

@@ -10,8 +10,8 @@ pytest.importorskip("triton")
 
 from aotc.errors import UnsupportedError
 from aotc.ir import DType, Op, Symbol, TensorType
-from aotc.ir.schedule import KernelKind
 from aotc.ir.symbolic import sym
+from aotc.ir.templates import KernelKind
 from aotc.ir.tiles import TileConfig
 from aotc.kernels.conv import conv_shape, emit_conv, why_not_conv
 from tests.graph_kit import make_graph

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from aotc.ir.schedule import ArgKind, Kernel, KernelKind, Schedule
+from aotc.ir.schedule import ArgKind, Kernel, Schedule
+from aotc.ir.templates import KernelKind
 from aotc.kernels.scheduler import code, schedule_graph
 from tests.kernels.model_kit import CONFIGS, lowered
 

@@ -10,8 +10,9 @@ pytest.importorskip("triton")
 
 from aotc.errors import UnsupportedError
 from aotc.ir import DType, Op, Symbol, TensorType
-from aotc.ir.schedule import ArgKind, KernelKind
+from aotc.ir.schedule import ArgKind
 from aotc.ir.symbolic import sym
+from aotc.ir.templates import KernelKind
 from aotc.ir.tiles import TileConfig, matmul_config
 from aotc.kernels.matmul import emit_matmul, matmul_shape, why_not_epilogue, why_not_matmul
 from tests.graph_kit import make_graph

@@ -15,7 +15,7 @@ import pytest
 from aotc.errors import UnsupportedError
 from aotc.ir import DType, Op, TensorType
 from aotc.ir.evaluate import GraphRunner
-from aotc.ir.schedule import KernelKind
+from aotc.ir.templates import KernelKind
 from aotc.kernels.scheduler import schedule_graph
 from aotc.runtime.backends.triton_interp import launch_source
 from tests.graph_kit import make_graph

@@ -15,7 +15,8 @@ from aotc import Dim, TensorSpec, nn
 from aotc.artifact import read_artifact, write_artifact
 from aotc.frontend.trace import trace
 from aotc.ir.graph import Graph
-from aotc.ir.schedule import KernelKind, Schedule
+from aotc.ir.schedule import Schedule
+from aotc.ir.templates import KernelKind
 from aotc.kernels import fusion
 from aotc.kernels.recurrent import MAX_H, MAX_STEPS
 from aotc.kernels.scheduler import schedule_graph

@@ -17,7 +17,7 @@ from aotc.compiler import CompiledModel
 from aotc.ir.dtypes import DType
 from aotc.ir.graph import Graph
 from aotc.ir.ops import Op
-from aotc.ir.schedule import KernelKind
+from aotc.ir.templates import KernelKind
 from aotc.ir.types import TensorType
 from aotc.kernels.scheduler import schedule_graph
 from aotc.lowering.options import CompileOptions

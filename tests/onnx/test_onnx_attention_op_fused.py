@@ -26,7 +26,7 @@ from onnx import TensorProto, helper
 import aotc.runtime
 from aotc.compiler import CompiledModel, compile_graph
 from aotc.ir import Op
-from aotc.ir.schedule import KernelKind
+from aotc.ir.templates import KernelKind
 from aotc.lowering.attention import decompose_keeping_attention, explain_attention
 from aotc.lowering.options import CompileOptions
 from aotc.onnx import import_onnx

@@ -25,7 +25,7 @@ from torch_kit import torch_module
 from torch_zoo import TEXT_MODELS, VOCAB, small_swin, vit
 
 from aotc.compiler import compile_graph
-from aotc.ir.schedule import KernelKind
+from aotc.ir.templates import KernelKind
 from aotc.onnx import import_onnx
 
 ort = pytest.importorskip("onnxruntime")

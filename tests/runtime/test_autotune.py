@@ -15,7 +15,8 @@ from aotc import Dim, TensorSpec, nn
 from aotc import autotune as at
 from aotc.errors import AotcError, UnsupportedError
 from aotc.frontend.trace import trace
-from aotc.ir.schedule import KernelKind, Schedule
+from aotc.ir.schedule import Schedule
+from aotc.ir.templates import KernelKind
 from aotc.kernels.scheduler import schedule_graph
 from aotc.lowering.options import CompileOptions
 from aotc.lowering.pipeline import lower

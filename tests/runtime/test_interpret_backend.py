@@ -13,8 +13,9 @@ from graph_kit import const, make_graph
 from aotc.errors import ExecError, UnsupportedError, VerifyError
 from aotc.ir import DType, Graph, Op, Symbol, TensorType, sym
 from aotc.ir.evaluate import GraphRunner
-from aotc.ir.schedule import Arg, ArgKind, Buffer, IndexCheck, KernelKind, Schedule, View
+from aotc.ir.schedule import Arg, ArgKind, Buffer, IndexCheck, Schedule, View
 from aotc.ir.symbolic import floordiv
+from aotc.ir.templates import KernelKind
 from aotc.runtime.backends import InterpretBackend, get_backend
 from aotc.runtime.guards import Binder
 from tests.kernel_fixtures import HEADER, flag, hand_kernel, ptr, size

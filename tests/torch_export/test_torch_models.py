@@ -17,7 +17,7 @@ from torch_models import MODELS
 
 import aotc
 from aotc.errors import ExecError
-from aotc.ir.schedule import KernelKind
+from aotc.ir.templates import KernelKind
 
 torch = torch_module()
 RTOL, ATOL = 1e-4, 1e-5

@@ -449,7 +449,8 @@ def launch_source(
 ) -> None:
     """Launch ``name`` from ``source`` without building a ``Kernel``: ``types_`` gives each
     argument's Triton type ("*fp32", "i32", ...) in order. For tests of hand-written kernels."""
-    from aotc.ir.schedule import Arg, ArgKind, KernelKind
+    from aotc.ir.schedule import Arg, ArgKind
+    from aotc.ir.templates import KernelKind
 
     names = load_function(name, source).arg_names
     kernel_args = tuple(Arg(n, t, ArgKind.BUFFER if t.startswith("*") else ArgKind.SIZE) for n, t in zip(names, types_))
