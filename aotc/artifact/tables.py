@@ -15,7 +15,7 @@ from aotc.artifact.generated.ValueKind import ValueKind
 from aotc.artifact.layout import DTYPES_BY_CODE, MAX_ATTR_DEPTH
 from aotc.errors import ArtifactError, ShapeError
 from aotc.ir.dtypes import DType
-from aotc.ir.symbolic import SymExpr
+from aotc.ir.symbolic import SymExpr, to_sexpr
 from aotc.ir.symbolic_parse import parse
 from aotc.ir.types import Attrs, TensorType
 
@@ -254,9 +254,13 @@ def expr(s: str, what: str) -> int | SymExpr:
     if _has_product_of_sums(s):
         raise ArtifactError(f"{what}: expression {s[:80]!r} is not in canonical form (a product of sums)")
     try:
-        return parse(s)
+        e = parse(s)
     except ShapeError as e:
         raise ArtifactError(f"{what}: {e}") from None
+    # One text per expression, the writer's: a file the reader accepts is one the writer writes byte for byte.
+    if to_sexpr(e) != s:
+        raise ArtifactError(f"{what}: expression {s[:80]!r} is not written as the writer writes it ({to_sexpr(e)!r})")
+    return e
 
 
 def _has_product_of_sums(s: str) -> bool:

@@ -258,10 +258,15 @@ def test_offsets_and_lengths_are_64_bit() -> None:
 
 
 def test_only_canonical_expressions_are_parsed() -> None:
-    """A product of sums (never written by aotc) could take very long to expand, so the reader refuses it."""
+    """A product of sums (never written by aotc) could take very long to expand, so the reader refuses it; and any
+    other text than the writer's for an expression (the terms in another order, a stray space), so that a file the
+    reader accepts is one the writer writes byte for byte."""
     from aotc.artifact.tables import expr
 
-    assert expr("(+ (* 2 a) (// (+ a 3) 4))", "dim") == sym("a") * 2 + (sym("a") + 3) // 4
+    assert expr("(+ (// (+ a 3) 4) (* 2 a))", "dim") == sym("a") * 2 + (sym("a") + 3) // 4
+    for other in ("(+ (* 2 a) (// (+ a 3) 4))", "48 ", "(+ a  1)"):
+        with pytest.raises(ArtifactError, match="not written as the writer writes it"):
+            expr(other, "dim")
     with pytest.raises(ArtifactError, match="canonical"):
         expr("(* (+ a b) (+ c d))", "dim")
     with pytest.raises(ArtifactError, match="too long"):
