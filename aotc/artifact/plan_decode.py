@@ -34,7 +34,6 @@ from aotc.errors import ArtifactError
 from aotc.ir.graph import Graph
 from aotc.ir.launch import Cubin, KernelBinary, LaunchMeta
 from aotc.ir.schedule import ArchVariant, Arg, ArgKind, Buffer, Extents, IndexCheck, Kernel, Schedule, Size, View
-from aotc.ir.symbolic import to_sexpr
 from aotc.ir.templates import BY_KIND, KernelKind
 
 _LEGACY_KINDS = {c: k for k, c in LEGACY_KIND_CODES.items()}
@@ -404,10 +403,11 @@ class PlanDecoder:
         return tuple(out)
 
     def _expr(self, s: str, what: str) -> Size:
-        """``_expr``, once per distinct text: launches repeat the same sizes, grids and extents."""
+        """``tables.expr`` (the writer's text of an expression, parsed), once per distinct text: launches repeat the
+        same sizes, grids and extents."""
         e = self._exprs.get(s)
         if e is None:
-            e = self._exprs[s] = _expr(s, what)
+            e = self._exprs[s] = expr(s, what)
         return e
 
     def _strings(self, n: int, get: Any, what: str) -> tuple[str, ...]:
@@ -422,11 +422,3 @@ def _check_interned(extents: list[Extents], used: list[int], what: str) -> None:
         raise ArtifactError(f"{what}: its extents are not each used, in first-use order (first uses {first[:8]})")
     if len(set(extents)) != len(extents):
         raise ArtifactError(f"{what}: its extents table holds an entry twice")
-
-
-def _expr(s: str, what: str) -> Size:
-    """A canonical s-expression (as the writer prints it), parsed; no index variables."""
-    e = expr(s, what)
-    if to_sexpr(e) != s:
-        raise ArtifactError(f"{what}: expression {s[:80]!r} is not in canonical form")
-    return e

@@ -10,7 +10,8 @@ are listed in ``aotc.guards`` for reference only.
 Options: ``weights_as_inputs`` writes no weight data (each constant becomes a graph input after the model's own,
 named in ``aotc.weights``, for whoever runs it to bind arrays it already holds; those named in ``session_weights``
 become initializers that reference external data instead, for the caller to supply when it builds the session, so
-that onnxruntime holds them as its own: it prepacks a GEMM's or a convolution's weights only then); ``float32`` writes every
+that onnxruntime holds them as its own: it prepacks a GEMM's or a convolution's weights only then; each must be
+read by some node, as onnxruntime refuses a supplied initializer that none reads); ``float32`` writes every
 float16/bfloat16 tensor as float32 (``aotc.widened`` says which dtypes were); ``external`` puts initializers of a
 KiB or more in a data file of that name (protobuf cannot hold 2 GiB); ``id_bounds`` adds, per gather whose ids
 the model computes and whose rule refuses negative ids, two scalar outputs after the graph's own: the ids' min
@@ -98,10 +99,7 @@ def build_model(
     inputs = _declare_inputs(ctx, graph)
     out_names = _declare_outputs(ctx, graph)
     weight_inputs = _declare_constants(ctx, graph, as_inputs=weights_as_inputs)
-    # Supplied weights the graph reads (onnxruntime refuses one for an initializer that no node reads).
-    read = {v.id for n in graph.nodes for v in n.inputs} | {v.id for v in graph.outputs}
-    held = {n.attrs["name"] for n in graph.nodes if n.op is Op.CONSTANT and n.outputs[0].id in read}
-    supplied = {name: w for name, w in weight_inputs.items() if w[0] in session_weights and w[0] in held}
+    supplied = {name: w for name, w in weight_inputs.items() if w[0] in session_weights}
     inputs += [_value_info(ctx, name, t) for name, (_, t) in weight_inputs.items() if name not in supplied]
     gathers = []
     for node in graph.nodes:
