@@ -18,6 +18,10 @@ class DType(enum.Enum):
     int64 = "int64"
     bool = "bool"
 
+    # Members are singletons compared by identity, so identity hashing is exact; Enum's own __hash__ is a
+    # Python call (hash of the name), paid on every TensorType hash in shape inference and graph reading.
+    __hash__ = object.__hash__
+
     @property
     def np(self) -> np.dtype:
         return _np_dtype(self)

@@ -49,7 +49,11 @@ def verify(graph: Graph, stage: str = "", primitive_only: bool = False) -> None:
     ctx = graph_ctx(graph)
     defined: dict[int, Any] = {}
     # Shape rules are pure: a node with the same op, attrs and input types as an earlier one infers the same.
+    # Types are keyed by identity (every one is alive in the graph while this runs, so no id is reused): equal
+    # types held as distinct objects only infer once each, and no TensorType is hashed.
     inferred: dict[tuple[Any, ...], Any] = {}
+    # Attr sets whose symbols were found declared (readers and builders share one Attrs between nodes).
+    attrs_ok: set[Attrs] = set()
     for v in graph.inputs:
         if v.id in defined:
             raise fail(f"value {v} defined twice")
@@ -65,16 +69,19 @@ def verify(graph: Graph, stage: str = "", primitive_only: bool = False) -> None:
         for v in node.inputs:
             if v.id not in defined:
                 raise fail(f"input {v} is used before it is defined", node, i)
-            if defined[v.id] != v.type:
-                raise fail(f"input {v} has type {v.type} but was defined as {defined[v.id]}", node, i)
-        if bad := _unknown_symbols(_attr_leaves(node.attrs), symbols):
-            raise fail(f"uses undeclared symbols {bad}", node, i)
+            t = defined[v.id]
+            if t is not v.type and t != v.type:
+                raise fail(f"input {v} has type {v.type} but was defined as {t}", node, i)
+        if node.attrs not in attrs_ok:
+            if bad := _unknown_symbols(_attr_leaves(node.attrs), symbols):
+                raise fail(f"uses undeclared symbols {bad}", node, i)
+            attrs_ok.add(node.attrs)
         try:
             lo, hi = d.arity
             if len(node.inputs) < lo or (hi is not None and len(node.inputs) > hi):
                 raise VerifyError(f"takes {lo}..{hi} inputs, got {len(node.inputs)}")
             in_types = [v.type for v in node.inputs]
-            key = (node.op, node.attrs, *in_types)
+            key = (node.op, node.attrs, *map(id, in_types))
             types = inferred.get(key)
             if types is None:
                 types = inferred[key] = d.infer(in_types, node.attrs, ctx)
@@ -84,7 +91,7 @@ def verify(graph: Graph, stage: str = "", primitive_only: bool = False) -> None:
         if len(types) != len(node.outputs):
             raise fail(f"has {len(node.outputs)} outputs, rule says {len(types)}", node, i)
         for o, t in zip(node.outputs, types):
-            if (
+            if o.type is not t and (
                 o.type.dtype is not t.dtype
                 or len(o.type.shape) != len(t.shape)
                 or not all(ctx.known_equal(a, b) for a, b in zip(o.type.shape, t.shape))

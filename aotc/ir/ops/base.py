@@ -102,6 +102,9 @@ class Op(enum.Enum):
     TRIL = "tril"
     TRIU = "triu"
 
+    # Identity hashing is exact for singleton members; Enum's __hash__ is a Python call on every dict lookup.
+    __hash__ = object.__hash__
+
 
 class OpKind(enum.Enum):
     """What a kernel does with an op (DESIGN §6); a high-level op has the kind of what it is.
@@ -121,6 +124,9 @@ class OpKind(enum.Enum):
     INDEX = "index"
     CONTRACTION = "contraction"
     SOURCE = "source"
+
+    # Identity hashing is exact for singleton members; Enum's __hash__ is a Python call on every dict lookup.
+    __hash__ = object.__hash__
 
 
 InferFn = Callable[[Sequence[TensorType], Attrs, ShapeCtx], tuple[TensorType, ...]]
