@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from aotc.artifact import fbtable
 from aotc.artifact.canonical import InterningOrder
 from aotc.artifact.checks import check_output_tree
 from aotc.artifact.generated.Artifact import Artifact as FbArtifact
@@ -27,6 +28,10 @@ from aotc.ir.graph import Graph, Guard, Symbol
 from aotc.ir.ops import Op
 from aotc.ir.symbolic import sym
 from aotc.ir.types import Node, Value
+
+# Everything this module decodes was verified by verify_flatbuffer first, so the generated readers may skip the
+# flatbuffers package's per-read checks (fbtable.py).
+fbtable.install()
 
 # The first schema with the ONNX model for onnxruntime (Artifact.onnx).
 ONNX_VERSION = 7
