@@ -134,6 +134,19 @@ def test_strings_need_their_terminator() -> None:
     expect(bytes(buf), "Artifact.model_name: string is not NUL-terminated")
 
 
+def test_each_string_of_a_string_vector_is_checked_and_named() -> None:
+    """Strings in a vector are checked in one loop (fbverify's ``strings``): each fault still names its element."""
+    pos, _ = SLOTS["Artifact.strings[2] length"]
+    buf = bytearray(FB)
+    buf[pos + 4 + get("Artifact.strings[2] length")] = ord("x")
+    expect(bytes(buf), r"Artifact.strings\[2\]: string is not NUL-terminated")
+    expect(with_value("Artifact.strings[2] length", 10**6), r"Artifact.strings\[2\]: 1000000 elements .* run past")
+    at, _ = SLOTS["Artifact.strings[2] offset"]
+    twice = SLOTS["Artifact.strings[1] offset"][0] + get("Artifact.strings[1] offset")
+    expect(with_value("Artifact.strings[2] offset", twice - at), r"Artifact.strings\[2\]: .*referenced a second time")
+    expect(with_value("Artifact.strings[2] offset", get("Artifact.strings[2] offset") + 2), "not 4-byte aligned")
+
+
 def test_an_object_reached_twice_is_refused() -> None:
     """model_name pointed at the producer version's string: both read fine, but the writer never shares."""
     at, _ = SLOTS["Artifact.model_name offset"]
