@@ -201,6 +201,7 @@ class KernelBuilder(KernelWriter):
         off, shown = self._spread(f"tl.store({ptr} + ", off, mask, f", {var})")
         self.reach.access(ptr, at, mask, self._unsimplified(value, idx), self._site(value, ptr, off))
         args = f"{ptr} + {ix.paren(off)}, {var}"
+        self._stored.setdefault(var, ptr)
         self.line(f"tl.store({args}, mask={shown})" if mask else f"tl.store({args})")
 
     def _spread(self, head: str, off: str, mask: str | None, tail: str) -> tuple[str, str | None]:
@@ -285,12 +286,18 @@ class KernelBuilder(KernelWriter):
         if all(isinstance(i, int) for i in index) or mask is None:
             off, _ = self._spread(head, off, None, ")")
             self.reach.access(ptr, at, None, alt, self._site(value, ptr, off))
-            return self.let("v", f"tl.load({ptr} + {ix.paren(off)})")
+            return self._loads(ptr, f"tl.load({ptr} + {ix.paren(off)})")
         if not _variables(index):  # one element for every lane: a tile pointer keeps the mask's shape
             off = ix.add(off, f"tl.zeros_like({mask}).to(tl.int32)")
         off, shown = self._spread(head, off, mask, f", other={other})")
         self.reach.access(ptr, at, mask, alt, self._site(value, ptr, off))
-        return self.let("v", f"tl.load({ptr} + {ix.paren(off)}, mask={shown}, other={other})")
+        return self._loads(ptr, f"tl.load({ptr} + {ix.paren(off)}, mask={shown}, other={other})")
+
+    def _loads(self, ptr: str, load: str) -> str:
+        """``load`` bound to a temporary that ``finish`` names after pointer ``ptr`` (``bias = tl.load(bias_ptr...``)."""
+        name = self.let("v", load)
+        self._loaded[name] = ptr
+        return name
 
     # -- one node -------------------------------------------------------------------------------
     def _node(self, node: Node, value: Value, index: Index, mask: str | None, env: Mapping[int, str]) -> str:

@@ -67,6 +67,12 @@ class KernelWriter:
         self._ranges = graph.ranges
         self._multiples = graph.multiples
         self._index_lets: dict[str, int] = {}  # name -> its line
+        # temporaries ``finish`` names after a pointer (``_name_values``): loads by the pointer they read, stored
+        # values by the pointer they are first stored through
+        self._loaded: dict[str, str] = {}
+        self._stored: dict[str, str] = {}
+        # final pointer names to give instead (a target's variant of a shared kernel takes that kernel's names)
+        self.pointer_renames: Mapping[str, str] = {}
         # what the template's variables hold and every load and store's offset, for the kernel's Extents
         self.reach = Reach()
 
@@ -120,6 +126,8 @@ class KernelWriter:
         if any(to in IDENT.findall(t) for t in self._lines):
             return False
         self._lines = [ix.rename(t, {name: to}) for t in self._lines]
+        self._loaded.pop(name, None)
+        self._stored.pop(name, None)
         self._bound[to] = self._bound.pop(name)
         self._deps[to] = self._deps.pop(name)
         for scope in self._scopes:
@@ -257,11 +265,13 @@ class KernelWriter:
         return "\n".join(head + _live(self._lines, self._index_lets)) + "\n"
 
     def _name_pointers(self) -> None:
-        """Pointer placeholders (``in_ptr0``) renamed by role (aotc/kernels/naming.py), in the text and the accesses."""
+        """Pointer placeholders (``in_ptr0``) renamed by role (aotc/kernels/naming.py), or as ``pointer_renames``
+        says, in the text and the accesses."""
         holders = {a.name for a in self.args if a.kind is ArgKind.BUFFER}
         pointers = [(a.name, a.value, a.name.startswith("out_ptr")) for a in self.args if a.kind is ArgKind.BUFFER]
         taken = (self._taken - holders) | self._ranges.keys()
         mapping = naming.pointer_names(self.graph, self.producers, pointers, self._roles, taken)
+        mapping = {k: self.pointer_renames.get(v, v) for k, v in mapping.items()}
         mapping = {k: v for k, v in mapping.items() if k != v}
         if not mapping:
             return
@@ -269,6 +279,27 @@ class KernelWriter:
         self._lines = [ix.rename(t, mapping) for t in self._lines]
         self.args = [dataclasses.replace(a, name=mapping.get(a.name, a.name)) for a in self.args]
         self._arg_names = {k: mapping.get(v, v) for k, v in self._arg_names.items()}
+        self._loaded = {k: mapping.get(v, v) for k, v in self._loaded.items()}
+        self._stored = {k: mapping.get(v, v) for k, v in self._stored.items()}
+        self.reach.rename(mapping)
+
+    def _name_values(self, constexprs: Sequence[tuple[str, int]]) -> None:
+        """The builder's temporaries renamed by what they hold (aotc/kernels/naming.py ``value_names``): each load
+        after its pointer (``bias = tl.load(bias_ptr + ...)``), each temporary the kernel stores after the pointer
+        it is first stored through (``out``); other values keep ``t0``, ``t1``... Run once the pointers are named."""
+        present = set(IDENT.findall("\n".join(self._lines)))
+        values = [(n, p) for n, p in self._loaded.items() if n in present]
+        values += [
+            (n, p)
+            for n, p in self._stored.items()
+            if n in present and n not in self._loaded and n in self._bound and n not in self._index_lets
+        ]
+        if not values:
+            return
+        taken = present | self._taken | {a.name for a in self.args} | {c for c, _ in constexprs}
+        mapping = naming.value_names(values, taken)
+        self._taken.update(mapping.values())
+        self._lines = [ix.rename(t, mapping) for t in self._lines]
         self.reach.rename(mapping)
 
     def _clamp_unbounded(self, constexprs: Sequence[tuple[str, int]], grid: tuple[Size, Size, Size]) -> bool:
@@ -339,6 +370,7 @@ class KernelWriter:
         fused = tuple(self.graph.nodes[i].op.value for i in nodes)
         self._lines, self._index_lets = _live(self._lines, self._index_lets), {}
         self._name_pointers()
+        self._name_values(constexprs)
         self._clamp_unbounded(constexprs, grid)
         self._order_args()
         extents = self._drop_unread(self.reach.extents(self.args, constexprs, grid, self._ranges, self._multiples))

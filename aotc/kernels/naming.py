@@ -4,12 +4,18 @@
   ``wpe_weight_ptr`` where two would clash), a graph input by its input name (``input_ids_ptr``), a value a
   template reads in a role by that role (``qkv_ptr``), any other value ``x_ptr``, ``y_ptr``, ``z_ptr``; what the
   kernel writes ``out_ptr`` (``out_ptr1``...: the plan checks know a written pointer by that prefix).
-- A header comment naming the graph nodes the kernel computes, by the user's source line.
+- Values by what they are: a load by its pointer's role (``bias = tl.load(bias_ptr + ...)``; ``x``, ``x1``... where
+  loads share it), a stored temporary by its output (``out``, ``out1``), the rest ``t0``, ``t1``... and the
+  templates' own names (``acc``, ``q``).
+- A header comment naming the graph nodes the kernel computes, by the user's source line, and the other launches
+  that run the same code.
 - The kernel's own name: its position, template and what it fuses (``k6_matmul_bias_gelu``).
 """
 
 from __future__ import annotations
 
+import builtins
+import keyword
 import re
 from collections.abc import Collection, Mapping, Sequence
 
@@ -20,6 +26,8 @@ from aotc.ir.types import Node
 OUT = "out_ptr"  # aotc/artifact/launch_checks.py: a pointer the kernel stores through starts with it
 _POOL = ("x", "y", "z")
 _WIDTH = 112  # header comment lines wrap here
+# Names a value must not take: Python's keywords and builtins, and the modules a kernel's source imports.
+_PYTHON = frozenset(keyword.kwlist) | frozenset(dir(builtins)) | {"tl", "triton", "math"}
 
 
 def pointer_names(
@@ -74,6 +82,31 @@ def pointer_names(
         stem = next((p for p in pool if f"{p}_ptr" not in used), None)
         claim(stem or f"x{k}", holder)
     return out
+
+
+def value_names(values: Sequence[tuple[str, str]], taken: Collection[str]) -> dict[str, str]:
+    """Temporary -> final name for ``values`` (a temporary, the pointer it is loaded from or stored through): the
+    pointer's role (``bias`` from ``bias_ptr``, ``out1`` from ``out_ptr1``), numbered where values share a role or
+    the role is ``taken`` or a Python name (``bias1``, ``input1``; ``w1_1`` after a digit). A number never makes
+    another value's role (``x1`` stays free for ``x1_ptr``'s loads)."""
+    stems = [_value_stem(p) for _, p in values]
+    roles = set(stems)
+    used = set(taken) | _PYTHON
+    out: dict[str, str] = {}
+    for (temp, _), stem in zip(values, stems):
+        name, n = stem, 0
+        while name in used or (n and name in roles):
+            n += 1
+            name = f"{stem}_{n}" if stem[-1].isdigit() else f"{stem}{n}"
+        used.add(name)
+        out[temp] = name
+    return out
+
+
+def _value_stem(pointer: str) -> str:
+    """``bias_ptr`` -> ``bias``, ``out_ptr1`` -> ``out1``: a pointer's role, as a name a kernel may bind."""
+    stem = re.sub(r"_ptr(\d*)$", r"\1", pointer).lstrip("_")
+    return stem if stem.isidentifier() else "v"
 
 
 def _suffixes(name: str) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 from collections.abc import Mapping
 from typing import Any
@@ -9,7 +10,6 @@ from typing import Any
 from aotc.ir.digest import seal_all
 from aotc.ir.graph import Graph
 from aotc.ir.schedule import ArchVariant, ArgKind, Kernel, Schedule, same_launch
-from aotc.kernels import index_text as ix
 from aotc.kernels.config import KernelConfig
 from aotc.kernels.emit import FlagSlots, KernelBuilder
 from aotc.kernels.fusion import KernelPlan, plan_fusion
@@ -42,8 +42,9 @@ def schedule_graph(graph: Graph, options: Any = None, tiles: Mapping[int, Any] |
     seen: dict[tuple, Kernel] = {}
     for idx, kp in enumerate(plan.kernels):
 
-        def builder(kp: KernelPlan = kp) -> KernelBuilder:
+        def builder(pointers: Mapping[str, str] | None = None, kp: KernelPlan = kp) -> KernelBuilder:
             b = KernelBuilder(graph, {o.id for i in kp.nodes for o in graph.nodes[i].outputs}, producers, flags)
+            b.pointer_renames = pointers or {}
             for output, chain in kp.view_outputs:
                 b.store_view(chain[0].inputs[0], output, chain)
             if kp.view_outputs and kp.anchor.id not in needed:
@@ -63,7 +64,7 @@ def schedule_graph(graph: Graph, options: Any = None, tiles: Mapping[int, Any] |
         for arch in archs[1:] if kp.root is not None or kp.reductions else ():
             # The same kernel for another target: same flag slots, its own tiles.
             flags.count = start
-            other = _renamed(_emit(builder(), kp, f"{name}_sm{arch}", KernelConfig(arch=arch)), names)
+            other = _emit(builder(names), kp, f"{name}_sm{arch}", KernelConfig(arch=arch))
             if _binary_key(other, other.name) != _binary_key(kernel, kernel.name) or other.grid != kernel.grid:
                 if same_launch(kernel, other):
                     variants.append(ArchVariant(f"sm_{arch}", _shared(other, seen, rename=False)))
@@ -89,25 +90,18 @@ def _shared(kernel: Kernel, seen: dict[tuple, Kernel], rename: bool = True) -> K
     return kernel.replace(name=first.name, source=first.source, args=args)
 
 
-def _renamed(kernel: Kernel, names: Mapping[str, str]) -> Kernel:
-    """``kernel`` with its args (and its source's names of them) renamed by ``names``."""
-    if not names:
-        return kernel
-    args = tuple(dataclasses.replace(a, name=names.get(a.name, a.name)) for a in kernel.args)
-    return kernel.replace(args=args, source=ix.rename(kernel.source, names))
-
-
 def _emit(b: KernelBuilder, kp: KernelPlan, name: str, config: KernelConfig, tile: Any = None) -> Kernel:
     return hook(template(kp.kind).emit)(b, kp, name, config, tile)
 
 
 def _binary_key(k: Kernel, name: str) -> tuple:
-    """Everything the compiled binary depends on, the kernel's own name and its pointers' names aside, and its
-    template: the file stores one kind per code, so a scatter's copy never shares a pointwise kernel's code."""
+    """Everything the compiled binary depends on, the names of the kernel, its pointers and its values aside (a
+    load is named after its pointer, ``ln_2_weight`` in another layer), and its template: the file stores one kind
+    per code, so a scatter's copy never shares a pointwise kernel's code."""
     pointers = {a.name: f"__ptr{j}" for j, a in enumerate(k.args) if a.kind is not ArgKind.SIZE}
     return (
         k.kind,
-        ix.rename(code(k.source).replace(f"def {name}(", "def KERNEL(", 1), pointers),
+        _anonymous(k.source, name, pointers),
         tuple((pointers.get(a.name, a.name), a.type) for a in k.args),
         k.constexprs,
         k.num_warps,
@@ -119,6 +113,26 @@ def _binary_key(k: Kernel, name: str) -> tuple:
 def _name(graph: Graph, kp: KernelPlan, idx: int, producers: Mapping[int, tuple[int, Any]]) -> str:
     """``k6_matmul_bias_gelu``: position, template and what it fuses (aotc/kernels/naming.py)."""
     return kernel_name(graph, producers, kp.kind, kp.nodes, kp.root, idx)
+
+
+def _anonymous(source: str, name: str, pointers: Mapping[str, str]) -> str:
+    """The syntax tree of kernel ``name``'s ``source`` (so no comment: the header), the kernel renamed ``KERNEL``,
+    its pointers by ``pointers`` and every name it assigns ``__vN`` in the order they appear: two kernels that
+    compute the same, whatever they call their values, read the same."""
+    tree = ast.parse(source)
+    names = dict(pointers)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and node.name == name:
+            node.name = "KERNEL"
+            stores = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+            for n in ast.walk(node):
+                if isinstance(n, ast.arg):
+                    n.arg = names.get(n.arg, n.arg)
+                elif isinstance(n, ast.Name):
+                    if n.id in stores and n.id not in names:
+                        names[n.id] = f"__v{len(names)}"
+                    n.id = names.get(n.id, n.id)
+    return ast.dump(tree)
 
 
 def code(source: str) -> str:

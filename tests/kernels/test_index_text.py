@@ -286,8 +286,8 @@ def test_pointwise_offsets_of_a_same_shape_operand_are_the_linear_index() -> Non
     )
     (k,) = schedule_graph(g).kernels
     assert [t.strip() for t in k.source.splitlines() if "tl.load" in t or "tl.store" in t] == [
-        "v0 = tl.load(x_ptr + offs, mask=mask, other=0.0)",
-        "v1 = tl.load(y_ptr + offs, mask=mask, other=0.0)",
-        "tl.store(out_ptr + offs, t0, mask=mask)",
+        "x = tl.load(x_ptr + offs, mask=mask, other=0.0)",
+        "y = tl.load(y_ptr + offs, mask=mask, other=0.0)",
+        "tl.store(out_ptr + offs, out, mask=mask)",
     ]
     assert "//" not in code(k.source) and "%" not in code(k.source)  # no dim index is needed, so none is computed

@@ -9,9 +9,10 @@ from aotc.errors import UnsupportedError
 from aotc.ir import DType, Op, Symbol, TensorType
 from aotc.ir.schedule import ArgKind
 from aotc.ir.symbolic import sym
+from aotc.kernels import index_text as ix
 from aotc.kernels.explain import explain
 from aotc.kernels.scheduler import code, schedule_graph
-from tests.graph_kit import make_graph
+from tests.graph_kit import const, make_graph
 from tests.kernels.kernel_kit import check
 
 F32 = DType.float32
@@ -74,7 +75,32 @@ def test_kernels_share_a_name_only_when_their_binaries_would_match() -> None:
     s = schedule_graph(g)
     assert len(s.kernels) == 3 and len({k.name for k in s.kernels}) == 3
     first, second = (code(k.source).replace(k.name, "K") for k in s.kernels[:2])
-    assert first == second.replace("y_ptr", "x_ptr")
+    assert first == ix.rename(second, {"y_ptr": "x_ptr", "y": "x"})  # a load is named after its pointer
+
+
+def test_kernels_that_differ_in_the_names_of_their_values_share_one_code() -> None:
+    """Two layers computing the same on weights of other names: their loads are named after the weights
+    (``bias``, ``offset``), yet they run one code, whose text (and value names) the second launch takes."""
+    rng = np.random.default_rng(0)
+    weights = {n: rng.standard_normal(s).astype(np.float32) for n, s in [("fc.weight", (8, 8)), ("fc.bias", (8,))]}
+    weights |= {"proj.kernel": weights["fc.weight"] * 2, "proj.offset": weights["fc.bias"] + 1}
+
+    def layer(b, x, w, bias):
+        return b.op(
+            Op.ADD,
+            b.op(Op.MATMUL, x, const(b, w, weights[w])),
+            b.op(Op.BROADCAST, const(b, bias, weights[bias]), shape=(4, 8)),
+        )
+
+    def body(b, x):
+        return [b.op(Op.EXP, layer(b, b.op(Op.EXP, layer(b, x, "fc.weight", "fc.bias")), "proj.kernel", "proj.offset"))]
+
+    g = make_graph({"x": TensorType(F32, (4, 8))}, body, constants=weights)
+    s = check(g, [rng.standard_normal((4, 8)).astype(np.float32)])
+    first, second = (k for k in s.kernels if "matmul" in k.fused)
+    assert first.name == second.name and first.source == second.source
+    assert "bias = tl.load(bias_ptr" in first.source
+    assert [a.name for a in second.args][:3] == ["x_ptr", "weight_ptr", "bias_ptr"]
 
 
 def test_unlowered_graph_is_a_typed_error() -> None:
