@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
 from aotc.errors import UnsupportedError
-from aotc.ir import DType, Op, Symbol, TensorType
+from aotc.ir import DType, Graph, Op, Symbol, TensorType
 from aotc.ir.schedule import ArgKind
-from aotc.ir.symbolic import sym
+from aotc.ir.symbolic import SymExpr, sym
 from aotc.kernels import index_text as ix
 from aotc.kernels.explain import explain
 from aotc.kernels.scheduler import code, schedule_graph
@@ -78,29 +80,43 @@ def test_kernels_share_a_name_only_when_their_binaries_would_match() -> None:
     assert first == ix.rename(second, {"y_ptr": "x_ptr", "y": "x"})  # a load is named after its pointer
 
 
-def test_kernels_that_differ_in_the_names_of_their_values_share_one_code() -> None:
-    """Two layers computing the same on weights of other names: their loads are named after the weights
-    (``bias``, ``offset``), yet they run one code, whose text (and value names) the second launch takes."""
+def _two_layers(rows: int | SymExpr, d: int, dtype: DType, symbols: tuple[Symbol, ...] = ()) -> Graph:
+    """``exp(exp(x @ W1 + b1) @ W2 + b2)``: the same layer twice, on weights named otherwise (``fc.weight`` and
+    ``fc.bias``, then ``proj.kernel`` and ``proj.offset``)."""
     rng = np.random.default_rng(0)
-    weights = {n: rng.standard_normal(s).astype(np.float32) for n, s in [("fc.weight", (8, 8)), ("fc.bias", (8,))]}
-    weights |= {"proj.kernel": weights["fc.weight"] * 2, "proj.offset": weights["fc.bias"] + 1}
+    w, bias = (rng.standard_normal(shape).astype(dtype.np) for shape in ((d, d), (d,)))
+    weights = {"fc.weight": w, "fc.bias": bias, "proj.kernel": w * 2, "proj.offset": bias + 1}
 
     def layer(b, x, w, bias):
-        return b.op(
-            Op.ADD,
-            b.op(Op.MATMUL, x, const(b, w, weights[w])),
-            b.op(Op.BROADCAST, const(b, bias, weights[bias]), shape=(4, 8)),
-        )
+        wide = b.op(Op.BROADCAST, const(b, bias, weights[bias]), shape=(rows, d))
+        return b.op(Op.ADD, b.op(Op.MATMUL, x, const(b, w, weights[w])), wide)
 
     def body(b, x):
         return [b.op(Op.EXP, layer(b, b.op(Op.EXP, layer(b, x, "fc.weight", "fc.bias")), "proj.kernel", "proj.offset"))]
 
-    g = make_graph({"x": TensorType(F32, (4, 8))}, body, constants=weights)
-    s = check(g, [rng.standard_normal((4, 8)).astype(np.float32)])
+    return make_graph({"x": TensorType(dtype, (rows, d))}, body, constants=weights, symbols=symbols)
+
+
+def test_kernels_that_differ_in_the_names_of_their_values_share_one_code() -> None:
+    """Two layers computing the same on weights of other names: their loads are named after the weights
+    (``bias``, ``offset``), yet they run one code, whose text (and value names) the second launch takes."""
+    g = _two_layers(4, 8, F32)
+    s = check(g, [np.random.default_rng(1).standard_normal((4, 8)).astype(np.float32)])
     first, second = (k for k in s.kernels if "matmul" in k.fused)
     assert first.name == second.name and first.source == second.source
     assert "bias = tl.load(bias_ptr" in first.source
     assert [a.name for a in second.args][:3] == ["x_ptr", "weight_ptr", "bias_ptr"]
+
+
+def test_a_shared_kernels_variant_names_its_values_after_the_shared_pointers() -> None:
+    """sm_90's wider tiles make a variant of each layer; the second layer's is emitted under the names of the
+    code it shares (``bias_ptr``, not ``offset_ptr``), so its loads read ``bias`` too, and both share one variant."""
+    g = _two_layers(sym("n"), 512, DType.float16, (Symbol("n", 1, 4096),))
+    first, second = schedule_graph(g, SimpleNamespace(targets=("sm_80", "sm_90"))).kernels
+    (v1,), (v2,) = first.variants, second.variants
+    assert v1.kernel.name == v2.kernel.name == f"{first.name}_sm90" and v1.kernel.source == v2.kernel.source
+    assert [a.name for a in v2.kernel.args] == [a.name for a in second.args] == [a.name for a in first.args]
+    assert "bias = tl.load(bias_ptr" in v2.kernel.source and "offset" not in v2.kernel.source
 
 
 def test_unlowered_graph_is_a_typed_error() -> None:
