@@ -145,6 +145,20 @@ def header(name: str, graph: Graph, nodes: Sequence[int]) -> list[str]:
     return out
 
 
+def sharers(others: Sequence[str]) -> list[str]:
+    """Comment lines a shared code's header ends with: the other launches that run it, by their own names
+    (``# The same code also runs launches k7_reduction_layernorm, k10_reduction_layernorm, each on its own
+    nodes.``)."""
+    words = [f"{name}," for name in others]
+    words[-1] = words[-1].removesuffix(",") + (", each on its own nodes." if len(others) > 1 else ", on its own nodes.")
+    out = ["# The same code also runs launch" + ("es" if len(others) > 1 else "")]
+    for word in words:
+        if len(out[-1]) + len(word) + 1 > _WIDTH:
+            out.append("#  ")
+        out[-1] += " " + word
+    return out
+
+
 def kernel_name(
     graph: Graph,
     producers: Mapping[int, tuple[int, Node]],

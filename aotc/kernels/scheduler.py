@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from aotc.ir.digest import seal_all
 from aotc.ir.graph import Graph
 from aotc.ir.schedule import ArchVariant, ArgKind, Kernel, Schedule, same_launch
+from aotc.kernels import naming
 from aotc.kernels.config import KernelConfig
 from aotc.kernels.emit import FlagSlots, KernelBuilder
 from aotc.kernels.fusion import KernelPlan, plan_fusion
@@ -70,6 +71,7 @@ def schedule_graph(graph: Graph, options: Any = None, tiles: Mapping[int, Any] |
                     variants.append(ArchVariant(f"sm_{arch}", _shared(other, seen, rename=False)))
         flags.count = end
         kernels.append(kernel.replace(variants=tuple(variants)) if variants else kernel)
+    kernels = _note_sharers(kernels, [_name(graph, kp, i, producers) for i, kp in enumerate(plan.kernels)])
     buffers, arena = plan_memory(graph, kernels, plan.views)
     # each launch bound to the nodes it computes, now that its name, code and variants are final
     return Schedule(seal_all(graph, kernels), buffers, arena, tuple(plan.views), flags.count, tuple(plan.declined))
@@ -88,6 +90,26 @@ def _shared(kernel: Kernel, seen: dict[tuple, Kernel], rename: bool = True) -> K
         return kernel
     args = tuple(dataclasses.replace(a, name=b.name) for a, b in zip(kernel.args, first.args))
     return kernel.replace(name=first.name, source=first.source, args=args)
+
+
+def _note_sharers(kernels: list[Kernel], own: Sequence[str]) -> list[Kernel]:
+    """Each code that several launches run (a layer's kernel in every layer) names in its header the launches
+    besides the first, by the names they would have had (``own``: ``k9_reduction_layernorm``); the binary key
+    reads no comment, so what shares stays the same."""
+    runs: dict[str, list[str]] = {}
+    for k, name in zip(kernels, own):
+        for code_name in (k.name, *(v.kernel.name for v in k.variants)):
+            runs.setdefault(code_name, []).append(name)
+
+    def noted(k: Kernel) -> Kernel:
+        others = runs.get(k.name, [])[1:]
+        if not others:
+            return k
+        head, jit, body = k.source.partition("\n@triton.jit\n")
+        return k.replace(source="\n".join([head, *naming.sharers(others)]) + jit + body)
+
+    out = [noted(k) for k in kernels]
+    return [k.replace(variants=tuple(dataclasses.replace(v, kernel=noted(v.kernel)) for v in k.variants)) for k in out]
 
 
 def _emit(b: KernelBuilder, kp: KernelPlan, name: str, config: KernelConfig, tile: Any = None) -> Kernel:

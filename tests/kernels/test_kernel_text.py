@@ -119,3 +119,18 @@ def test_pointer_names_follow_the_model() -> None:
     assert [a.name for a in gelu.args] == ["x_ptr", "weight_ptr", "bias_ptr", "out_ptr", "M"], names
     assert gelu.name.endswith("_matmul_bias_gelu")
     assert PINNED["gpt2_layernorm"](s).name.endswith("_reduction_layernorm")
+
+
+@pytest.mark.parametrize("name", ["gpt2", "lstm_ensemble"])
+def test_a_shared_kernels_header_names_the_other_launches_that_run_it(name: str) -> None:
+    """A code several launches run says so after the nodes of the first: the others by the names they would have
+    had (``k7_reduction_layernorm``: launch 7 of the plan); the binary key reads no comment, so sharing is unchanged."""
+    s = _schedule(name)
+    launches: dict[str, list[int]] = {}
+    for i, k in enumerate(s.kernels):
+        launches.setdefault(k.name, []).append(i)
+    assert any(len(ks) > 1 for ks in launches.values())
+    for code_name, ks in launches.items():
+        header = [t for t in s.kernels[ks[0]].source.splitlines() if t.startswith("#")]
+        shared = "\n".join(header[next((j for j, t in enumerate(header) if "The same code" in t), len(header)) :])
+        assert [int(n) for n in re.findall(r"\bk(\d+)_\w+", shared)] == ks[1:], (code_name, shared)
