@@ -1,5 +1,6 @@
 """KernelWriter: the text of one Triton kernel: its statements and fresh names, block scopes, parameters, and
-the finished ``Kernel`` record (pointers named by role, unread sizes dropped, out-of-range accesses clamped).
+the finished ``Kernel`` record (pointers named by role and the values loaded or stored through them after
+them, unread sizes dropped, out-of-range accesses clamped).
 
 ``emit.KernelBuilder`` extends it with the graph's values: what a template asks for at an index becomes the
 statements written here.

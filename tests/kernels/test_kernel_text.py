@@ -18,11 +18,16 @@ from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from aotc.ir import DType, Op, TensorType
 from aotc.ir.schedule import ArgKind, Kernel, Schedule
 from aotc.ir.templates import KernelKind
+from aotc.kernels.naming import value_names
 from aotc.kernels.scheduler import code, schedule_graph
+from tests.graph_kit import make_graph
+from tests.kernels.kernel_kit import check
 from tests.kernels.model_kit import CONFIGS, lowered
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "kernels"
@@ -134,3 +139,23 @@ def test_a_shared_kernels_header_names_the_other_launches_that_run_it(name: str)
         header = [t for t in s.kernels[ks[0]].source.splitlines() if t.startswith("#")]
         shared = "\n".join(header[next((j for j, t in enumerate(header) if "The same code" in t), len(header)) :])
         assert [int(n) for n in re.findall(r"\bk(\d+)_\w+", shared)] == ks[1:], (code_name, shared)
+
+
+def test_values_are_named_after_their_pointers() -> None:
+    """A load by its pointer's role, numbered where loads share one (never into another's role: ``x1`` is left to
+    ``x1_ptr``), where the role is taken in the kernel or is a Python name; a number after a digit takes a ``_``."""
+    values = [("v0", "x_ptr"), ("v1", "x_ptr"), ("v2", "x1_ptr"), ("v3", "input_ptr"), ("t0", "out_ptr1")]
+    values += [("v4", "w1_ptr"), ("v5", "w1_ptr"), ("v6", "acc_ptr")]
+    assert value_names(values, {"acc", "v0"}) == {
+        **{"v0": "x", "v1": "x2", "v2": "x1", "v3": "input1", "t0": "out1"},
+        **{"v4": "w1", "v5": "w1_1", "v6": "acc1"},
+    }
+
+
+def test_a_value_named_like_a_builtin_runs() -> None:
+    """Inputs called ``input`` and ``range`` (a name the kernel calls): their loads are ``input1`` and ``range1``."""
+    spec = TensorType(DType.float32, (2, 3))
+    g = make_graph({"input": spec, "range": spec}, lambda b, x, y: [b.op(Op.ADD, b.op(Op.EXP, x), y)])
+    rng = np.random.default_rng(0)
+    (k,) = check(g, [rng.standard_normal((2, 3)).astype(np.float32) for _ in range(2)]).kernels
+    assert "input1 = tl.load(input_ptr" in k.source and "range1 = tl.load(range_ptr" in k.source, k.source
