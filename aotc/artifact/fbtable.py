@@ -25,8 +25,6 @@ import flatbuffers
 import flatbuffers.table
 import numpy as np
 
-import aotc.artifact.generated as generated_package
-
 _I32 = struct.Struct("<i").unpack_from
 _U16 = struct.Struct("<H").unpack_from
 _U32 = struct.Struct("<I").unpack_from
@@ -94,10 +92,15 @@ def _package() -> types.ModuleType:
 _PACKAGE = _package()
 
 
+# By name: ``import aotc.artifact.generated as ...`` reads attributes of the packages while they are still being
+# imported, which reaches aotc's lazy public attributes (the compiler's frontend) on the runtime's import path.
+_GENERATED = "aotc.artifact.generated"
+
+
 def install(fast: bool = True) -> None:
     """Point every generated module's ``flatbuffers`` at the view above, or back at the package (``fast=False``,
     for the test that compares the two readings); idempotent."""
-    for info in pkgutil.iter_modules(generated_package.__path__):
-        module = importlib.import_module(f"{generated_package.__name__}.{info.name}")
+    for info in pkgutil.iter_modules(importlib.import_module(_GENERATED).__path__):
+        module = importlib.import_module(f"{_GENERATED}.{info.name}")
         if getattr(module, "flatbuffers", None) in (flatbuffers, _PACKAGE):
             module.flatbuffers = _PACKAGE if fast else flatbuffers
