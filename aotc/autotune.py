@@ -5,7 +5,7 @@ With no GPU, heuristics choose every kernel's tiles (ir/tiles.py, kernels/attent
 newer target gets its own heuristic variant (kernels/scheduler.py). With a GPU at compile time, ``autotune`` times a
 short list of candidate tiles for each matmul, conv (implicit GEMM) and attention launch, at one tuning
 shape (each dim at its maximum unless given), and records each launch's fastest kernel as its
-``ArchVariant`` for the GPU's target: GPUs running that target's code launch it, every other GPU keeps
+``ArchLaunch`` for the GPU's target: GPUs running that target's code launch it, every other GPU keeps
 the heuristic kernels. The heuristic config is always candidate 0, so tuning never records a slower
 kernel than the one it replaces (at the tuning shape).
 
@@ -32,10 +32,11 @@ from aotc.ir.dtypes import DType
 from aotc.ir.graph import Graph
 from aotc.ir.launch import KernelBinary, capability
 from aotc.ir.ops import Op
-from aotc.ir.schedule import ArchVariant, Kernel, Schedule, same_launch
+from aotc.ir.schedule import ArchLaunch, Kernel, Schedule, same_launch
 from aotc.ir.symbolic_values import evaluate
 from aotc.ir.templates import template
 from aotc.ir.tiles import MIN_DOT_BLOCK, TileConfig, matmul_config, upper
+from aotc.ir.variant import Variant
 from aotc.kernels.attention import AttentionConfig, attention_config, attention_shape
 from aotc.kernels.conv import conv_shape
 from aotc.kernels.matmul import DOT_DTYPES, matmul_shape
@@ -184,10 +185,10 @@ def autotune(
         if best == 0 or not math.isfinite(times[i][best]):
             continue
         k = out[i]
-        others = tuple(v for v in k.variants if v.arch != arch)
+        others = tuple(v for v in k.arch_launches if v.arch != arch)
         # the winner was sealed in its candidate plan under another name: sealed again as this launch's variant
         winner = seal(graph, kernels[i][best])  # type: ignore[arg-type]
-        out[i] = k.replace(variants=(*others, ArchVariant(arch, winner)))
+        out[i] = k.replace(arch_launches=(*others, ArchLaunch(arch, winner)))
     return dataclasses.replace(schedule, kernels=tuple(out)), TuneReport(info.name, arch, dict(env), tuple(report))
 
 
@@ -380,7 +381,7 @@ def _cuda_measure(driver: Any, repeats: int) -> Measure:
 
         # A plan the GPU cannot load or run (too much shared memory, ...) raises CudaError, an AotcError.
         with CudaBackend(driver=driver, graph_cache=0) as backend:
-            program = backend.prepare(graph, plan, binaries)
+            program = backend.prepare(Variant(graph, plan), binaries)
             return [t.ms for t in profile(program, feeds, env, repeats)]
 
     return measure

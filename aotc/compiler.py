@@ -24,6 +24,7 @@ from aotc.frontend.trace import trace
 from aotc.ir.graph import Graph
 from aotc.ir.launch import KernelBinary
 from aotc.ir.schedule import Schedule
+from aotc.ir.variant import Variant
 from aotc.lowering.options import CompileOptions
 from aotc.lowering.padding import padded_lines
 from aotc.lowering.pipeline import lower
@@ -67,6 +68,11 @@ class CompiledModel:
     def schedule(self) -> Schedule | None:
         """The kernels' launch plan, or None when the model runs on the cpu backend only."""
         return self.kernels.schedule
+
+    @property
+    def variant(self) -> Variant:
+        """The variant the artifact stores: the lowered graph and its launch plan."""
+        return Variant(self.lowered, self.kernels.schedule)
 
     def explain(self) -> str:
         """What each kernel fuses and every fusion declined, with reasons, then what the attention and
@@ -244,10 +250,9 @@ def write_stage(
     if onnx is not None:
         meta[ONNX_META_KEY] = onnx.summary
     return write_artifact(
-        [lowered],
+        [Variant(lowered, kernels.schedule)],
         source=source,
         meta=meta,
-        schedules=[kernels.schedule] if kernels.schedule is not None else None,
         binaries=tuple(kernels.binaries.values()),
         onnx=onnx.model if onnx is not None else None,
     )

@@ -66,7 +66,7 @@ def bench(name: str, runs: int, devices: list[str], workdir: Path) -> list[list[
             print(f"{name}: skipping {device}: {exc}", file=sys.stderr)
             continue
         load_ms = (time.perf_counter() - start) * 1e3
-        graph = exe.artifact.variants[0]
+        graph = exe.artifact.variants[0].graph
         for dims in SHAPES[name]:
             feeds, env = build_feeds(graph, {}, dims, random=True, seed=0)
             latency = median_ms(lambda: exe.run(feeds), runs)  # noqa: B023 - called right here

@@ -80,14 +80,14 @@ if __name__ == "__main__":
 
 
 def kernel_files(artifact: Artifact) -> dict[str, str]:
-    """File name -> text, one per distinct kernel code (per-architecture variants included)."""
+    """File name -> text, one per distinct kernel code (per-architecture launches included)."""
     files: dict[str, str] = {}
-    for index, graph in enumerate(artifact.variants):
-        schedule = artifact.schedules[index] if index < len(artifact.schedules) else None
+    for variant in artifact.variants:
+        graph, schedule = variant.graph, variant.plan
         if schedule is None:
             continue
         for launch_index, k in enumerate(schedule.kernels):
-            for code in (k, *(v.kernel for v in k.variants)):
+            for code in (k, *(v.kernel for v in k.arch_launches)):
                 name = f"{code.name}.py"
                 if name not in files:
                     files[name] = kernel_file(artifact.name, graph, schedule, code, launch_index)

@@ -77,7 +77,7 @@ def run_command(
         check_output_path(output)
     keys = [require_file(k, "--trusted-key") for k in trusted_keys]
     exe = aotc.load(artifact, device=device, trusted_keys=keys or None, threads=threads)
-    graph = exe.artifact.variants[0]
+    graph = exe.artifact.variants[0].graph
     feeds, env = build_feeds(graph, files, dim_values, random_inputs, seed, check=exe.check)
     start = time.perf_counter()
     flat = exe.run(feeds)

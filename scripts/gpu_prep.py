@@ -94,7 +94,7 @@ def build_models(carry: Path) -> None:
         cpu = Executable(art, "cpu")
         stored: dict[str, np.ndarray] = {}
         for i, dims in enumerate(DIMS[name]):
-            xs = feeds(name, art.variants[0], dims, seed=i)
+            xs = feeds(name, art.variants[0].graph, dims, seed=i)
             for input_name, x in zip(cpu.input_names, xs):
                 stored[f"case{i}_in_{input_name}"] = x
             for j, y in enumerate(cpu.run(dict(zip(cpu.input_names, xs)))):

@@ -56,9 +56,9 @@ def driver(fake: bool, arts: list[Artifact]) -> Any:
 
     drv = FakeDriver()
     for art in arts:
-        for s in art.schedules:
-            if s is not None:
-                drv.register(s, art.kernels)
+        for v in art.variants:
+            if v.plan is not None:
+                drv.register(v.plan, art.kernels)
     return drv
 
 
@@ -140,7 +140,7 @@ def smoke(carry: Path, report: Report, fake: bool) -> None:
 
 def smoke_feeds(art: Artifact) -> list[dict[str, np.ndarray]]:
     rng = np.random.default_rng(0)
-    shape = art.variants[0].inputs[0].type.shape
+    shape = art.variants[0].graph.inputs[0].type.shape
     return [{"x": rng.standard_normal((b, *shape[1:])).astype(np.float32)} for b in (3, 17)]
 
 

@@ -29,7 +29,7 @@ _HEX = frozenset("0123456789abcdef")
 def check_binding(p: Plan, i: int, k: Kernel, nodes: LaunchNodes, what: str) -> None:
     """The launch's digest (and each architecture variant's) is that of its nodes and code, and its extents
     stay inside what it passes them."""
-    for kernel, kw in ((k, what), *((v.kernel, f"{what} variant {v.arch!r}") for v in k.variants)):
+    for kernel, kw in ((k, what), *((v.kernel, f"{what} variant {v.arch!r}") for v in k.arch_launches)):
         d = kernel.digest
         if not isinstance(d, str) or len(d) != 2 * DIGEST_BYTES or not _HEX.issuperset(d):
             raise fail(kw, f"digest {str(d)[:40]!r} is not {2 * DIGEST_BYTES} lowercase hex digits")

@@ -128,16 +128,18 @@ def source_params(source: str, name: str) -> list[str] | None:
     return [_PARAM_ANNOTATION.sub("", p).strip() for p in m.group(1).split(",") if p.strip()]
 
 
-def check_variant_binaries(schedules: Iterable[Schedule | None], binaries: Mapping[str, KernelBinary]) -> None:
-    """With binaries stored, each variant's code has a cubin for the target it serves."""
+def check_arch_binaries(schedules: Iterable[Schedule | None], binaries: Mapping[str, KernelBinary]) -> None:
+    """With binaries stored, each arch launch's code has a cubin for the target it serves."""
     if not binaries:
         return
     for s in schedules:
         for k in s.kernels if s is not None else ():
-            for v in k.variants:
+            for v in k.arch_launches:
                 b = binaries.get(v.kernel.name)
                 if b is None or v.arch not in b.archs:
-                    raise fail(f"kernel {k.name!r} variant {v.arch}", f"code {v.kernel.name!r} has no {v.arch} cubin")
+                    raise fail(
+                        f"kernel {k.name!r} arch launch {v.arch}", f"code {v.kernel.name!r} has no {v.arch} cubin"
+                    )
 
 
 def check_binary(k: Kernel, b: KernelBinary, what: str, bound: bool = False) -> None:

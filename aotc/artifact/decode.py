@@ -35,6 +35,8 @@ fbtable.install()
 
 # The first schema with the ONNX model for onnxruntime (Artifact.onnx).
 ONNX_VERSION = 7
+# The first schema with Variant tables (Artifact.variants: a graph and its plan each).
+VARIANT_VERSION = 9
 # aotc.__version__, as the writer stores it (PEP 440 characters)
 _VERSION = re.compile(r"[0-9A-Za-z.+!_-]{1,64}")
 
@@ -135,8 +137,33 @@ class Decoder:
         used in the order the writer interns them (canonical.py)."""
         self.order.finish()
 
-    def variants(self) -> list[Any]:
-        return [self.root.Variants(i) for i in range(self.count(self.root.VariantsLength(), "variants"))]
+    def variants(self) -> list[tuple[Any, Any | None]]:
+        """Each variant's Graph table and its plan's Schedule table (None: no plan), from where this file's schema
+        version keeps them: the Variant tables (schema >= 9), else the graphs with their ``schedule`` (3-8)."""
+        r = self.root
+        if self.version >= VARIANT_VERSION:
+            if not r.VariantGraphsIsNone():
+                raise ArtifactError(
+                    f"a schema version {self.version} file holds its variants' graphs in the schema 1-8 list"
+                )
+            if r.VariantsIsNone():
+                raise ArtifactError(f"the variants list is required from schema {VARIANT_VERSION}")
+            out = []
+            for i in range(self.count(r.VariantsLength(), "variants")):
+                v = r.Variants(i)
+                g = v.Graph()
+                if g.Schedule() is not None:
+                    raise ArtifactError(
+                        f"variant {i}: its graph has a schedule (from schema {VARIANT_VERSION}: its plan)"
+                    )
+                out.append((g, v.Plan()))
+            return out
+        if not r.VariantsIsNone():
+            raise ArtifactError(f"a schema version {self.version} file holds schema {VARIANT_VERSION} variant tables")
+        if r.VariantGraphsIsNone():
+            raise ArtifactError(f"the variant graphs are required before schema {VARIANT_VERSION}")
+        graphs = [r.VariantGraphs(i) for i in range(self.count(r.VariantGraphsLength(), "variant graphs"))]
+        return [(g, g.Schedule() if self.version >= 3 else None) for g in graphs]
 
     def source(self) -> Any | None:
         return self.root.Source()

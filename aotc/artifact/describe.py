@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from aotc.artifact.reader import Artifact
@@ -10,14 +11,14 @@ from aotc.ir.schedule import Kernel, Schedule
 from aotc.ir.symbolic import to_infix
 from aotc.ir.symbolic_values import bounds
 from aotc.ir.types import TensorType
+from aotc.ir.variant import Variant
 
 
 def describe(artifact: Artifact) -> dict[str, Any]:
     """Versions, interface, symbols, guards, op counts and sizes. Top-level inputs, outputs, symbols and
     guards are those of the first variant; ``variants`` lists each one."""
-    first = artifact.variants[0]
-    schedules = _schedules(artifact)
-    arenas = [_arena_at_max(g, s) for g, s in zip(artifact.variants, schedules) if s is not None]
+    first = artifact.variants[0].graph
+    arenas = [_arena_at_max(v.graph, v.plan) for v in artifact.variants if v.plan is not None]
     return {
         "format_version": artifact.format_version,
         "schema_version": artifact.schema_version,
@@ -35,7 +36,7 @@ def describe(artifact: Artifact) -> dict[str, Any]:
         "output_tree": first.output_tree,
         "symbols": _symbols(first),
         "guards": _guards(first),
-        "variants": [_variant(i, g, s) for i, (g, s) in enumerate(zip(artifact.variants, schedules))],
+        "variants": [_variant(i, v.graph, v.plan) for i, v in enumerate(artifact.variants)],
         "source": None
         if artifact.source is None
         else {"nodes": len(artifact.source.nodes), "op_counts": artifact.source.op_counts()},
@@ -48,7 +49,7 @@ def describe(artifact: Artifact) -> dict[str, Any]:
         "kernels": _kernels(artifact),
         "toolchain": _toolchain(artifact),
         "arena_bytes": max(arenas) if arenas else None,
-        "arena_by_dim": _arena_by_dim(artifact.variants, schedules),
+        "arena_by_dim": _arena_by_dim(artifact.variants),
         "onnx": _onnx(artifact),
     }
 
@@ -90,10 +91,6 @@ def _variant(index: int, g: Graph, s: Schedule | None) -> dict[str, Any]:
     }
 
 
-def _schedules(artifact: Artifact) -> list[Schedule | None]:
-    return [artifact.schedules[i] if i < len(artifact.schedules) else None for i in range(len(artifact.variants))]
-
-
 def _arena_at_max(g: Graph, s: Schedule) -> int:
     """The arena's size bound over every binding of the symbols. ``ir.symbolic.bounds`` gives a sound upper
     bound (exact for the sums and products of symbols arena sizes are; evaluating at each symbol's max would
@@ -102,11 +99,12 @@ def _arena_at_max(g: Graph, s: Schedule) -> int:
     return bounds(s.arena_bytes, ranges, {x.name: x.multiple_of for x in g.symbols})[1]
 
 
-def _arena_by_dim(graphs: list[Graph], schedules: list[Schedule | None]) -> dict[str, int]:
+def _arena_by_dim(variants: Sequence[Variant]) -> dict[str, int]:
     """Per dim, the arena's bound with that dim over its range and every other dim at its minimum (the largest over
     the variants), largest first: which dim's maximum the arena grows with, so a user knows which range to narrow."""
     out: dict[str, int] = {}
-    for g, s in zip(graphs, schedules):
+    for v in variants:
+        g, s = v.graph, v.plan
         if s is None:
             continue
         mins = {x.name: (x.min, x.min) for x in g.symbols}
@@ -139,15 +137,15 @@ def _kernels(artifact: Artifact) -> list[dict[str, Any]]:
     """One entry per distinct kernel, in the order the variants first launch them."""
     first: dict[str, Kernel] = {}
     launches: dict[str, int] = {}
-    variant_of: dict[str, str] = {}  # a per-target variant's code -> the code it stands in for
-    for s in _schedules(artifact):
-        for k in s.kernels if s is not None else ():
+    arch_launch_of: dict[str, str] = {}  # an arch launch's code -> the code it stands in for
+    for variant in artifact.variants:
+        for k in variant.plan.kernels if variant.plan is not None else ():
             first.setdefault(k.name, k)
             launches[k.name] = launches.get(k.name, 0) + 1
-            for v in k.variants:
+            for v in k.arch_launches:
                 first.setdefault(v.kernel.name, v.kernel)
                 launches[v.kernel.name] = launches.get(v.kernel.name, 0) + 1
-                variant_of.setdefault(v.kernel.name, k.name)
+                arch_launch_of.setdefault(v.kernel.name, k.name)
     out = []
     for name, k in first.items():
         binary = artifact.kernels.get(name)
@@ -166,7 +164,7 @@ def _kernels(artifact: Artifact) -> list[dict[str, Any]]:
                 "shared_by_target": shared,
                 "launches": launches[name],
                 "tiles": dict(k.constexprs),
-                "variant_of": variant_of.get(name),
+                "arch_launch_of": arch_launch_of.get(name),
             }
         )
     return out

@@ -28,6 +28,7 @@ from aotc.artifact.generated import Guard as FbGuard
 from aotc.artifact.generated import Segment as FbSegment
 from aotc.artifact.generated import Symbol as FbSymbol
 from aotc.artifact.generated import TensorType as FbTensorType
+from aotc.artifact.generated import Variant as FbVariant
 from aotc.artifact.generated.ValueKind import ValueKind
 from aotc.artifact.layout import DTYPE_CODES, MAX_ATTR_DEPTH
 from aotc.artifact.plan_checks import GRAPH_FEATURES
@@ -35,9 +36,9 @@ from aotc.artifact.plan_encode import KernelPlan, encode_codes, encode_schedule
 from aotc.errors import ArtifactError
 from aotc.ir.dtypes import DType
 from aotc.ir.graph import Graph, Guard, Symbol
-from aotc.ir.schedule import Schedule
 from aotc.ir.symbolic import SymExpr, to_sexpr
 from aotc.ir.types import Attrs, TensorType
+from aotc.ir.variant import Variant
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 _DOUBLE = struct.Struct("<d")
@@ -85,7 +86,7 @@ def new_builder() -> flatbuffers.Builder:
 
 def encode_artifact(
     header: Header,
-    variants: Sequence[Graph],
+    variants: Sequence[Variant],
     source: Graph | None,
     constants: Sequence[ConstantEntry],
     segments: Sequence[SegmentEntry],
@@ -94,17 +95,14 @@ def encode_artifact(
     onnx: bytes | None = None,
 ) -> bytes:
     """The artifact's FlatBuffer. ``tables`` may hold entries already (tests encode attr values alone);
-    ``plan`` holds the variants' launch plans and kernel code (plan_encode.plan_kernels); ``onnx`` the stored ONNX
+    ``plan`` holds the kernel code the variants' plans launch (plan_encode.plan_kernels); ``onnx`` the stored ONNX
     model (schema 7), or None."""
     b = new_builder()
     t = Interner() if tables is None else tables
-    plan = plan or KernelPlan((None,) * len(variants), (), {})
+    plan = plan or KernelPlan()
     const_index = {c.name: i for i, c in enumerate(constants)}
     code_index = {k.name: i for i, k in enumerate(plan.codes)}
-    variant_offs = [
-        _graph(b, g, t, const_index, f"variant {i}", s, code_index)
-        for i, (g, s) in enumerate(zip(variants, plan.schedules))
-    ]
+    variant_offs = [_variant(b, v, t, const_index, f"variant {i}", code_index) for i, v in enumerate(variants)]
     source_off = _graph(b, source, t, const_index, "source graph") if source is not None else None
     const_offs = [_constant(b, c) for c in constants]
     seg_offs = [_segment(b, s) for s in segments]
@@ -125,7 +123,6 @@ def encode_artifact(
     FbArtifact.AddProducerVersion(b, producer)
     FbArtifact.AddModelName(b, model_name)
     FbArtifact.AddMetaJson(b, meta)
-    FbArtifact.AddVariants(b, variants_vec)
     if source_off is not None:
         FbArtifact.AddSource(b, source_off)
     FbArtifact.AddConstants(b, consts_vec)
@@ -141,6 +138,7 @@ def encode_artifact(
         FbArtifact.AddCudaDriverFloor(b, floor)
     if onnx_vec is not None:
         FbArtifact.AddOnnx(b, onnx_vec)
+    FbArtifact.AddVariants(b, variants_vec)
     b.Finish(FbArtifact.End(b))
     return bytes(b.Output())
 
@@ -302,15 +300,24 @@ def _node_columns(g: Graph, t: Interner, what: str) -> _NodeColumns:
     return c
 
 
-def _graph(
+def _variant(
     b: flatbuffers.Builder,
-    g: Graph,
+    v: Variant,
     t: Interner,
     const_index: Mapping[str, int],
     what: str,
-    schedule: Schedule | None = None,
-    code_index: Mapping[str, int] | None = None,
+    code_index: Mapping[str, int],
 ) -> int:
+    graph = _graph(b, v.graph, t, const_index, what)
+    plan = encode_schedule(b, v.plan, code_index) if v.plan is not None else None
+    FbVariant.Start(b)
+    FbVariant.AddGraph(b, graph)
+    if plan is not None:
+        FbVariant.AddPlan(b, plan)
+    return FbVariant.End(b)
+
+
+def _graph(b: flatbuffers.Builder, g: Graph, t: Interner, const_index: Mapping[str, int], what: str) -> int:
     c = _node_columns(g, t, what)
     fields = [
         (FbGraph.AddName, string(b, g.name, f"{what} name")),
@@ -331,8 +338,6 @@ def _graph(
         (FbGraph.AddGuards, table_vector(b, [_guard(b, gd) for gd in g.guards])),
         (FbGraph.AddConstants, _uints(b, [const_index[k] for k in g.constants])),
     ]
-    if schedule is not None and code_index is not None:
-        fields.append((FbGraph.AddSchedule, encode_schedule(b, schedule, code_index)))
     FbGraph.Start(b)
     for add, offset in fields:
         add(b, offset)

@@ -106,12 +106,12 @@ def check_launch(p: Plan, k: Kernel, read_only: set[int], slots: set[int], what:
         space.check(c.low, f"{what} check low")
         space.check(c.high, f"{what} check high")
     archs: set[str] = set()
-    for v in k.variants:
+    for v in k.arch_launches:
         vw = f"{what} variant {v.arch!r}"
         if not isinstance(v.arch, str) or not _TARGET.fullmatch(v.arch) or v.arch in archs:
             raise fail(vw, "expected a target such as 'sm_90', once per launch")
         archs.add(v.arch)
-        if v.kernel.variants or not same_launch(k, v.kernel):
+        if v.kernel.arch_launches or not same_launch(k, v.kernel):
             raise fail(vw, "its kernel does not take the launch's args, nodes, reads, writes and checks")
         if len(v.kernel.grid) != 3:
             raise fail(vw, f"grid has {len(v.kernel.grid)} dims, expected 3")
@@ -240,7 +240,7 @@ def check_grids(p: Plan, i: int, k: Kernel, nodes: LaunchNodes, what: str) -> No
     """Each grid dim (the launch's and each architecture variant's) is >= 0, within CUDA's limits and within
     what its outputs need (``grid_need``: its template's row, aotc/ir/templates.py)."""
     outs = tuple(id(p.values[v].type) for v in k.outputs)
-    for kernel, kw in ((k, what), *((v.kernel, f"{what} variant {v.arch!r}") for v in k.variants)):
+    for kernel, kw in ((k, what), *((v.kernel, f"{what} variant {v.arch!r}") for v in k.arch_launches)):
         # the need depends on the code (kind, block sizes, source) and on the nodes' ops, attrs and types
         key = (id(kernel.source), id(kernel.constexprs), kernel.kind, *outs, *nodes.held())
         hit = p.grid_needs.get(key)

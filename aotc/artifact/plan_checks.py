@@ -127,5 +127,5 @@ def _runs_of(base: Schedule, s: Schedule) -> bool:
         s.buffers is base.buffers
         and s.arena_bytes is base.arena_bytes
         and len(s.kernels) == len(base.kernels)
-        and all(r is k or any(r is v.kernel for v in k.variants) for r, k in zip(s.kernels, base.kernels))
+        and all(r is k or any(r is v.kernel for v in k.arch_launches) for r, k in zip(s.kernels, base.kernels))
     )

@@ -18,8 +18,8 @@ import numpy as np
 from aotc.artifact.code_checks import (
     ARG_KIND_CODES,
     LEGACY_KIND_CODES,
+    check_arch_binaries,
     check_code,
-    check_variant_binaries,
     derive_driver_floor,
 )
 from aotc.artifact.plan_checks import (
@@ -33,7 +33,7 @@ from aotc.artifact.tables import Counter, column, expr, text
 from aotc.errors import ArtifactError
 from aotc.ir.graph import Graph
 from aotc.ir.launch import Cubin, KernelBinary, LaunchMeta
-from aotc.ir.schedule import ArchVariant, Arg, ArgKind, Buffer, Extents, IndexCheck, Kernel, Schedule, Size, View
+from aotc.ir.schedule import ArchLaunch, Arg, ArgKind, Buffer, Extents, IndexCheck, Kernel, Schedule, Size, View
 from aotc.ir.templates import BY_KIND, KernelKind
 
 _LEGACY_KINDS = {c: k for k, c in LEGACY_KIND_CODES.items()}
@@ -113,8 +113,8 @@ class PlanDecoder:
     def binaries(self) -> dict[str, KernelBinary]:
         return {k.name: b for k, b in self.codes if b is not None}
 
-    def schedule(self, fb_graph: Any, graph: Graph, what: str) -> Schedule | None:
-        s = fb_graph.Schedule() if self.version >= 3 else None
+    def schedule(self, s: Any | None, graph: Graph, what: str) -> Schedule | None:
+        """The plan a variant's Schedule table ``s`` (None: it has none) holds for its decoded ``graph``."""
         if s is None or self.unusable:
             return None
         self._schedules += 1
@@ -157,9 +157,9 @@ class PlanDecoder:
         if self.unusable:
             return
         want = () if not self._schedules else KERNEL_FEATURES if self.binaries else KERNEL_FEATURES[:1]
-        if any(k.variants for s in self._decoded for k in s.kernels):
+        if any(k.arch_launches for s in self._decoded for k in s.kernels):
             want += (ARCH_VARIANTS,)
-        check_variant_binaries(self._decoded, self.binaries)
+        check_arch_binaries(self._decoded, self.binaries)
         if self.kernel_features != want:
             raise ArtifactError(f"kernel features {list(self.kernel_features)} do not match its kernels ({list(want)})")
 
@@ -300,21 +300,22 @@ class PlanDecoder:
             fused=self._column(fl, _LAUNCH_FUSED, f"{what} fused"),
         )
         launch = self._bound(fl, launch, _LAUNCH_EXTENTS, extents, used, what)
-        if fl.VariantsIsNone():
+        if fl.ArchLaunchesIsNone():
             return launch
         if self.version < 4:
-            raise ArtifactError(f"{what}: a schema version {self.version} file holds schema 4 launch variants")
-        n = self.count(fl.VariantsLength(), f"{what} variants")
+            raise ArtifactError(f"{what}: a schema version {self.version} file holds schema 4 arch launches")
+        n = self.count(fl.ArchLaunchesLength(), f"{what} arch launches")
         if n == 0:
-            raise ArtifactError(f"{what}: an empty variants list (the writer leaves it out)")
+            raise ArtifactError(f"{what}: an empty arch launches list (the writer leaves it out)")
         return launch.replace(
-            variants=tuple(
-                self._variant(fl.Variants(i), launch, f"{what} variant {i}", extents, used) for i in range(n)
+            arch_launches=tuple(
+                self._arch_launch(fl.ArchLaunches(i), launch, f"{what} arch launch {i}", extents, used)
+                for i in range(n)
             )
         )
 
     def _bound(self, t: Any, k: Kernel, slot: int, extents: list[Extents], used: list[int], what: str) -> Kernel:
-        """``k`` with the digest and extents of launch (or variant) table ``t`` (schema >= 6)."""
+        """``k`` with the digest and extents of launch (or arch launch) table ``t`` (schema >= 6)."""
         if self.version < BOUND_VERSION:
             if t.Digest() is not None or t._tab.Offset(slot):
                 raise ArtifactError(f"{what}: a schema version {self.version} file holds schema {BOUND_VERSION} fields")
@@ -344,7 +345,7 @@ class PlanDecoder:
             requires=tuple(self._expr(e, f"{what} requirement") for e in requires),
         )
 
-    def _variant(self, v: Any, launch: Kernel, what: str, extents: list[Extents], used: list[int]) -> ArchVariant:
+    def _arch_launch(self, v: Any, launch: Kernel, what: str, extents: list[Extents], used: list[int]) -> ArchLaunch:
         code = self._code_at(int(v.Code()), what)
         if [(a.name, a.type) for a in code.args] != [(a.name, a.type) for a in launch.args]:
             raise ArtifactError(f"{what}: kernel {code.name} does not take the launch's args")
@@ -362,7 +363,7 @@ class PlanDecoder:
             grid=tuple(self._expr(g, f"{what} grid") for g in grid),
         )
         kernel = self._bound(v, kernel, _ARCH_EXTENTS, extents, used, what)
-        return ArchVariant(text(v.Arch(), f"{what} arch"), kernel)
+        return ArchLaunch(text(v.Arch(), f"{what} arch"), kernel)
 
     def _check(self, c: Any, what: str) -> IndexCheck:
         return IndexCheck(
@@ -415,7 +416,7 @@ class PlanDecoder:
 
 
 def _check_interned(extents: list[Extents], used: list[int], what: str) -> None:
-    """The writer stores each distinct Extents once, in the order its launches (then their variants) first use
+    """The writer stores each distinct Extents once, in the order its launches (then their arch launches) first use
     them, and no other: the reader holds a file to that."""
     first = list(dict.fromkeys(used))
     if first != list(range(len(extents))):

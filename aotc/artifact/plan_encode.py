@@ -1,4 +1,4 @@
-"""Launch plans and kernel code into the FlatBuffer (schema.fbs, versions 3-6). Used by the writer only.
+"""Launch plans and kernel code into the FlatBuffer (schema.fbs, versions 3-9). Used by the writer only.
 
 ``plan_kernels`` validates what the writer was given (plan_checks.py) and settles the file's kernel
 table: one KernelCode per distinct kernel name, in first-use order over the variants' launches. Every launch
@@ -9,15 +9,15 @@ once per schedule in first-use order.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import flatbuffers
 import numpy as np
 
 from aotc.artifact.code_checks import (
     ARG_KIND_CODES,
+    check_arch_binaries,
     check_code,
-    check_variant_binaries,
     code_key,
     derive_driver_floor,
 )
@@ -33,48 +33,32 @@ from aotc.artifact.generated import LaunchMeta as FbLaunchMeta
 from aotc.artifact.generated import Schedule as FbSchedule
 from aotc.artifact.plan_checks import ARCH_VARIANTS, KERNEL_FEATURES, check_schedule
 from aotc.errors import ArtifactError
-from aotc.ir.graph import Graph
 from aotc.ir.launch import KernelBinary, LaunchMeta
 from aotc.ir.schedule import Extents, Kernel, Schedule
 from aotc.ir.symbolic import to_sexpr
+from aotc.ir.variant import Variant
 
 U32_MAX = 2**32 - 1
 
 
 @dataclass(frozen=True)
 class KernelPlan:
-    schedules: tuple[Schedule | None, ...]  # one per variant
-    codes: tuple[Kernel, ...]  # the first launch of each distinct kernel, in first-use order
-    binaries: Mapping[str, KernelBinary]  # by name: every code's, or none
+    codes: tuple[Kernel, ...] = ()  # the first launch of each distinct kernel, in first-use order
+    binaries: Mapping[str, KernelBinary] = field(default_factory=dict)  # by name: every code's, or none
     driver_floor: str = ""  # the oldest CUDA driver every binary loads on; "" with no binaries
-
-    @property
-    def kernel_features(self) -> tuple[str, ...]:
-        if all(s is None for s in self.schedules):
-            return ()
-        out = KERNEL_FEATURES if self.binaries else KERNEL_FEATURES[:1]
-        if any(k.variants for s in self.schedules if s is not None for k in s.kernels):
-            out += (ARCH_VARIANTS,)
-        return out
+    kernel_features: tuple[str, ...] = ()  # what the plans and kernels need (schema.fbs, version 3)
 
 
-def plan_kernels(
-    variants: Sequence[Graph],
-    schedules: Sequence[Schedule | None] | None,
-    binaries: Sequence[KernelBinary],
-) -> KernelPlan:
-    """Checks the binaries against the kernels and the plans against their (verified) variants, in the order the
-    reader does (code, then plans); the file's CUDA driver floor is the one its binaries need."""
-    if schedules is None:
-        schedules = [None] * len(variants)
-    if isinstance(schedules, Schedule) or not isinstance(schedules, Sequence) or len(schedules) != len(variants):
-        raise ArtifactError(f"schedules must be a sequence of {len(variants)} Schedule or None (one per variant)")
+def plan_kernels(variants: Sequence[Variant], binaries: Sequence[KernelBinary]) -> KernelPlan:
+    """Checks the binaries against the kernels and each variant's plan against its (verified) graph, in the order
+    the reader does (code, then plans); the file's CUDA driver floor is the one its binaries need."""
     codes: dict[str, Kernel] = {}
-    for i, s in enumerate(schedules):
+    plans = [v.plan for v in variants]
+    for i, s in enumerate(plans):
         if s is None:
             continue
         if not isinstance(s, Schedule):
-            raise ArtifactError(f"schedule {i} is a {type(s).__name__}, not a Schedule")
+            raise ArtifactError(f"variant {i} plan is a {type(s).__name__}, not a Schedule")
         for k in s.codes():
             first = codes.setdefault(k.name, k)
             if code_key(first) != code_key(k):
@@ -89,7 +73,7 @@ def plan_kernels(
         if not isinstance(b, KernelBinary):
             raise ArtifactError(f"binaries must be KernelBinary objects, got {type(b).__name__}")
         if b.name not in codes:
-            raise ArtifactError(f"binary {b.name!r} belongs to no kernel of the schedules")
+            raise ArtifactError(f"binary {b.name!r} belongs to no kernel of the plans")
         if by_name.setdefault(b.name, b) is not b:
             raise ArtifactError(f"two binaries are named {b.name!r}")
     if by_name and len(by_name) != len(codes):
@@ -97,12 +81,17 @@ def plan_kernels(
         raise ArtifactError(f"kernels {missing[:5]} have no binary (give every kernel one, or none)")
     for name, k in codes.items():
         check_code(k, by_name.get(name), f"kernel {name!r}", bound=True)
-    for i, (g, s) in enumerate(zip(variants, schedules)):
-        if s is not None:
-            check_schedule(g, s, f"variant {i} schedule", bound=True)
-    check_variant_binaries(schedules, by_name)
+    for i, v in enumerate(variants):
+        if v.plan is not None:
+            check_schedule(v.graph, v.plan, f"variant {i} schedule", bound=True)
+    check_arch_binaries(plans, by_name)
     floor = derive_driver_floor(by_name.values()) if by_name else ""
-    return KernelPlan(tuple(schedules), tuple(codes.values()), {n: by_name[n] for n in codes if n in by_name}, floor)
+    features: tuple[str, ...] = ()
+    if any(s is not None for s in plans):
+        features = KERNEL_FEATURES if by_name else KERNEL_FEATURES[:1]
+        if any(k.arch_launches for s in plans if s is not None for k in s.kernels):
+            features += (ARCH_VARIANTS,)
+    return KernelPlan(tuple(codes.values()), {n: by_name[n] for n in codes if n in by_name}, floor, features)
 
 
 # -- encoding ------------------------------------------------------------------------------------
@@ -113,9 +102,9 @@ def encode_codes(b: flatbuffers.Builder, plan: KernelPlan) -> int:
 
 
 def encode_schedule(b: flatbuffers.Builder, s: Schedule, code_index: Mapping[str, int]) -> int:
-    extents: dict[Extents, int] = {}  # each distinct one, in first-use order (launch, then its variants)
+    extents: dict[Extents, int] = {}  # each distinct one, in first-use order (launch, then its arch launches)
     for k in s.kernels:
-        for x in (k, *(v.kernel for v in k.variants)):
+        for x in (k, *(v.kernel for v in k.arch_launches)):
             if x.extents is None:
                 raise ArtifactError(f"launch {k.name!r}: kernel {x.name!r} has no extents")
             extents.setdefault(x.extents, len(extents))
@@ -216,8 +205,8 @@ def _launch(b: flatbuffers.Builder, k: Kernel, code_index: Mapping[str, int], ex
     grid = strings(b, [to_sexpr(g) for g in k.grid])
     checks = table_vector(b, [_check(b, c.slot, c.input, c.op, c.low, c.high) for c in k.checks])
     fused = strings(b, k.fused)
-    variants = [_variant(b, v.arch, code_index[v.kernel.name], v.kernel, extents) for v in k.variants]
-    variants_off = table_vector(b, variants) if variants else None
+    arch_launches = [_arch_launch(b, v.arch, code_index[v.kernel.name], v.kernel, extents) for v in k.arch_launches]
+    arch_launches_off = table_vector(b, arch_launches) if arch_launches else None
     digest = string(b, k.digest)
     FbLaunch.Start(b)
     FbLaunch.AddCode(b, code)
@@ -230,14 +219,14 @@ def _launch(b: flatbuffers.Builder, k: Kernel, code_index: Mapping[str, int], ex
     FbLaunch.AddGrid(b, grid)
     FbLaunch.AddChecks(b, checks)
     FbLaunch.AddFused(b, fused)
-    if variants_off is not None:
-        FbLaunch.AddVariants(b, variants_off)
+    if arch_launches_off is not None:
+        FbLaunch.AddArchLaunches(b, arch_launches_off)
     FbLaunch.AddDigest(b, digest)
     FbLaunch.AddExtents(b, extents[k.extents])  # type: ignore[index]
     return FbLaunch.End(b)
 
 
-def _variant(b: flatbuffers.Builder, arch: str, code: int, k: Kernel, extents: Mapping[Extents, int]) -> int:
+def _arch_launch(b: flatbuffers.Builder, arch: str, code: int, k: Kernel, extents: Mapping[Extents, int]) -> int:
     arch_off = string(b, arch)
     grid_off = strings(b, [to_sexpr(g) for g in k.grid])
     digest = string(b, k.digest)

@@ -37,7 +37,7 @@ from aotc.errors import AotcError, ArtifactError
 from aotc.ir.dtypes import DType
 from aotc.ir.graph import Graph
 from aotc.ir.launch import KernelBinary
-from aotc.ir.schedule import Schedule
+from aotc.ir.variant import Variant
 from aotc.ir.verify import verify
 
 if TYPE_CHECKING:
@@ -50,7 +50,8 @@ Buffer = bytes | mmap.mmap
 class Artifact:
     """A verified artifact. Constants are read-only arrays viewing the mapped file (zero-copy)."""
 
-    variants: tuple[Graph, ...]
+    # Each variant's primitive graph and launch plan; the runtime runs the first whose guards hold.
+    variants: tuple[Variant, ...]
     source: Graph | None
     meta: dict[str, Any]
     name: str
@@ -63,14 +64,12 @@ class Artifact:
     # False only when read with verify_weights=False (``aotc inspect``): every check but the segment
     # checksums ran, so the arrays in ``constants`` are unverified.
     weights_verified: bool = True
-    # Per variant, its launch plan (None: that variant runs on the cpu only). Schema >= 3.
-    schedules: tuple[Schedule | None, ...] = ()
     # The compiled kernels by name (empty when compiled with no targets, or with no kernels).
     kernels: Mapping[str, KernelBinary] = field(default_factory=lambda: MappingProxyType({}))
-    # What reading the graphs needs, and what the schedules and kernels need (schema.fbs, version 3).
+    # What reading the graphs needs, and what the plans and kernels need (schema.fbs, version 3).
     features: tuple[str, ...] = ("graph",)
     kernel_features: tuple[str, ...] = ()
-    # Kernel features this aotc does not know: the file loads for the cpu, with no schedules or kernels.
+    # Kernel features this aotc does not know: the file loads for the cpu, with no plans or kernels.
     unusable_kernel_features: tuple[str, ...] = ()
     # The oldest CUDA driver release every kernel binary loads on ("12.4"; schema >= 5, "" before or with none).
     cuda_driver_floor: str = ""
@@ -92,7 +91,9 @@ class Artifact:
         each launch is bound to the nodes it computes and its pointers proved inside their values. Files of
         schema 3-5 load with their plans checked as before, unbound; a server that wants bound plans refuses a file
         with kernels for which this is False."""
-        return all(s is None or all(k.digest and k.extents is not None for k in s.kernels) for s in self.schedules)
+        return all(
+            v.plan is None or all(k.digest and k.extents is not None for k in v.plan.kernels) for v in self.variants
+        )
 
     @property
     def weight_bytes(self) -> int:
@@ -254,21 +255,21 @@ def _decode(
     arrays = [(c.name, _constant_array(buf, starts[c.segment], segments[c.segment], c)) for c in infos]
     plans = PlanDecoder(dec.root, dec.count, pre.schema_version)
 
-    fb_variants = dec.variants()
-    variants = tuple(_graph(dec, g, arrays, f"variant {i}", True) for i, g in enumerate(fb_variants))
-    if not variants:
+    tables = dec.variants()
+    graphs = tuple(_graph(dec, g, arrays, f"variant {i}", True) for i, (g, _) in enumerate(tables))
+    if not graphs:
         raise ArtifactError("artifact holds no variants")
-    schedules = tuple(
-        plans.schedule(f, g, f"variant {i} schedule") for i, (f, g) in enumerate(zip(fb_variants, variants))
+    variants = tuple(
+        Variant(g, plans.schedule(s, g, f"variant {i} schedule")) for i, ((_, s), g) in enumerate(zip(tables, graphs))
     )
     plans.finish()
-    for i, g in enumerate(variants[1:], 1):
-        problem = interface_mismatch(variants[0], g)
+    for i, g in enumerate(graphs[1:], 1):
+        problem = interface_mismatch(graphs[0], g)
         if problem:
             raise ArtifactError(f"variant {i} does not match variant 0: {problem}")
     name = dec.model_name()
-    if name != variants[0].name:
-        raise ArtifactError(f"model name {name!r} is not variant 0's name {variants[0].name!r}")
+    if name != graphs[0].name:
+        raise ArtifactError(f"model name {name!r} is not variant 0's name {graphs[0].name!r}")
     src = dec.source()
     source = _graph(dec, src, arrays, "source graph", False) if src is not None else None
     meta = dec.meta()
@@ -276,13 +277,13 @@ def _decode(
     weights = None
     if digest is not None and source is not None:
         checksums = {c.name: segments[c.segment].checksum for c in infos}
-        weights = source_weights(source, variants, checksums)
+        weights = source_weights(source, graphs, checksums)
     if problem := source_problem(source, digest, pre.schema_version, weights):
         raise ArtifactError(problem)
     if src is not None and pre.schema_version >= 3 and src.Schedule() is not None:
         raise ArtifactError("the source graph has a schedule (only variants have launch plans)")
     dec.check_all_used()
-    held = {k for g in (*variants, *([source] if source is not None else [])) for k in g.constants}
+    held = {k for g in (*graphs, *([source] if source is not None else [])) for k in g.constants}
     for cname, _ in arrays:
         if cname not in held:
             raise ArtifactError(f"constant {cname!r} belongs to no graph")
@@ -297,7 +298,6 @@ def _decode(
         constants=MappingProxyType(dict(arrays)),
         file_size=size,
         path=path,
-        schedules=schedules,
         kernels=MappingProxyType(plans.binaries),
         features=plans.features,
         kernel_features=plans.kernel_features,

@@ -34,7 +34,7 @@ from aotc.ir.digest import graph_digest
 from aotc.ir.dtypes import DType, dtype_of
 from aotc.ir.graph import Graph
 from aotc.ir.launch import KernelBinary
-from aotc.ir.schedule import Schedule
+from aotc.ir.variant import Variant
 from aotc.ir.verify import verify
 
 
@@ -57,40 +57,38 @@ class _Plan:
 
 
 def write_artifact(
-    variants: Sequence[Graph],
+    variants: Sequence[Variant | Graph],
     *,
     source: Graph | None = None,
     meta: Mapping[str, Any] | None = None,
-    schedules: Sequence[Schedule | None] | None = None,
     binaries: Sequence[KernelBinary] = (),
     onnx: bytes | None = None,
 ) -> bytes:
-    """The artifact for ``variants`` (lowered, primitive-only graphs of one model) as bytes.
+    """The artifact for ``variants`` (of one model: each a lowered, primitive-only graph and its launch plan; a bare
+    Graph is a variant with no plan, cpu only) as bytes.
 
     ``source`` is the model's high-level graph, kept for ONNX export. ``meta`` must be JSON-able.
-    ``schedules`` holds each variant's launch plan (None: that variant has no kernels), ``binaries`` the
-    compiled kernels (one per distinct kernel name, or none when compiled with no targets). ``onnx`` is the
-    high-level graph as ONNX for tools (aotc/onnx/runtime_model.py), its weights named after constants.
-    Raises VerifyError for an invalid graph and ArtifactError for anything that can't be stored,
+    ``binaries`` are the compiled kernels (one per distinct kernel name, or none when compiled with no targets).
+    ``onnx`` is the high-level graph as ONNX for tools (aotc/onnx/runtime_model.py), its weights named after
+    constants. Raises VerifyError for an invalid graph and ArtifactError for anything that can't be stored,
     including a plan that does not fit its variant (plan_checks.py).
     """
-    return b"".join(_plan(variants, source, meta, schedules, binaries, onnx).chunks())
+    return b"".join(_plan(variants, source, meta, binaries, onnx).chunks())
 
 
 def save_artifact(
     path: str | os.PathLike[str],
-    variants: Sequence[Graph],
+    variants: Sequence[Variant | Graph],
     *,
     source: Graph | None = None,
     meta: Mapping[str, Any] | None = None,
-    schedules: Sequence[Schedule | None] | None = None,
     binaries: Sequence[KernelBinary] = (),
     onnx: bytes | None = None,
 ) -> None:
     """Write the artifact to ``path`` (see write_artifact), streaming the segments (no copy of the
     weights in memory). The file appears atomically: it is written next to ``path`` and renamed into place.
     """
-    plan = _plan(variants, source, meta, schedules, binaries, onnx)
+    plan = _plan(variants, source, meta, binaries, onnx)
     path = os.fspath(path)
     tmp = f"{path}.tmp{os.getpid()}"
     try:
@@ -109,16 +107,16 @@ def save_artifact(
 
 
 def _plan(
-    variants: Sequence[Graph],
+    given: Sequence[Variant | Graph],
     source: Graph | None,
     meta: Mapping[str, Any] | None,
-    schedules: Sequence[Schedule | None] | None,
     binaries: Sequence[KernelBinary],
     onnx: bytes | None = None,
 ) -> _Plan:
-    variants = _check_graphs(variants, source)
-    kernels = plan_kernels(variants, schedules, binaries)
-    arrays = _collect_constants([*variants, *([source] if source is not None else [])])
+    variants = _check_variants(given, source)
+    kernels = plan_kernels(variants, binaries)
+    graphs = [v.graph for v in variants]
+    arrays = _collect_constants([*graphs, *([source] if source is not None else [])])
     names = list(arrays)
     datas = [_bytes_of(arrays[n]) for n in names]
     checksums = [segment_checksum(d) for d in datas]
@@ -127,7 +125,7 @@ def _plan(
         for i, n in enumerate(names)
     ]
     if source is not None:  # the source graph bound to the variants (checks.source_problem)
-        weights = source_weights(source, variants, dict(zip(names, checksums)))
+        weights = source_weights(source, graphs, dict(zip(names, checksums)))
         meta = {**(meta or {}), SOURCE_DIGEST_KEY: graph_digest(source, weights)}
     header = Header(SCHEMA_VERSION, __version__, variants[0].name, _meta_json(meta))
 
@@ -153,26 +151,27 @@ def _segment_offsets(lengths: Sequence[int]) -> list[int]:
     return out
 
 
-def _check_graphs(variants: Sequence[Graph], source: Graph | None) -> list[Graph]:
-    if isinstance(variants, Graph) or not isinstance(variants, Sequence) or not variants:
-        raise ArtifactError("write_artifact needs a non-empty sequence of graphs (the variants)")
-    for i, g in enumerate([*variants, source]):
+def _check_variants(given: Sequence[Variant | Graph], source: Graph | None) -> list[Variant]:
+    if isinstance(given, (Graph, Variant)) or not isinstance(given, Sequence) or not given:
+        raise ArtifactError("write_artifact needs a non-empty sequence of variants (Variant, or a Graph with no plan)")
+    variants = [Variant(v) if isinstance(v, Graph) else v for v in given]
+    for i, g in enumerate([*(v.graph if isinstance(v, Variant) else v for v in variants), source]):
         if g is None:
             continue
         if not isinstance(g, Graph):
-            raise ArtifactError(f"expected a Graph, got {type(g).__name__}")
+            raise ArtifactError(f"expected a Variant or a Graph, got {type(g).__name__}")
         what = "source graph" if i == len(variants) else f"variant {i}"
         verify(g, stage=f"artifact writer ({what})", primitive_only=i < len(variants))
         check_output_tree(g.output_tree, len(g.outputs), ArtifactError, what)
         problem = graph_problem(g)
         if problem:
             raise ArtifactError(f"{what}: {problem}")
-    first = variants[0]
-    for i, g in enumerate(variants[1:], 1):
-        problem = interface_mismatch(first, g)
+    first = variants[0].graph
+    for i, v in enumerate(variants[1:], 1):
+        problem = interface_mismatch(first, v.graph)
         if problem:
             raise ArtifactError(f"variant {i} does not match variant 0: {problem}")
-    return list(variants)
+    return variants
 
 
 def _collect_constants(graphs: Sequence[Graph]) -> dict[str, np.ndarray]:

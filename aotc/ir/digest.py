@@ -24,7 +24,7 @@ from typing import Any
 
 from aotc.ir.dtypes import DType
 from aotc.ir.graph import Graph
-from aotc.ir.schedule import ArchVariant, ArgKind, Extents, Kernel
+from aotc.ir.schedule import ArchLaunch, ArgKind, Extents, Kernel
 from aotc.ir.symbolic import SymExpr, to_sexpr
 from aotc.ir.types import Attrs, Node, TensorType
 
@@ -141,9 +141,9 @@ def seal(graph: Graph, k: Kernel, cache: DigestCache | None = None) -> Kernel:
     c = cache or DigestCache()
     nodes = [graph.nodes[i] for i in k.nodes]
     variants = tuple(
-        ArchVariant(v.arch, v.kernel.replace(digest=launch_digest(graph, v.kernel, nodes, c))) for v in k.variants
+        ArchLaunch(v.arch, v.kernel.replace(digest=launch_digest(graph, v.kernel, nodes, c))) for v in k.arch_launches
     )
-    return k.replace(variants=variants, digest=launch_digest(graph, k, nodes, c))
+    return k.replace(arch_launches=variants, digest=launch_digest(graph, k, nodes, c))
 
 
 def seal_all(graph: Graph, kernels: Sequence[Kernel]) -> tuple[Kernel, ...]:

@@ -94,8 +94,8 @@ class Kernel:
     divisible: tuple[int, ...] = ()  # indices into ``args`` proven multiples of 16 (tt.divisibility hints)
     checks: tuple[IndexCheck, ...] = ()
     fused: tuple[str, ...] = ()  # the primitives fused into it, in node order, for inspect/--explain
-    # Per-architecture alternatives: a GPU that runs ``arch``'s code launches the variant's kernel instead.
-    variants: tuple[ArchVariant, ...] = ()
+    # Per-architecture launches: a GPU that runs ``arch``'s code launches that ArchLaunch's kernel instead.
+    arch_launches: tuple[ArchLaunch, ...] = ()
     # What its code touches (set by the template that generated it; None: not derived, as in files before
     # schema 6 and hand-written kernels).
     extents: Extents | None = None
@@ -107,10 +107,10 @@ class Kernel:
         return dataclasses.replace(self, **changes)
 
     def for_capability(self, capability: tuple[int, int]) -> Kernel:
-        """The kernel a GPU of compute capability ``capability`` launches: the variant for the newest
+        """The kernel a GPU of compute capability ``capability`` launches: the arch launch for the newest
         architecture it runs (same major version, minor not above its own), else this kernel."""
         best: tuple[tuple[int, int], Kernel] | None = None
-        for v in self.variants:
+        for v in self.arch_launches:
             cc = arch_capability(v.arch)
             if cc[0] == capability[0] and cc[1] <= capability[1] and (best is None or cc > best[0]):
                 best = (cc, v.kernel)
@@ -118,7 +118,7 @@ class Kernel:
 
 
 @dataclass(frozen=True, slots=True)
-class ArchVariant:
+class ArchLaunch:
     """A kernel generated for one GPU architecture with its own tiles (heuristic or autotuned).
 
     ``kernel`` computes exactly what its parent does, from the same args, nodes, reads and writes: only
@@ -184,17 +184,17 @@ class Schedule:
         raise KeyError(name)
 
     def for_capability(self, capability: tuple[int, int]) -> Schedule:
-        """The plan a GPU of ``capability`` runs: each launch's variant for it, where one exists."""
-        if not any(k.variants for k in self.kernels):
+        """The plan a GPU of ``capability`` runs: each launch's arch launch for it, where one exists."""
+        if not any(k.arch_launches for k in self.kernels):
             return self
         return dataclasses.replace(self, kernels=tuple(k.for_capability(capability) for k in self.kernels))
 
     def codes(self) -> tuple[Kernel, ...]:
-        """Every distinct kernel code the plan may launch, variants included, by name in first-use order."""
+        """Every distinct kernel code the plan may launch, arch launches included, by name in first-use order."""
         out: dict[str, Kernel] = {}
         for k in self.kernels:
             out.setdefault(k.name, k)
-            for v in k.variants:
+            for v in k.arch_launches:
                 out.setdefault(v.kernel.name, v.kernel)
         return tuple(out.values())
 

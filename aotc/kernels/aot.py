@@ -117,7 +117,7 @@ def compile_kernels(
     ``on_done(done, total)`` is called with the count of (kernel, target) compiles finished (cache hits first,
     then each as its worker answers), from the calling thread or a worker's reader thread.
 
-    A kernel's ``variants`` (ArchVariant) are compiled too, each for its own target only (its PTX is
+    A kernel's ``variants`` (ArchLaunch) are compiled too, each for its own target only (its PTX is
     that target's: a GPU only ever picks a variant it has the cubin for).
     """
     options = options or AotOptions()
@@ -127,12 +127,12 @@ def compile_kernels(
     # cubin for it (the oldest target's is always built, and the PTX serves GPUs no cubin fits).
     covered: dict[str, set[str]] = {}  # kernel name -> the targets every launch of it has a variant for
     for k in kernels:
-        mine = {v.arch for v in k.variants}
+        mine = {v.arch for v in k.arch_launches}
         covered[k.name] = covered[k.name] & mine if k.name in covered else mine
     for k in kernels:
         own = [archs[0], *(a for a in archs[1:] if a not in covered[k.name])]
         plan.setdefault(k.name, (k, own, PORTABLE_ARCH))
-        for v in k.variants:
+        for v in k.arch_launches:
             if v.arch not in archs:
                 raise AotcError(f"kernel {k.name} has a variant for {v.arch}, which is not a target {list(archs)}")
             entry = plan.setdefault(v.kernel.name, (v.kernel, [], v.arch))
@@ -143,7 +143,7 @@ def compile_kernels(
     version = triton_version()
     chains: dict[str, Toolchain] = {}
     jobs: dict[tuple[str, str], dict[str, Any]] = {}
-    for k in [*kernels, *(v.kernel for owner in kernels for v in owner.variants)]:
+    for k in [*kernels, *(v.kernel for owner in kernels for v in owner.arch_launches)]:
         _, cubin_archs, ptx_arch = plan[k.name]
         for arch in dict.fromkeys([*cubin_archs, ptx_arch]):
             if arch not in chains:

@@ -20,7 +20,7 @@ def explain(graph: Graph, schedule: Schedule) -> str:
         where = _where(graph, k.nodes)
         if where:
             lines.append(f"        from {where}")
-        for v in k.variants:
+        for v in k.arch_launches:
             tiles = " ".join(f"{n}={x}" for n, x in v.kernel.constexprs)
             vgrid = " x ".join(to_infix(d) for d in v.kernel.grid)
             lines.append(f"        {v.arch}: {v.kernel.name} ({tiles}, {v.kernel.num_warps} warps, grid {vgrid})")

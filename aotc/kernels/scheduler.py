@@ -9,7 +9,7 @@ from typing import Any
 
 from aotc.ir.digest import seal_all
 from aotc.ir.graph import Graph
-from aotc.ir.schedule import ArchVariant, ArgKind, Kernel, Schedule, same_launch
+from aotc.ir.schedule import ArchLaunch, ArgKind, Kernel, Schedule, same_launch
 from aotc.kernels import naming
 from aotc.kernels.config import KernelConfig
 from aotc.kernels.emit import FlagSlots, KernelBuilder
@@ -25,7 +25,7 @@ def schedule_graph(graph: Graph, options: Any = None, tiles: Mapping[int, Any] |
     ``options`` may carry ``targets`` (e.g. ``("sm_80", "sm_90")``); the heuristics size blocks for the
     oldest; every launch carries the ``Extents`` its template derived and a digest binding it to its nodes
     (aotc.ir.digest). A newer target whose heuristics choose other tiles (sm_90's wider matmul tiles, bigger
-    pointwise blocks) gets an ``ArchVariant`` of the kernel, compiled for that target only. Identical
+    pointwise blocks) gets an ``ArchLaunch`` of the kernel, compiled for that target only. Identical
     kernels (the same code apart from the names of the kernel and its pointers) share one name and source.
 
     ``tiles`` (autotuning) maps a launch's index to the config its template uses instead of the
@@ -68,9 +68,9 @@ def schedule_graph(graph: Graph, options: Any = None, tiles: Mapping[int, Any] |
             other = _emit(builder(names), kp, f"{name}_sm{arch}", KernelConfig(arch=arch))
             if _binary_key(other, other.name) != _binary_key(kernel, kernel.name) or other.grid != kernel.grid:
                 if same_launch(kernel, other):
-                    variants.append(ArchVariant(f"sm_{arch}", _shared(other, seen, rename=False)))
+                    variants.append(ArchLaunch(f"sm_{arch}", _shared(other, seen, rename=False)))
         flags.count = end
-        kernels.append(kernel.replace(variants=tuple(variants)) if variants else kernel)
+        kernels.append(kernel.replace(arch_launches=tuple(variants)) if variants else kernel)
     kernels = _note_sharers(kernels, [_name(graph, kp, i, producers) for i, kp in enumerate(plan.kernels)])
     buffers, arena = plan_memory(graph, kernels, plan.views)
     # each launch bound to the nodes it computes, now that its name, code and variants are final
@@ -98,7 +98,7 @@ def _note_sharers(kernels: list[Kernel], own: Sequence[str]) -> list[Kernel]:
     reads no comment, so what shares stays the same."""
     runs: dict[str, list[str]] = {}
     for k, name in zip(kernels, own):
-        for code_name in (k.name, *(v.kernel.name for v in k.variants)):
+        for code_name in (k.name, *(v.kernel.name for v in k.arch_launches)):
             runs.setdefault(code_name, []).append(name)
 
     def noted(k: Kernel) -> Kernel:
@@ -109,7 +109,10 @@ def _note_sharers(kernels: list[Kernel], own: Sequence[str]) -> list[Kernel]:
         return k.replace(source="\n".join([head, *naming.sharers(others)]) + jit + body)
 
     out = [noted(k) for k in kernels]
-    return [k.replace(variants=tuple(dataclasses.replace(v, kernel=noted(v.kernel)) for v in k.variants)) for k in out]
+    return [
+        k.replace(arch_launches=tuple(dataclasses.replace(v, kernel=noted(v.kernel)) for v in k.arch_launches))
+        for k in out
+    ]
 
 
 def _emit(b: KernelBuilder, kp: KernelPlan, name: str, config: KernelConfig, tile: Any = None) -> Kernel:

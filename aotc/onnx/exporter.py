@@ -37,7 +37,7 @@ def export_artifact(artifact: Any, path: str | os.PathLike | None) -> Any:
     from aotc.artifact.reader import read_artifact
 
     art = artifact if hasattr(artifact, "variants") else read_artifact(artifact)
-    graph = art.source if art.source is not None else art.variants[0]
+    graph = art.source if art.source is not None else art.variants[0].graph
     return export_graph(graph, path)
 
 

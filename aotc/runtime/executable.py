@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -58,31 +57,6 @@ def load(
     return Executable(artifact, backend, outputs=outputs, allow_unverified_weights=allow_unverified_weights)
 
 
-def prepare_variant(backend: Backend, artifact: Artifact, index: int) -> Program:
-    """Variant ``index`` prepared on ``backend``, given what that backend's ``prepare`` takes: the graph
-    always; ``schedule=`` (the variant's launch plan or None) and ``binaries=`` (name -> KernelBinary, None
-    when the file has none) only to backends whose ``prepare`` names those parameters (interpret, cuda),
-    so the cpu backend and older backends keep their ``prepare(graph)``."""
-    graph = artifact.variants[index]
-    params = _prepare_params(backend)
-    kwargs: dict[str, Any] = {}
-    if "schedule" in params:
-        kwargs["schedule"] = artifact.schedules[index] if index < len(artifact.schedules) else None
-    if "binaries" in params:
-        kwargs["binaries"] = dict(artifact.kernels) or None
-    return backend.prepare(graph, **kwargs)
-
-
-def _prepare_params(backend: Backend) -> frozenset[str]:
-    try:
-        params = inspect.signature(backend.prepare).parameters
-    except (TypeError, ValueError):  # a builtin or C-implemented prepare: give it the graph only
-        return frozenset()
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return frozenset({"schedule", "binaries"})
-    return frozenset(params)
-
-
 class Executable:
     """Runs an artifact: checks inputs against the guards of each variant and runs the first that accepts.
 
@@ -112,12 +86,12 @@ class Executable:
         self._outputs = self._check_outputs(outputs)
         try:
             self._variants: tuple[tuple[Binder, Program], ...] = tuple(
-                (Binder(g), prepare_variant(self._backend, artifact, i)) for i, g in enumerate(artifact.variants)
+                (Binder(v.graph), self._backend.prepare(v, artifact.kernels)) for v in artifact.variants
             )
         except BaseException:
             self.close()  # a GPU backend frees what the variants prepared so far
             raise
-        first = artifact.variants[0]
+        first = artifact.variants[0].graph
         self._inputs = input_specs(first)
         self._output_tree = first.output_tree
 

@@ -98,7 +98,7 @@ class Signature:
     def of(cls, exe: Any, batch_dim: str | None = None) -> Signature:
         """The signature of an ``Executable``; ``batch_dim`` names the batch dim (default: the first dynamic dim
         of the first input when every input and output has that dim exactly once)."""
-        graph = exe.artifact.variants[0]
+        graph = exe.artifact.variants[0].graph
         symbols = {s.name: Dim(s.name, s.min, s.max, s.multiple_of) for s in graph.symbols}
         ins = [(s.name, s.dtype, s.shape) for s in exe.inputs]
         names = output_names(exe.output_tree, len(graph.outputs))

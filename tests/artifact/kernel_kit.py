@@ -14,6 +14,7 @@ from aotc.artifact import plan_encode, write_artifact
 from aotc.ir.graph import Graph
 from aotc.ir.launch import SCRATCH_PARAMS, Cubin, KernelBinary, LaunchMeta
 from aotc.ir.schedule import Kernel, Schedule
+from aotc.ir.variant import Variant
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "make_golden.py"
 
@@ -66,7 +67,7 @@ def fake_binaries(s: Schedule) -> tuple[KernelBinary, ...]:
     """One binary per distinct kernel; a per-target variant's gets its own target's cubin and PTX only."""
     out = {k.name: fake_binary(k) for k in s.kernels}
     for k in s.kernels:
-        for v in k.variants:
+        for v in k.arch_launches:
             b = fake_binary(v.kernel)
             (cubin,) = [c for c in b.cubins if c.arch == v.arch]
             out.setdefault(v.kernel.name, KernelBinary(b.name, (cubin,), b.ptx.replace("sm_80", v.arch), cubin.meta))
@@ -76,7 +77,7 @@ def fake_binaries(s: Schedule) -> tuple[KernelBinary, ...]:
 def write(
     variant: Graph, schedule: Schedule | None, binaries: tuple[KernelBinary, ...] = (), source: Graph | None = None
 ) -> bytes:
-    return write_artifact([variant], source=source, schedules=[schedule], binaries=binaries)
+    return write_artifact([Variant(variant, schedule)], source=source, binaries=binaries)
 
 
 @contextmanager

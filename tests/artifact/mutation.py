@@ -174,8 +174,8 @@ def classify(subject: Subject, data: bytes) -> str:
         # A kernel feature this aotc does not know (a newer aotc's file, as far as the reader can tell): it keeps
         # the graphs and drops every schedule and kernel, so the file runs on the cpu only. No writer of this aotc
         # writes such a file, so it is not written back; what the reader kept must be the original's.
-        assert set(diff) <= {"schedules", "kernels"}, diff
-        assert all(s is None for s in art.schedules) and not art.kernels, "kernels kept beside an unknown feature"
+        assert set(diff) <= {"plans", "kernels"}, diff
+        assert all(v.plan is None for v in art.variants) and not art.kernels, "kernels kept beside an unknown feature"
         return "different:unknown kernel feature (cpu only)"
     check_writer_makes(art, data)
     return "different:" + "+".join(diff)
@@ -189,7 +189,6 @@ def check_writer_makes(art: Artifact, data: bytes) -> None:
             list(art.variants),
             source=art.source,
             meta=art.meta,
-            schedules=list(art.schedules) if any(s is not None for s in art.schedules) else None,
             binaries=tuple(art.kernels.values()),
             onnx=art.onnx,
         )
@@ -203,8 +202,8 @@ def differences(a: Artifact, b: Artifact) -> list[str]:
     out = []
     if (a.name, a.meta, a.schema_version, a.producer_version) != (b.name, b.meta, b.schema_version, b.producer_version):
         out.append("header")
-    graphs_a = [*a.variants, a.source]
-    graphs_b = [*b.variants, b.source]
+    graphs_a = [*(v.graph for v in a.variants), a.source]
+    graphs_b = [*(v.graph for v in b.variants), b.source]
     if [graph_key(g) for g in graphs_a] != [graph_key(g) for g in graphs_b]:
         out.append("graph")
     if sorted(a.constants) != sorted(b.constants) or any(
@@ -215,8 +214,9 @@ def differences(a: Artifact, b: Artifact) -> list[str]:
     ):
         out.append("weights")
     # Schedule, Kernel and KernelBinary are frozen dataclasses of ints, strings, bytes and SymExprs: == is exact
-    if (a.schedules, a.features, a.kernel_features) != (b.schedules, b.features, b.kernel_features):
-        out.append("schedules")
+    plans_a, plans_b = [v.plan for v in a.variants], [v.plan for v in b.variants]
+    if (plans_a, a.features, a.kernel_features) != (plans_b, b.features, b.kernel_features):
+        out.append("plans")
     if dict(a.kernels) != dict(b.kernels):
         out.append("kernels")
     if a.onnx != b.onnx:

@@ -24,9 +24,10 @@ from aotc.artifact import write_artifact
 from aotc.ir import DType, Graph, Op, Symbol, TensorType, sym
 from aotc.ir.digest import seal
 from aotc.ir.launch import KernelBinary
-from aotc.ir.schedule import ArchVariant, Kernel, Schedule
+from aotc.ir.schedule import ArchLaunch, Kernel, Schedule
 from aotc.ir.symbolic import smin
 from aotc.ir.types import Node
+from aotc.ir.variant import Variant
 
 D = 192
 BATCH, SEQ = sym("batch"), sym("seq")
@@ -67,7 +68,7 @@ def write(schedule: Schedule, binaries: bool | Sequence[KernelBinary] = False, g
     if isinstance(binaries, bool):
         binaries = fake_binaries(schedule) if binaries else ()
     with unchecked():
-        data = write_artifact([graph], schedules=[schedule], binaries=tuple(binaries))
+        data = write_artifact([Variant(graph, schedule)], binaries=tuple(binaries))
     return reseal(data)
 
 
@@ -123,7 +124,7 @@ def times(n: int) -> Callable[[Kernel], tuple]:
     return lambda k: (k.grid[0] * n, k.grid[1], k.grid[2])
 
 
-def with_variant(s: Schedule, i: int, grid: Callable[[Kernel], tuple] | None = None) -> Schedule:
+def with_arch_launch(s: Schedule, i: int, grid: Callable[[Kernel], tuple] | None = None) -> Schedule:
     """Launch ``i`` with an sm_90 variant of its own code (renamed), its grid changed by ``grid``; sealed as the
     compiler seals a plan (a hostile grid is then the grid check's to refuse)."""
     k = s.kernels[i]
@@ -131,7 +132,7 @@ def with_variant(s: Schedule, i: int, grid: Callable[[Kernel], tuple] | None = N
     code = k.replace(name=name, source=k.source.replace(f"def {k.name}(", f"def {name}("))
     if grid is not None:
         code = code.replace(grid=grid(k))
-    return launch(s, i, variants=(ArchVariant("sm_90", seal(model()[0], code)),))
+    return launch(s, i, arch_launches=(ArchLaunch("sm_90", seal(model()[0], code)),))
 
 
 def min_sized_buffer(s: Schedule) -> Schedule:

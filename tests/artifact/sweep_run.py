@@ -136,7 +136,7 @@ def run(art: Artifact, feeds: Mapping[str, np.ndarray], ref: list[np.ndarray] | 
     refusals = []
     with deadline(TIMEOUT), mock.patch.object(triton_interp, "CHECK_EXTENTS", True):
         for device in ("cpu", "interpret", "cuda"):
-            if device != "cpu" and art.schedules[0] is None:
+            if device != "cpu" and art.variants[0].plan is None:
                 continue
             if device == "cuda" and not art.kernels:
                 continue
@@ -164,7 +164,7 @@ def _call(art: Artifact, device: str, feeds: Mapping[str, np.ndarray]) -> list[n
         from aotc.runtime.backends.cuda import CudaBackend
 
         fake = FakeDriver(memory=MAX_ALLOC)
-        fake.register(art.schedules[0], art.kernels)
+        fake.register(art.variants[0].plan, art.kernels)
         asked: list[int] = []
         alloc, pooled = fake.cuMemAlloc, fake.cuMemAllocFromPoolAsync
         fake.cuMemAlloc = lambda n: (asked.append(n), alloc(n))[1]  # type: ignore[method-assign]

@@ -34,6 +34,7 @@ from aotc.errors import ArtifactError
 from aotc.ir import Graph, Op, Symbol, TensorType, sym
 from aotc.ir.dtypes import dtype_of
 from aotc.ir.types import Attrs
+from aotc.ir.variant import Variant
 from aotc.lowering.decompose import decompose
 
 
@@ -48,7 +49,7 @@ def assemble(variants: Sequence[Graph], constants: Mapping[str, np.ndarray], tab
     entries = [ConstantEntry(n, dtype_of(a.dtype), a.shape, i) for i, (n, a) in enumerate(constants.items())]
     segments = [SegmentEntry(o, len(d), segment_checksum(d)) for o, d in zip(offsets, datas)]
     header = Header(SCHEMA_VERSION, aotc.__version__, variants[0].name, "{}")
-    fb = encode_artifact(header, variants, None, entries, segments, tables)
+    fb = encode_artifact(header, [Variant(g) for g in variants], None, entries, segments, tables)
     start = align_up(PREAMBLE_SIZE + len(fb))
     body = bytearray(fb)
     for o, d in zip(offsets, datas):
@@ -117,7 +118,7 @@ def test_unsatisfiable_symbols(symbol: Symbol, match: str) -> None:
     with pytest.raises(ArtifactError, match=match):
         write_artifact([g])
     ok = neg_graph().replace(symbols=(Symbol("n", 9, 16, multiple_of=8),))
-    assert read_artifact(write_artifact([ok])).variants[0].symbols == ok.symbols
+    assert read_artifact(write_artifact([ok])).variants[0].graph.symbols == ok.symbols
 
 
 def test_resealed_symbol_ranges() -> None:
@@ -201,10 +202,10 @@ def test_tables_in_the_writers_order() -> None:
     assert loc1 < loc2
 
     def move(r: Any) -> None:
-        r.Variants(0).NodeLocsAsNumpy()[0] = loc2
+        r.Variants(0).Graph().NodeLocsAsNumpy()[0] = loc2
 
     refused(poke(data, move), f"strings table is not in the order the writer makes: entry {loc2} is first used where")
-    assert [n.loc for n in read_artifact(data).variants[0].nodes] == ["a.py:1", "a.py:2", "a.py:1"]
+    assert [n.loc for n in read_artifact(data).variants[0].graph.nodes] == ["a.py:1", "a.py:2", "a.py:1"]
 
 
 def test_interning_order_rules() -> None:

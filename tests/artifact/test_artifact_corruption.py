@@ -170,7 +170,7 @@ def test_small_artifact_tables() -> None:
 
 
 def variant(root: Any) -> Any:
-    return root.Variants(0)
+    return root.Variants(0).Graph()
 
 
 @pytest.mark.parametrize(

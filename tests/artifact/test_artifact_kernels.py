@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import Any
 from unittest import mock
 
 import numpy as np
@@ -17,15 +18,16 @@ from kernel_kit import GOLDEN, fake_binaries, fake_binary, golden_model, meta, u
 from mutation import Subject, classify, fb_region, reseal
 
 import aotc
-from aotc.artifact import SCHEMA_VERSION, encode, plan_decode, plan_encode, read_artifact, write_artifact
+from aotc.artifact import SCHEMA_VERSION, encode, plan_decode, plan_encode, read_artifact, write_artifact, writer
 from aotc.artifact.code_checks import source_params
 from aotc.errors import ArtifactError, UnsupportedError
 from aotc.ir.digest import seal
 from aotc.ir.dtypes import DType
 from aotc.ir.launch import SCRATCH_PARAMS
-from aotc.ir.schedule import ArchVariant, Arg, ArgKind, Buffer, IndexCheck, Schedule, View
+from aotc.ir.schedule import ArchLaunch, Arg, ArgKind, Buffer, IndexCheck, Schedule, View
 from aotc.ir.symbolic import floordiv, sym
 from aotc.ir.types import TensorType
+from aotc.ir.variant import Variant
 
 # The newest golden file: a mutation re-written by today's writer is a file of today's schema version.
 NEWEST = (GOLDEN.parent / f"v{SCHEMA_VERSION}_mlp.aotc").read_bytes()
@@ -36,7 +38,7 @@ def test_round_trip_with_binaries() -> None:
     src, variant, schedule = golden_model()
     binaries = fake_binaries(schedule)
     art = read_artifact(write(variant, schedule, binaries, source=src))
-    assert art.schedules == (schedule,)
+    assert tuple(v.plan for v in art.variants) == (schedule,)
     assert dict(art.kernels) == {b.name: b for b in binaries}
     assert art.features == ("graph",) and art.kernel_features == ("kernels", "binaries")
     assert art.kernels[schedule.kernels[0].name].archs == ("sm_80", "sm_90")
@@ -45,21 +47,25 @@ def test_round_trip_with_binaries() -> None:
 def test_round_trip_without_targets_and_without_kernels() -> None:
     _, variant, schedule = golden_model()
     art = read_artifact(write(variant, schedule))
-    assert art.schedules == (schedule,) and dict(art.kernels) == {} and art.kernel_features == ("kernels",)
+    assert (
+        tuple(v.plan for v in art.variants) == (schedule,)
+        and dict(art.kernels) == {}
+        and art.kernel_features == ("kernels",)
+    )
     bare = read_artifact(write_artifact([variant]))
-    assert bare.schedules == (None,) and dict(bare.kernels) == {} and bare.kernel_features == ()
+    assert tuple(v.plan for v in bare.variants) == (None,) and dict(bare.kernels) == {} and bare.kernel_features == ()
 
 
 def test_two_variants_share_kernel_code() -> None:
     _, variant, schedule = golden_model()
-    data = write_artifact([variant, variant], schedules=[schedule, schedule], binaries=fake_binaries(schedule))
+    data = write_artifact([Variant(variant, schedule)] * 2, binaries=fake_binaries(schedule))
     art = read_artifact(data)
-    assert art.schedules == (schedule, schedule)
+    assert tuple(v.plan for v in art.variants) == (schedule, schedule)
     # one KernelCode per distinct kernel: the second variant's launches add no code
     single = write(variant, schedule, fake_binaries(schedule))
     assert len(data) - len(single) < len(fake_binaries(schedule)[0].ptx) * 4 + 20_000
-    mixed = read_artifact(write_artifact([variant, variant], schedules=[None, schedule]))
-    assert mixed.schedules == (None, schedule)
+    mixed = read_artifact(write_artifact([variant, Variant(variant, schedule)]))
+    assert tuple(v.plan for v in mixed.variants) == (None, schedule)
 
 
 def _arg(s: Schedule, k: int, j: int, **changes: object) -> Schedule:
@@ -160,7 +166,7 @@ def test_launches_sharing_a_kernel_must_agree() -> None:
     _, variant, schedule = golden_model()
     other = with_kernel(schedule, 1, lambda k: k.replace(num_warps=8))
     with pytest.raises(ArtifactError, match=r"two launches of kernel .* differ"):
-        write_artifact([variant, variant], schedules=[schedule, other])
+        write_artifact([Variant(variant, schedule), Variant(variant, other)])
 
 
 def _binary_cases() -> list[tuple[str, Callable[[object], object], str]]:
@@ -207,8 +213,8 @@ def test_binaries_cover_every_kernel_or_none() -> None:
         write(variant, schedule, (*binaries, stray))
     with pytest.raises(ArtifactError, match="two binaries"):
         write(variant, schedule, (*binaries, dataclasses.replace(binaries[0])))
-    with pytest.raises(ArtifactError, match="one per variant"):
-        write_artifact([variant], schedules=[schedule, schedule])
+    with pytest.raises(ArtifactError, match="variant 0 plan is a tuple, not a Schedule"):
+        write_artifact([Variant(variant, (schedule,))])  # type: ignore[arg-type]
 
 
 def test_a_schedule_with_no_launches() -> None:
@@ -221,7 +227,11 @@ def test_a_schedule_with_no_launches() -> None:
         {"x": TensorType(DType.float32, (2,))}, lambda b, x: [x, const(b, "w", w)], constants={"w": w}
     )
     art = read_artifact(write(passthrough, empty))
-    assert art.schedules == (empty,) and art.kernel_features == ("kernels",) and dict(art.kernels) == {}
+    assert (
+        tuple(v.plan for v in art.variants) == (empty,)
+        and art.kernel_features == ("kernels",)
+        and dict(art.kernels) == {}
+    )
     with pytest.raises(ArtifactError, match=r"dataflow order check failed: graph output %\d+ is written by no launch"):
         write(variant, empty)
 
@@ -234,18 +244,24 @@ def test_an_unknown_feature_means_a_newer_aotc_is_needed() -> None:
         read_artifact(data)
 
 
+def _kernel_features(*features: str) -> Any:
+    """The writer naming ``features`` as the file's kernel features, whatever its plans need."""
+    plan = plan_encode.plan_kernels
+    return mock.patch.object(writer, "plan_kernels", lambda *a: dataclasses.replace(plan(*a), kernel_features=features))
+
+
 def test_an_unknown_kernel_feature_leaves_the_cpu_path() -> None:
     _, variant, schedule = golden_model()
-    with mock.patch.object(plan_encode.KernelPlan, "kernel_features", ("kernels", "tensor-maps")):
+    with _kernel_features("kernels", "tensor-maps"):
         data = write(variant, schedule)
     art = read_artifact(data)
     assert art.unusable_kernel_features == ("tensor-maps",)
-    assert art.schedules == (None,) and dict(art.kernels) == {}
+    assert tuple(v.plan for v in art.variants) == (None,) and dict(art.kernels) == {}
     feeds = [np.ones((2, 4, 16), np.float32), np.zeros((2, 4), np.int64)]
     assert len(aotc.load(data, device="cpu").run(dict(zip(variant.input_names, feeds)))) == 4
     with pytest.raises(UnsupportedError, match="has no kernels"):
         aotc.load(data, device="interpret")
-    with mock.patch.object(plan_encode.KernelPlan, "kernel_features", ("binaries",)):
+    with _kernel_features("binaries"):
         data = write(variant, schedule)
     with pytest.raises(ArtifactError, match="kernel features \\['binaries'\\] do not match"):
         read_artifact(data)
@@ -285,25 +301,29 @@ def test_random_resealed_damage_to_kernel_tables_fails_cleanly(data: st.DataObje
 # -- per-target variants (schema 4) -----------------------------------------------------------------
 
 
-def _with_variant(s: Schedule, index: int = 0, **changes: object) -> Schedule:
+def _with_arch_launch(s: Schedule, index: int = 0, **changes: object) -> Schedule:
     k = s.kernels[index]
     name = f"{k.name}_sm90"
     v = k.replace(name=name, source=k.source.replace(f"def {k.name}(", f"def {name}(", 1), num_warps=8)
     v = v.replace(**changes) if changes else v
     # sealed as the compiler seals a plan: the variant's digest is that of its own code
-    return with_kernel(s, index, lambda k: seal(golden_model()[1], k.replace(variants=(ArchVariant("sm_90", v),))))
+    return with_kernel(s, index, lambda k: seal(golden_model()[1], k.replace(arch_launches=(ArchLaunch("sm_90", v),))))
 
 
 def test_variants_round_trip_and_name_their_kernel_feature() -> None:
     src, variant, schedule = golden_model()
-    s = _with_variant(schedule)
+    s = _with_arch_launch(schedule)
     binaries = fake_binaries(s)
     art = read_artifact(write(variant, s, binaries, source=src))
-    assert art.schedules == (s,) and art.kernel_features == ("kernels", "binaries", "arch_variants")
+    assert tuple(v.plan for v in art.variants) == (s,) and art.kernel_features == (
+        "kernels",
+        "binaries",
+        "arch_variants",
+    )
     assert art.kernels[f"{schedule.kernels[0].name}_sm90"].archs == ("sm_90",)
     # without binaries too
     art = read_artifact(write(variant, s))
-    assert art.schedules == (s,) and art.kernel_features == ("kernels", "arch_variants")
+    assert tuple(v.plan for v in art.variants) == (s,) and art.kernel_features == ("kernels", "arch_variants")
 
 
 def test_the_writer_refuses_a_variant_that_is_another_launch() -> None:
@@ -311,19 +331,19 @@ def test_the_writer_refuses_a_variant_that_is_another_launch() -> None:
     other = schedule.kernels[1]
     # the variant's code does not fit its source (the code checks run first, as in the reader) or the launch
     with pytest.raises(ArtifactError, match=r"does not take the launch's args|are not its args then constexprs"):
-        write(variant, _with_variant(schedule, args=other.args))
+        write(variant, _with_arch_launch(schedule, args=other.args))
     with pytest.raises(ArtifactError, match="expected a target such as 'sm_90'"):
         bad = with_kernel(
-            _with_variant(schedule),
+            _with_arch_launch(schedule),
             0,
-            lambda k: k.replace(variants=(dataclasses.replace(k.variants[0], arch="sm_90a"),)),
+            lambda k: k.replace(arch_launches=(dataclasses.replace(k.arch_launches[0], arch="sm_90a"),)),
         )
         write(variant, bad)
 
 
 def test_a_variant_needs_its_targets_cubin() -> None:
     _, variant, schedule = golden_model()
-    s = _with_variant(schedule)
+    s = _with_arch_launch(schedule)
     name = f"{schedule.kernels[0].name}_sm90"
     binaries = tuple(
         b if b.name != name else dataclasses.replace(b, cubins=(), ptx=b.ptx, ptx_meta=b.ptx_meta)
@@ -335,10 +355,10 @@ def test_a_variant_needs_its_targets_cubin() -> None:
 
 def test_a_reader_that_does_not_know_arch_variants_runs_the_file_on_the_cpu() -> None:
     _, variant, schedule = golden_model()
-    data = write(variant, _with_variant(schedule), fake_binaries(_with_variant(schedule)))
+    data = write(variant, _with_arch_launch(schedule), fake_binaries(_with_arch_launch(schedule)))
     with mock.patch.object(plan_decode, "KNOWN_KERNEL_FEATURES", ("kernels", "binaries")):
         art = read_artifact(data)
-    assert art.unusable_kernel_features == ("arch_variants",) and art.schedules == (None,)
+    assert art.unusable_kernel_features == ("arch_variants",) and tuple(v.plan for v in art.variants) == (None,)
 
 
 def test_a_schema_3_file_with_launch_variants_is_refused() -> None:
@@ -346,7 +366,7 @@ def test_a_schema_3_file_with_launch_variants_is_refused() -> None:
 
     _, variant, schedule = golden_model()
     with mock.patch.object(writer, "SCHEMA_VERSION", 3):
-        data = write(variant, _with_variant(schedule))
+        data = write(variant, _with_arch_launch(schedule))
     # today's writer also writes schema 6's and 8's fields, which a schema 3 file may be refused for first
     with pytest.raises(
         ArtifactError, match=r"schema version 3 file holds (schema 4 launch variants|schema 6|a schema 8)"

@@ -129,7 +129,7 @@ def graphs(draw: st.DrawFn) -> Any:
 @given(graphs(), st.dictionaries(st.text(max_size=5), st.integers() | st.text(max_size=5), max_size=3))
 def test_random_graphs_round_trip(g: Any, meta: dict[str, Any]) -> None:
     art = read_artifact(write_artifact([g], source=g, meta=meta))
-    assert_same_graph(art.variants[0], g)
+    assert_same_graph(art.variants[0].graph, g)
     assert_same_graph(art.source, g)
     assert art.meta == meta
     d = describe(art)

@@ -39,7 +39,7 @@ def test_mlp_round_trip(mlp: tuple[Graph, Graph]) -> None:
     variant, source = mlp
     art = read_artifact(write_artifact([variant], source=source, meta={"model": "mlp", "opt": [1, 2]}))
     assert len(art.variants) == 1
-    assert_same_graph(art.variants[0], variant)
+    assert_same_graph(art.variants[0].graph, variant)
     assert_same_graph(art.source, source)
     assert art.meta == {"model": "mlp", "opt": [1, 2]}
     assert art.name == "mlp"
@@ -47,20 +47,20 @@ def test_mlp_round_trip(mlp: tuple[Graph, Graph]) -> None:
     assert art.producer_version == aotc.__version__
     x = np.random.default_rng(1).standard_normal((2, 6, 16)).astype(np.float32)
     env = {"batch": 2, "seq": 6}
-    for want, got in zip(run_graph(variant, [x], env), run_graph(art.variants[0], [x], env)):
+    for want, got in zip(run_graph(variant, [x], env), run_graph(art.variants[0].graph, [x], env)):
         np.testing.assert_array_equal(want, got)
 
 
 def test_every_attr_kind_round_trips_exactly() -> None:
     for g in (attr_zoo(), lower(high_level_zoo())):
-        assert_same_graph(read_artifact(write_artifact([g])).variants[0], g)
+        assert_same_graph(read_artifact(write_artifact([g])).variants[0].graph, g)
     src = high_level_zoo()
     back = read_artifact(write_artifact([lower(src)], source=src)).source
     assert_same_graph(back, src)
     attrs = {n.op: n.attrs for n in back.nodes}
     assert attrs[Op.SDPA]["scale"] is None and attrs[Op.SDPA]["is_causal"] is True
     assert attrs[Op.GELU]["approximate"] == "none"
-    zoo = read_artifact(write_artifact([attr_zoo()])).variants[0]
+    zoo = read_artifact(write_artifact([attr_zoo()])).variants[0].graph
     values = [n.attrs["value"] for n in zoo.nodes if n.op is Op.FULL]
     assert values[0] == math.inf and values[1] == -math.inf and math.isnan(values[2])
     assert math.copysign(1.0, values[3]) == -1.0
@@ -72,18 +72,18 @@ def test_graphs_share_one_object_per_distinct_type_and_attrs(mlp: tuple[Graph, G
     verifying thousands of nodes fast."""
     variant, source = mlp
     art = read_artifact(write_artifact([variant], source=source))
-    types = [o.type for g in (art.variants[0], art.source) for n in g.nodes for o in n.outputs]
-    attrs = [n.attrs for g in (art.variants[0], art.source) for n in g.nodes]
+    types = [o.type for g in (art.variants[0].graph, art.source) for n in g.nodes for o in n.outputs]
+    attrs = [n.attrs for g in (art.variants[0].graph, art.source) for n in g.nodes]
     assert len({id(t) for t in types}) == len(set(types)) < len(types)
     assert len({id(a) for a in attrs}) == len(set(attrs)) < len(attrs)
-    g = art.variants[0]
+    g = art.variants[0].graph
     defined = {id(v) for v in g.inputs} | {id(o) for n in g.nodes for o in n.outputs}
     assert all(id(v) in defined for n in g.nodes for v in n.inputs)  # a use is its definition's Value
 
 
 def test_empty_and_long_graphs_round_trip() -> None:
     identity = make_graph({"x": TensorType(F32, (sym("n"),))}, lambda b, x: [x], symbols=(Symbol("n", 1, 4),))
-    assert_same_graph(read_artifact(write_artifact([identity])).variants[0], identity)
+    assert_same_graph(read_artifact(write_artifact([identity])).variants[0].graph, identity)
 
     def chain(b: Builder, x: Value) -> list[Value]:
         for i in range(3000):
@@ -91,7 +91,7 @@ def test_empty_and_long_graphs_round_trip() -> None:
         return [x, b.op(Op.REDUCE_SUM, x, axes=(0,), keepdim=True)]
 
     long = make_graph({"x": TensorType(F32, (sym("n"), 2))}, chain, symbols=(Symbol("n", 1, 4),))
-    assert_same_graph(read_artifact(write_artifact([long])).variants[0], long)
+    assert_same_graph(read_artifact(write_artifact([long])).variants[0].graph, long)
 
 
 def test_variants_share_constants_by_name(mlp: tuple[Graph, Graph]) -> None:
@@ -100,7 +100,7 @@ def test_variants_share_constants_by_name(mlp: tuple[Graph, Graph]) -> None:
     art = read_artifact(write_artifact([small, variant], source=source))
     assert [g.name for g in art.variants] == ["small", "mlp"]
     assert len(art.constants) == 3
-    assert art.variants[0].constants["fc1.weight"] is art.variants[1].constants["fc1.weight"]
+    assert art.variants[0].graph.constants["fc1.weight"] is art.variants[1].graph.constants["fc1.weight"]
     assert art.source.constants["fc2.weight"] is art.constants["fc2.weight"]
 
 
@@ -194,7 +194,7 @@ def test_writer_rejects_bad_input(mlp: tuple[Graph, Graph]) -> None:
         write_artifact([])
     with pytest.raises(ArtifactError, match="non-empty sequence"):
         write_artifact(variant)  # type: ignore[arg-type]
-    with pytest.raises(ArtifactError, match="expected a Graph"):
+    with pytest.raises(ArtifactError, match="expected a Variant or a Graph"):
         write_artifact([variant, "x"])  # type: ignore[list-item]
     with pytest.raises(VerifyError, match="high-level op"):
         write_artifact([source])
@@ -243,7 +243,7 @@ def test_symbolic_guards_and_symbols_round_trip() -> None:
         symbols=(Symbol("n", 0, 2**40), Symbol("m", 1, 9, multiple_of=3)),
         guards=(Guard(n * m, ">", 2, "a.py:1"), Guard(n % 4, "==", 0), Guard(m // 3 + n, "<", 2**40)),
     )
-    assert_same_graph(read_artifact(write_artifact([g])).variants[0], g)
+    assert_same_graph(read_artifact(write_artifact([g])).variants[0].graph, g)
 
 
 def test_offsets_and_lengths_are_64_bit() -> None:

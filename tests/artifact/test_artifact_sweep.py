@@ -30,6 +30,7 @@ from sweep_run import TIMEOUT, Violation, deadline, feeds_for, leaves, run, tall
 
 import aotc
 from aotc.artifact import SCHEMA_VERSION, Artifact, read_artifact, write_artifact
+from aotc.ir.variant import Variant
 from aotc.lowering.decompose import decompose
 from aotc.runtime import Executable
 
@@ -56,14 +57,14 @@ def compile_model(name: str, path: Path) -> bytes:
         golden = load_module(TESTS / "golden" / "make_golden.py")
         src = golden.source_graph()
         variant = decompose(src)
-        return write_artifact([variant], source=src, meta={"golden": True}, schedules=[schedule_graph(variant)])
+        return write_artifact([Variant(variant, schedule_graph(variant))], source=src, meta={"golden": True})
 
     model, inputs = load_module(MODELS / f"{name}.py").build()
     compiled = aotc.compile(model, inputs)
     meta = read_artifact(compiled.artifact_bytes).meta
     plan = schedule_graph(compiled.lowered, SimpleNamespace(targets=("sm_80", "sm_90")))
     return write_artifact(
-        [compiled.lowered], source=compiled.graph, meta=meta, schedules=[plan], binaries=fake_binaries(plan)
+        [Variant(compiled.lowered, plan)], source=compiled.graph, meta=meta, binaries=fake_binaries(plan)
     )
 
 
@@ -88,7 +89,7 @@ def mutate(subject: Subject, rng: np.random.Generator) -> tuple[str, bytes]:
 def sweep(subject: Subject, n: int, seed: int) -> tuple[Counter[str], Counter[str], list[str]]:
     """(the reader's outcomes, what the accepted files did when called, the violations)."""
     rng = np.random.default_rng([seed, NAMES.index(subject.name)])
-    feeds = feeds_for(subject.art.variants[0])
+    feeds = feeds_for(subject.art.variants[0].graph)
     ref = leaves(Executable(subject.art, "cpu")(**feeds))
     outcomes: Counter[str] = Counter()
     calls: Counter[str] = Counter()
@@ -191,12 +192,12 @@ def test_subjects_cover_every_kind_of_slot(subjects: dict[str, Subject]) -> None
         field = {"Symbol": "symbols", "Guard": "guards", "Constant": "constants", "Segment": "segments",
                  "AttrValue": "attr_values", "AttrSet": "attr_sets", "TensorType": "types"}[table]  # fmt: skip
         assert any(f".{field}[" in w for w in whats), table
-    # the schema 3-6 tables: launch plans (launches, args, checks, buffers, views, variants, extents) and kernel
-    # code with binaries and their constexprs
-    for part in (".schedule.launches[", ".arg_kinds[", ".arg_values[", ".checks[0].slot", ".schedule.buffers[",
-                 ".schedule.flags", "Artifact.kernels[", ".cubins[0].data[", ".cubins[0].meta.shared",
+    # the schema 3-9 tables: variants (a graph and a plan each), launch plans (launches, args, checks, buffers, views,
+    # arch launches, extents) and kernel code with binaries and their constexprs
+    for part in ("Artifact.variants[0].graph.", ".plan.launches[", ".arg_kinds[", ".arg_values[", ".checks[0].slot",
+                 ".plan.buffers[", ".plan.flags", "Artifact.kernels[", ".cubins[0].data[", ".cubins[0].meta.shared",
                  ".ptx_meta.params", ".divisible[", ".constexpr_values[", "Artifact.features[",
-                 "Artifact.kernel_features[", ".variants[0].code", ".schedule.extents[", ".range_lows[",
+                 "Artifact.kernel_features[", ".arch_launches[0].code", ".plan.extents[", ".range_lows[",
                  ".meta.constexpr_values[", ".extents"):  # fmt: skip
         assert any(part in w for w in whats), part
     texts = {t.what for sub in subjects.values() for t in sub.texts}

@@ -88,7 +88,7 @@ def test_schemas_the_verifier_cannot_check_are_refused(text: str, match: str) ->
 def test_the_small_artifact_is_sound() -> None:
     assert verify_flatbuffer(FB) > 50
     whats = list(SLOTS)
-    assert "root offset" in whats and "Artifact.variants[0].node_ops[1]" in whats
+    assert "root offset" in whats and "Artifact.variants[0].graph.node_ops[1]" in whats
 
 
 @pytest.mark.parametrize(
@@ -99,10 +99,14 @@ def test_the_small_artifact_is_sound() -> None:
         ("Artifact vtable offset", 2**31 - 1, "vtable at .* is misaligned or outside"),
         ("Artifact vtable size", 3, "vtable size 3"),
         ("Artifact table size", 60000, "table size 60000 .* runs past"),
-        ("Artifact.variants[0].name vtable entry", 0, r"Artifact.variants\[0\].name: required field is missing"),
-        ("Artifact.variants[0].name vtable entry", 60000, "outside the .*-byte table"),
-        ("Artifact.variants[0].node_ops length", 10**6, "run past the buffer"),
-        ("Artifact.variants[0].guards length", 0, "belong to no object"),
+        (
+            "Artifact.variants[0].graph.name vtable entry",
+            0,
+            r"Artifact.variants\[0\].graph.name: required field is missing",
+        ),
+        ("Artifact.variants[0].graph.name vtable entry", 60000, "outside the .*-byte table"),
+        ("Artifact.variants[0].graph.node_ops length", 10**6, "run past the buffer"),
+        ("Artifact.variants[0].graph.guards length", 0, "belong to no object"),
         ("Artifact.strings[0] offset", 2, "misaligned|not 4-byte aligned|overlap|referenced"),
     ],
 )
@@ -112,12 +116,12 @@ def test_structural_damage_is_refused(what: str, value: int, match: str) -> None
 
 def test_a_scalar_read_as_its_default_is_refused() -> None:
     """A zeroed slot would read back as the default (0.0, multiple_of 1): the writer stores every scalar."""
-    expect(with_value("Artifact.variants[0].symbols[0].multiple_of vtable entry", 0), "scalar field is absent")
+    expect(with_value("Artifact.variants[0].graph.symbols[0].multiple_of vtable entry", 0), "scalar field is absent")
     expect(with_value("Artifact.attr_values[0].float_value vtable entry", 0), "scalar field is absent")
 
 
 def test_overlapping_and_misaligned_fields_are_refused() -> None:
-    sym = "Artifact.variants[0].symbols[0]"
+    sym = "Artifact.variants[0].graph.symbols[0]"
     # min's slot moved onto max's: two fields share bytes
     expect(
         with_value(f"{sym}.min vtable entry", get(f"{sym}.max vtable entry")),
@@ -211,7 +215,7 @@ def test_fields_beyond_the_schema_are_refused() -> None:
 
 def test_the_reader_verifies_the_structure_first() -> None:
     """Through read_artifact, a resealed structural fault is an ArtifactError from the verifier."""
-    bad = with_value("Artifact.variants[0].guards length", 0)
+    bad = with_value("Artifact.variants[0].graph.guards length", 0)
     with pytest.raises(
         ArtifactError, match=r"FlatBuffer is malformed: Artifact: the .* bytes at .* belong to no object"
     ):

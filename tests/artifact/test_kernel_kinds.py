@@ -42,14 +42,14 @@ def test_a_schema_8_file_stores_each_kind_by_name() -> None:
     names = {t.KindName().decode() for t in tables}
     assert {"matmul", "reduction", "pointwise"} <= names <= set(BY_KIND)
     art = read_artifact(data)
-    assert {str(k.kind) for s in art.schedules for k in s.kernels} == names
+    assert {str(k.kind) for v in art.variants for k in v.plan.kernels} == names
 
 
 @pytest.mark.parametrize("version", [3, 4, 5, 6, 7])
 def test_older_files_read_their_kind_codes_as_template_names(version: int) -> None:
     data = (GOLDEN / f"v{version}_mlp.aotc").read_bytes()
     assert all(t.KindName() is None for t in _kernel_tables(data))
-    (s,) = read_artifact(data).schedules
+    (s,) = (v.plan for v in read_artifact(data).variants)
     kinds = {k.kind for k in s.kernels}
     assert KernelKind.MATMUL in kinds and all(kind is template(kind).kind for kind in kinds)
 

@@ -89,7 +89,7 @@ def test_a_graph_edit_its_kernels_do_not_follow_is_refused_by_the_digest(label: 
     # the attack, were the digest not checked: the kernels compute the graph they were compiled for
     with mock.patch.object(plan_checks, "check_binding"):
         art = read_artifact(data)
-    feeds = _feeds(art.variants[0])
+    feeds = _feeds(art.variants[0].graph)
     cpu, interp = aotc.load(art, device="cpu")(**feeds), aotc.load(art, device="interpret")(**feeds)
     assert any(not np.allclose(a, b, atol=1e-3, equal_nan=True) for a, b in zip(_leaves(cpu), _leaves(interp)))
 
@@ -194,7 +194,7 @@ def test_the_fake_gpu_faults_on_a_store_outside_its_buffers() -> None:
     s = sealed(with_source(model()[1], 2, STORE, f"{STORE} + 1048576"))
     art = read_artifact(write(s, binaries=True))
     fake = FakeDriver()
-    fake.register(art.schedules[0], art.kernels)
+    fake.register(art.variants[0].plan, art.kernels)
     with Executable(art, CudaBackend(driver=fake)) as exe, pytest.raises(ExecError):
         exe(np.ones((2, 3, D), np.float32))
     assert len(fake.faults) == 1 and "a store through out_ptr of 4 bytes" in fake.faults[0], fake.faults
@@ -207,4 +207,4 @@ def test_old_files_load_unbound_and_new_ones_bound() -> None:
         art = read_artifact(path)
         assert art.plans_bound == (art.schema_version >= 6), path.name
         if art.schema_version >= 6:
-            assert all(len(k.digest) == 32 and k.extents is not None for k in art.schedules[0].kernels)
+            assert all(len(k.digest) == 32 and k.extents is not None for k in art.variants[0].plan.kernels)

@@ -1,6 +1,6 @@
 """The plan decoder reads its string vectors straight from the buffer (one vtable lookup per vector, not one per
 element): every such column reads exactly what the generated accessors read, in the golden files and in a
-file with per-architecture variants and binaries; a column with bytes that are not UTF-8 is refused."""
+file with per-architecture launches and binaries; a column with bytes that are not UTF-8 is refused."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from kernel_kit import GOLDEN
 from mutation import fb_region, reseal
-from plan_kit import model, with_variant, write
+from plan_kit import model, with_arch_launch, write
 
 from aotc.artifact import plan_decode, read_artifact
 from aotc.artifact.decode import Decoder
@@ -22,7 +22,7 @@ COLUMNS = {
     "launch arg sizes": ("launch", plan_decode._LAUNCH_ARG_SIZES, "ArgSizes"),
     "launch grid": ("launch", plan_decode._LAUNCH_GRID, "Grid"),
     "launch fused": ("launch", plan_decode._LAUNCH_FUSED, "Fused"),
-    "variant grid": ("variant", plan_decode._ARCH_GRID, "Grid"),
+    "arch launch grid": ("arch launch", plan_decode._ARCH_GRID, "Grid"),
     "code constexpr names": ("code", plan_decode._CODE_CONSTEXPR_NAMES, "ConstexprNames"),
     "code arg names": ("code", plan_decode._CODE_ARG_NAMES, "ArgNames"),
     "code arg types": ("code", plan_decode._CODE_ARG_TYPES, "ArgTypes"),
@@ -39,21 +39,22 @@ def _tables(root: Any) -> Iterator[tuple[str, Any]]:
             yield "meta", code.PtxMeta()
         for j in range(code.CubinsLength()):
             yield "meta", code.Cubins(j).Meta()
-    for v in range(root.VariantsLength()):
-        s = root.Variants(v).Schedule()
+    plans = [root.Variants(v).Plan() for v in range(root.VariantsLength())]  # schema >= 9
+    plans += [root.VariantGraphs(v).Schedule() for v in range(root.VariantGraphsLength())]  # schema 3-8
+    for s in plans:
         if s is None:
             continue
         yield "schedule", s
         for i in range(s.LaunchesLength()):
             launch = s.Launches(i)
             yield "launch", launch
-            for j in range(launch.VariantsLength() if not launch.VariantsIsNone() else 0):
-                yield "variant", launch.Variants(j)
+            for j in range(launch.ArchLaunchesLength() if not launch.ArchLaunchesIsNone() else 0):
+                yield "arch launch", launch.ArchLaunches(j)
 
 
 def _files() -> dict[str, bytes]:
     files = {p.stem: p.read_bytes() for p in sorted(GOLDEN.parent.glob("v[3-9]_*.aotc"))}
-    files["variants"] = write(with_variant(model()[1], 1), binaries=True)
+    files["arch_launches"] = write(with_arch_launch(model()[1], 1), binaries=True)
     return files
 
 

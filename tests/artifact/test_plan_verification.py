@@ -26,7 +26,7 @@ from plan_kit import (
     mixed_overlap,
     model,
     times,
-    with_variant,
+    with_arch_launch,
     write,
 )
 
@@ -37,6 +37,7 @@ from aotc.ir.ops import Op
 from aotc.ir.schedule import Schedule, View
 from aotc.ir.symbolic import add, floordiv, mod, mul, smax, smin, sym
 from aotc.ir.symbolic_values import evaluate, prove_nonneg
+from aotc.ir.variant import Variant
 from aotc_cli.errors import EXIT_USER
 from aotc_cli.main import cli
 
@@ -73,7 +74,7 @@ def _attacks() -> list[tuple[str, Change, str]]:
         ("grid z", lambda s: launch(s, 1, grid=(s.kernels[1].grid[0], 1, BATCH)), rf"{_where(1)}: grid check"),
         (
             "an arch variant's grid doubled",
-            lambda s: with_variant(s, 1, times(2)),
+            lambda s: with_arch_launch(s, 1, times(2)),
             rf"{_where(1)} variant 'sm_90': {need}",
         ),
         # size args
@@ -196,8 +197,8 @@ ATTACKS = _attacks()
 def test_the_model_plan_verifies_with_nothing_left_per_shape() -> None:
     _, s = model()
     art = read_artifact(write(s))
-    assert art.schedules == (s,)
-    facts = plan_facts(art.variants[0], art.schedules[0])
+    assert tuple(v.plan for v in art.variants) == (s,)
+    facts = plan_facts(art.variants[0].graph, art.variants[0].plan)
     assert facts.facts == () and facts.live == ()
 
 
@@ -215,7 +216,7 @@ def test_the_writer_refuses_what_the_reader_refuses(label: str, change: Change, 
 
     graph, s = model()
     with pytest.raises(ArtifactError, match=match):
-        write_artifact([graph], schedules=[change(s)])
+        write_artifact([Variant(graph, change(s))])
 
 
 @pytest.mark.parametrize("label", ["grid doubled", "size arg (* 100 batch)", "flags of u32 max"])
@@ -238,9 +239,9 @@ def test_what_holds_at_both_ends_but_not_in_between_is_left_per_shape(change: Ch
     """Both files pass a check at every dim's min and max; the symbolic layer cannot prove them over the whole
     ranges, so they load with the fact left for the call (tests/runtime/test_plan_bounds.py refuses the call)."""
     art = read_artifact(write(change(model()[1])))
-    facts = plan_facts(art.variants[0], art.schedules[0])
+    facts = plan_facts(art.variants[0].graph, art.variants[0].plan)
     if fact is None:  # the overlap: the buffers are swept per shape
-        assert facts.live == art.schedules[0].buffers
+        assert facts.live == art.variants[0].plan.buffers
     else:
         assert {f.check for f in facts.facts} == {fact} and all("buffer 0" in f.what for f in facts.facts)
         assert any(evaluate(f.expr, MIXED) < 0 for f in facts.facts)
@@ -312,6 +313,6 @@ def test_launch_metadata_counts_are_bounded_before_anything_is_sized_by_them(fie
     cubin = dataclasses.replace(b.cubins[0], meta=dataclasses.replace(b.cubins[0].meta, **{field: value}))
     binaries[0] = dataclasses.replace(b, cubins=(cubin, *b.cubins[1:]))
     with unchecked():
-        data = reseal(write_artifact([graph], schedules=[s], binaries=tuple(binaries)))
+        data = reseal(write_artifact([Variant(graph, s)], binaries=tuple(binaries)))
     with pytest.raises(ArtifactError, match=rf"sm_80 cubin: launch metadata {field} {value} is above"):
         read_artifact(data)

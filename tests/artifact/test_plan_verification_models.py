@@ -21,6 +21,7 @@ from aotc.artifact.plan_checks import check_schedule, plan_facts
 from aotc.ir.graph import Graph
 from aotc.ir.schedule import GRID_LIMITS, Schedule
 from aotc.ir.symbolic_values import evaluate
+from aotc.ir.variant import Variant
 from aotc.lowering.options import CompileOptions
 from aotc.lowering.pipeline import lower
 from tests.kernels.model_kit import CONFIGS, lowered
@@ -44,9 +45,9 @@ def scheduled(label: str) -> tuple[Graph, Schedule]:
 @cache
 def read_back(label: str) -> tuple[Graph, Schedule]:
     graph, schedule = scheduled(label)
-    art = read_artifact(write_artifact([graph], schedules=[schedule]))
-    assert art.schedules == (schedule,)
-    return art.variants[0], art.schedules[0]
+    art = read_artifact(write_artifact([Variant(graph, schedule)]))
+    assert tuple(v.plan for v in art.variants) == (schedule,)
+    return art.variants[0].graph, art.variants[0].plan
 
 
 @pytest.mark.parametrize("label", MODELS)

@@ -54,6 +54,7 @@ from aotc.artifact import read_artifact, write_artifact
 from aotc.artifact.reader import Artifact
 from aotc.errors import ExecError
 from aotc.ir.digest import seal
+from aotc.ir.variant import Variant
 from aotc.runtime import Executable
 from aotc_cli.errors import EXIT_USER
 from aotc_cli.main import cli
@@ -90,7 +91,7 @@ def test_the_cli_exits_1_on_a_graph_edit_its_kernels_do_not_follow(tmp_path: Pat
     _, s, graph = GRAPH_EDITS["LayerNorm eps 1e-5 -> 1.00001"]
     path = tmp_path / "eps.aotc"
     with unchecked():
-        path.write_bytes(reseal(write_artifact([graph], schedules=[s])))
+        path.write_bytes(reseal(write_artifact([Variant(graph, s)])))
     result = CliRunner().invoke(cli, ["run", str(path), "--random", "--device", "interpret"])
     assert result.exit_code == EXIT_USER, (result.exit_code, result.output)
     assert re.search(r"launch \d+ \(.*\): digest check failed", result.stderr), result.stderr
@@ -105,16 +106,14 @@ def _embedding(source_edit: tuple[str, str] | None) -> bytes:
     and its digest recomputed, as a deliberate attacker would."""
     spec = {"input_ids": TensorSpec((Dim("batch", min=1, max=4), Dim("seq", min=1, max=16)), "int64")}
     art = read_artifact(aotc.compile(lambda input_ids: F.embedding(input_ids, TABLE), spec).artifact_bytes)
-    graph, s = art.variants[0], art.schedules[0]
+    graph, s = art.variants[0].graph, art.variants[0].plan
     if source_edit is not None:
         (k,) = s.kernels
         assert k.source.count(source_edit[0]) == 1, k.source
         k = seal(graph, k.replace(source=k.source.replace(*source_edit)))
         s = dataclasses.replace(s, kernels=(k,))
     with unchecked():
-        return reseal(
-            write_artifact([graph], source=art.source, meta=art.meta, schedules=[s], binaries=fake_binaries(s))
-        )
+        return reseal(write_artifact([Variant(graph, s)], source=art.source, meta=art.meta, binaries=fake_binaries(s)))
 
 
 def test_a_gather_bound_raised_in_a_kernels_source_is_fenced_at_the_call() -> None:
@@ -134,7 +133,7 @@ def test_a_gather_bound_raised_in_a_kernels_source_is_fenced_at_the_call() -> No
     with pytest.raises(ExecError, match=fence):
         Executable(art, "interpret")(input_ids=bad)
     fake = FakeDriver()
-    fake.register(art.schedules[0], art.kernels)
+    fake.register(art.variants[0].plan, art.kernels)
     with Executable(art, CudaBackend(driver=fake)) as exe:
         np.testing.assert_array_equal(exe(input_ids=good), TABLE[good])
         with pytest.raises(ExecError):
@@ -153,7 +152,6 @@ def _mlp_with_stored_onnx(edit: Callable[[bytes], bytes]) -> tuple[Artifact, Art
         list(art.variants),
         source=art.source,
         meta=art.meta,
-        schedules=list(art.schedules),
         binaries=tuple(art.kernels.values()),
         onnx=edit(art.onnx),
     )
@@ -168,7 +166,7 @@ def _assert_cpu_computes_the_graph(original: Artifact, edited: Artifact) -> None
     rng = np.random.default_rng(0)
     feeds = {
         name: rng.standard_normal(tuple(d if isinstance(d, int) else 2 for d in v.type.shape)).astype(np.float32)
-        for name, v in zip(edited.variants[0].input_names, edited.variants[0].inputs)
+        for name, v in zip(edited.variants[0].graph.input_names, edited.variants[0].graph.inputs)
     }
     cpu = aotc.load(edited, device="cpu")
     assert isinstance(cpu._backend, OrtBackend)

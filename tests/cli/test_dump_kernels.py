@@ -101,7 +101,7 @@ def _feeds(exe: Any, dims: dict[str, int], rng: np.random.Generator) -> dict[str
     from aotc_cli.feeds import random_array
 
     out = {}
-    graph = exe.artifact.variants[0]
+    graph = exe.artifact.variants[0].graph
     for v, name in zip(graph.inputs, exe.input_names):
         shape = tuple(d if isinstance(d, int) else dims[d.symbol_name] for d in v.type.shape)
         out[name] = random_array(rng, v.type.dtype, shape)

@@ -3,11 +3,11 @@
     .venv/bin/python tests/golden/make_golden.py            # writes tests/golden/v<SCHEMA_VERSION>_mlp.{aotc,npz}
 
 From version 3 the file also holds the variant's launch plan and its kernels compiled for sm_80 (cubin and
-PTX; triton compiles them with no GPU); from version 4 for sm_80 and sm_90, with sm_90 variants; from version 6
-every launch carries its digest and extents and every binary the constexprs it was compiled with; from version 7
-the file stores the source graph as ONNX for onnxruntime (aotc/onnx/runtime_model.py); from version 8 each
+PTX; triton compiles them with no GPU); from version 4 for sm_80 and sm_90, with sm_90 arch launches; from
+version 6 every launch carries its digest and extents and every binary the constexprs it was compiled with; from
+version 7 the file stores the source graph as ONNX for onnxruntime (aotc/onnx/runtime_model.py); from version 8 each
 kernel names its template (KernelCode.kind_name) and the source graph is bound to the variants by its digest
-(meta aotc.source_digest). Run it once per schema
+(meta aotc.source_digest); from version 9 the variant is a Variant table (its graph and its plan). Run it once per schema
 version, when SCHEMA_VERSION is bumped, and check both files in. Never
 regenerate an older version's files: they prove that files written by earlier aotc versions still load.
 The model touches most of the schema: symbols with ranges and multiple_of, a guard with its source
@@ -103,17 +103,18 @@ def main() -> int:
     verify(src)
     verify(variant, primitive_only=True)
     from aotc.ir.digest import seal
-    from aotc.ir.schedule import ArchVariant
+    from aotc.ir.schedule import ArchLaunch
     from aotc.ir.templates import KernelKind
+    from aotc.ir.variant import Variant
     from aotc.kernels.aot import compile_kernels
     from aotc.kernels.scheduler import schedule_graph
     from aotc.lowering.options import CompileOptions
 
-    # From version 4: sm_80 kernels, and sm_90 variants where sm_90's heuristics choose other tiles.
+    # From version 4: sm_80 kernels, and sm_90 arch launches where sm_90's heuristics choose other tiles.
     targets = ("sm_80", "sm_90")
     schedule = schedule_graph(variant, CompileOptions(targets=targets))
-    if not any(k.variants for k in schedule.kernels):
-        # The model is too small for sm_90's heuristics to differ: give its first matmul a variant with
+    if not any(k.arch_launches for k in schedule.kernels):
+        # The model is too small for sm_90's heuristics to differ: give its first matmul an arch launch with
         # twice the warps, so the file holds the version-4 table all the same.
         i = next(i for i, k in enumerate(schedule.kernels) if k.kind is KernelKind.MATMUL)
         k = schedule.kernels[i]
@@ -122,21 +123,22 @@ def main() -> int:
             name=name, source=k.source.replace(f"def {k.name}(", f"def {name}(", 1), num_warps=2 * k.num_warps
         )
         kernels = list(schedule.kernels)
-        kernels[i] = seal(variant, k.replace(variants=(ArchVariant("sm_90", v),)))  # digests of both codes
+        kernels[i] = seal(variant, k.replace(arch_launches=(ArchLaunch("sm_90", v),)))  # digests of both codes
         schedule = dataclasses.replace(schedule, kernels=tuple(kernels))
     distinct = list({k.name: k for k in schedule.kernels}.values())
     binaries = compile_kernels(distinct, targets=targets)
-    print(f"{len(schedule.kernels)} launches, {sum(len(k.variants) for k in schedule.kernels)} with an sm_90 variant")
+    print(
+        f"{len(schedule.kernels)} launches, {sum(len(k.arch_launches) for k in schedule.kernels)} with an sm_90 arch launch"
+    )
     from aotc.onnx.runtime_model import runtime_onnx
 
     onnx = runtime_onnx(src)  # from version 7
     assert onnx.model is not None, onnx.note
     save_artifact(
         stem.with_suffix(".aotc"),
-        [variant],
+        [Variant(variant, schedule)],
         source=src,
         meta={"golden": True, "schema_version": SCHEMA_VERSION, "onnx": onnx.summary},
-        schedules=[schedule],
         binaries=tuple(binaries.values()),
         onnx=onnx.model,
     )

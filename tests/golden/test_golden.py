@@ -90,7 +90,7 @@ def test_v3_kernels_load_and_run_under_the_interpreter() -> None:
     pytest.importorskip("triton")
     art = read_artifact(HERE / "v3_mlp.aotc")
     assert art.kernel_features == ("kernels", "binaries") and art.features == ("graph",)
-    (schedule,) = art.schedules
+    (schedule,) = (v.plan for v in art.variants)
     assert schedule is not None and {k.name for k in schedule.kernels} == set(art.kernels)
     assert all(b.archs == ("sm_80",) and b.ptx_meta.arch == "sm_80" for b in art.kernels.values())
     assert any(k.checks for k in schedule.kernels)  # the embedding's index check
@@ -105,35 +105,36 @@ def test_v3_kernels_load_and_run_under_the_interpreter() -> None:
     assert d["arena_bytes"] > 0
 
 
-def test_v4_variants_load_and_run_under_the_interpreter() -> None:
-    """The schema 4 golden file holds sm_80 and sm_90 cubins and an sm_90 variant of a launch: a GPU of
-    capability 9.0 launches the variant's code, 8.x the launch's own; both compute the stored outputs."""
+def test_v4_arch_launches_load_and_run_under_the_interpreter() -> None:
+    """The schema 4 golden file holds sm_80 and sm_90 cubins and an sm_90 arch launch of a launch: a GPU of
+    capability 9.0 launches the arch launch's code, 8.x the launch's own; both compute the stored outputs."""
     pytest.importorskip("triton")
     art = read_artifact(HERE / "v4_mlp.aotc")
     assert art.kernel_features == ("kernels", "binaries", "arch_variants")
-    (schedule,) = art.schedules
-    (launch,) = [k for k in schedule.kernels if k.variants]
-    (variant,) = launch.variants
-    assert variant.arch == "sm_90" and art.kernels[variant.kernel.name].archs == ("sm_90",)
+    (schedule,) = (v.plan for v in art.variants)
+    (launch,) = [k for k in schedule.kernels if k.arch_launches]
+    (arch_launch,) = launch.arch_launches
+    assert arch_launch.arch == "sm_90" and art.kernels[arch_launch.kernel.name].archs == ("sm_90",)
     assert art.kernels[launch.name].archs == ("sm_80", "sm_90")
     assert schedule.for_capability((9, 0)).kernels != schedule.kernels
     assert schedule.for_capability((8, 6)) is schedule or schedule.for_capability((8, 6)).kernels == schedule.kernels
     expected = np.load(HERE / "v4_mlp.npz")
     feeds = {k[3:]: expected[k] for k in expected.files if k.startswith("in_")}
     for s in (schedule, schedule.for_capability((9, 0))):
-        plain = dataclasses.replace(art, schedules=(s,))
+        plain = dataclasses.replace(art, variants=(art.variants[0].replace(plan=s),))
         got = aotc.runtime.load(plain, device="interpret").run(feeds)
         for i, g in enumerate(got):
             np.testing.assert_allclose(g, expected[f"out_{i}"], rtol=1e-4, atol=1e-5)
     d = describe(art)
     rows = {k["name"]: k for k in d["kernels"]}
-    assert rows[variant.kernel.name]["variant_of"] == launch.name and rows[variant.kernel.name]["targets"] == ["sm_90"]
+    row = rows[arch_launch.kernel.name]
+    assert row["arch_launch_of"] == launch.name and row["targets"] == ["sm_90"]
 
 
 def test_files_before_v3_have_no_kernels() -> None:
     for version in (1, 2):
         art = read_artifact(HERE / f"v{version}_mlp.aotc")
-        assert art.schedules == (None,) and dict(art.kernels) == {}
+        assert tuple(v.plan for v in art.variants) == (None,) and dict(art.kernels) == {}
         assert art.features == ("graph",) and art.kernel_features == ()
         assert describe(art)["kernels"] == [] and describe(art)["arena_bytes"] is None
 

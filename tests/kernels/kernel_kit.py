@@ -9,6 +9,7 @@ import numpy as np
 from aotc.ir.evaluate import GraphRunner
 from aotc.ir.graph import Graph
 from aotc.ir.schedule import Schedule
+from aotc.ir.variant import Variant
 from aotc.kernels.scheduler import schedule_graph
 from aotc.runtime.backends.interpret import InterpretBackend
 
@@ -25,7 +26,7 @@ def run_schedule(graph: Graph, feeds: Sequence[np.ndarray], env: Mapping[str, in
     schedule = schedule or schedule_graph(graph)
     # Masked-off lanes compute on filler values (log(0), exp overflow), as on a GPU; numpy would warn.
     with np.errstate(all="ignore"):
-        return InterpretBackend().prepare(graph, schedule).run(list(feeds), env)
+        return InterpretBackend().prepare(Variant(graph, schedule), {}).run(list(feeds), env)
 
 
 def check(

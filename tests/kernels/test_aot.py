@@ -17,7 +17,7 @@ pytest.importorskip("triton")
 
 from aotc.errors import AotcError, UnsupportedError
 from aotc.ir.launch import SCRATCH_PARAMS, LaunchMeta
-from aotc.ir.schedule import ArchVariant, Arg, ArgKind, Kernel
+from aotc.ir.schedule import ArchLaunch, Arg, ArgKind, Kernel
 from aotc.ir.templates import KernelKind
 from aotc.kernels import aot
 from aotc.kernels.aot import (
@@ -316,7 +316,7 @@ def test_a_variant_compiles_for_its_target_only(tmp_path: Path) -> None:
     base = _add()
     source = ADD.replace("def add_kernel(", "def add_kernel_sm90(", 1)
     variant = _add(source, "add_kernel_sm90", warps=8)
-    kernel = base.replace(variants=(ArchVariant("sm_90", variant),))
+    kernel = base.replace(arch_launches=(ArchLaunch("sm_90", variant),))
     out = compile_kernels([kernel], ("sm_80", "sm_90"), AotOptions(cache_dir=str(tmp_path), jobs=1))
     assert out["add_kernel"].archs == ("sm_80",) and out["add_kernel"].ptx_meta.arch == "sm_80"
     # a second launch of the same code with no variant still needs its sm_90 cubin

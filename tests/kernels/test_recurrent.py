@@ -17,6 +17,7 @@ from aotc.frontend.trace import trace
 from aotc.ir.graph import Graph
 from aotc.ir.schedule import Schedule
 from aotc.ir.templates import KernelKind
+from aotc.ir.variant import Variant
 from aotc.kernels import fusion
 from aotc.kernels.recurrent import MAX_H, MAX_STEPS
 from aotc.kernels.scheduler import schedule_graph
@@ -98,8 +99,8 @@ def test_the_reader_verifies_the_plans(graph) -> None:
     """Launch digests, each pointer's extents inside its value and the sources' allow-list (aotc/artifact)."""
     g = graph()
     s = schedule_graph(g)
-    art = read_artifact(write_artifact([g], schedules=[s]))
-    assert art.plans_bound and art.schedules[0] == s
+    art = read_artifact(write_artifact([Variant(g, s)]))
+    assert art.plans_bound and art.variants[0].plan == s
 
 
 def test_a_chain_is_cut_every_max_steps() -> None:
@@ -176,7 +177,7 @@ def test_layers_stepped_together_make_a_chain_each() -> None:
     assert [k.kind for k in s.kernels] == [KernelKind.RECURRENT_CELL] * 4  # 2 layers x 6 steps in launches of 4, 2
     for i, dims in enumerate(BATCHES):
         check(g, feeds("stacked", g, dims, seed=i), dims, tol=TOL, schedule=s)
-    read_artifact(write_artifact([g], schedules=[s]))
+    read_artifact(write_artifact([Variant(g, s)]))
 
 
 def test_chains_that_would_wait_on_each_other_are_left_to_the_general_rules() -> None:

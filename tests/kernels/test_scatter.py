@@ -23,6 +23,7 @@ from aotc.ir.evaluate import GraphRunner
 from aotc.ir.schedule import ArgKind
 from aotc.ir.symbolic import sym
 from aotc.ir.symbolic_values import evaluate
+from aotc.ir.variant import Variant
 from aotc.kernels.scheduler import schedule_graph
 from aotc.lowering.options import CompileOptions
 from aotc.lowering.pipeline import lower
@@ -207,7 +208,7 @@ def test_integer_add_and_mul_wrap_as_numpy() -> None:
 def test_out_of_range_id_raises_and_the_next_call_works(coord: int, bad: int) -> None:
     """Coordinates into [4, 3] lie in [-4, 4) and [-3, 3)."""
     g = _scatter_graph((4, 3), (3, 2), reduction="add")
-    program = InterpretBackend().prepare(g, schedule_graph(g))
+    program = InterpretBackend().prepare(Variant(g, schedule_graph(g)), {})
     good = np.array([[0, 1], [3, -1], [-4, 2]], np.int64)
     feeds = _feeds((4, 3), good, F32)
     ids = good.copy()

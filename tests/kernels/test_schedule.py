@@ -113,7 +113,7 @@ def test_a_shared_kernels_variant_names_its_values_after_the_shared_pointers() -
     code it shares (``bias_ptr``, not ``offset_ptr``), so its loads read ``bias`` too, and both share one variant."""
     g = _two_layers(sym("n"), 512, DType.float16, (Symbol("n", 1, 4096),))
     first, second = schedule_graph(g, SimpleNamespace(targets=("sm_80", "sm_90"))).kernels
-    (v1,), (v2,) = first.variants, second.variants
+    (v1,), (v2,) = first.arch_launches, second.arch_launches
     assert v1.kernel.name == v2.kernel.name == f"{first.name}_sm90" and v1.kernel.source == v2.kernel.source
     assert [a.name for a in v2.kernel.args] == [a.name for a in second.args] == [a.name for a in first.args]
     assert "bias = tl.load(bias_ptr" in v2.kernel.source and "offset" not in v2.kernel.source

@@ -138,7 +138,7 @@ def test_no_split_k_flag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
         assert result.exit_code == 0, result.output
         art = read_artifact(tmp_path / "p.aotc")
         assert art.meta["options"]["split_k"] is not bool(flags)
-        reduces[flags] = len(_ops(art.variants[0], Op.REDUCE_SUM))
+        reduces[flags] = len(_ops(art.variants[0].graph, Op.REDUCE_SUM))
     assert reduces == {(): 1, ("--no-split-k",): 0}
 
 
@@ -361,10 +361,10 @@ def test_out_dtype_errors_name_the_value(dtype: DType, value: object, message: s
 def test_out_dtype_survives_the_artifact() -> None:
     g = split_k(_linear(4, 2048, 32, dtype=BF16))
     art = read_artifact(write_artifact([g]))
-    (mm,) = _ops(art.variants[0], Op.MATMUL)
+    (mm,) = _ops(art.variants[0].graph, Op.MATMUL)
     assert mm.attrs["out_dtype"] == "float32" and mm.outputs[0].type.dtype is F32
     feeds = _feeds(g, {})
-    np.testing.assert_array_equal(run_graph(art.variants[0], feeds, {})[0], run_graph(g, feeds, {})[0])
+    np.testing.assert_array_equal(run_graph(art.variants[0].graph, feeds, {})[0], run_graph(g, feeds, {})[0])
 
 
 def test_out_dtype_exports_to_onnx(tmp_path: Path) -> None:

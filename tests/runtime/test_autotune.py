@@ -65,7 +65,7 @@ def test_the_fastest_candidate_becomes_the_targets_variant() -> None:
         g, schedule, TARGETS, dims={"batch": 5}, driver=fake, measure=_measure(fake, 2, ran), compile=_fake_compile
     )
     (i,) = [i for i, k in enumerate(schedule.kernels) if k.kind is KernelKind.MATMUL]
-    (v,) = tuned.kernels[i].variants
+    (v,) = tuned.kernels[i].arch_launches
     assert v.arch == "sm_90" and v.kernel.name == f"{schedule.kernels[i].name}_sm90t2"
     (t,) = report.launches
     # the fake's clock reads 0.25 ms for every launch; the test makes candidate 2 take 0.1

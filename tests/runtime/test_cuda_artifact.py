@@ -33,9 +33,9 @@ def _artifact() -> Artifact:
 @pytest.mark.parametrize(("capability", "loaded"), [((9, 0), {"sm_90"}), ((8, 6), {"sm_80"}), ((12, 0), {"ptx"})])
 def test_a_compiled_artifact_runs_on_the_cuda_backend(capability: tuple[int, int], loaded: set[str]) -> None:
     art = _artifact()
-    assert art.kernels and art.schedules and art.schedules[0] is not None
+    assert art.kernels and art.variants[0].plan is not None
     fake = FakeDriver(capability=capability)
-    fake.register(art.schedules[0], art.kernels)
+    fake.register(art.variants[0].plan, art.kernels)
     cpu = Executable(art, "cpu")
     rng = np.random.default_rng(0)
     with Executable(art, CudaBackend(driver=fake)) as exe:

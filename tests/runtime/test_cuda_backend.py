@@ -14,6 +14,7 @@ from fake_cuda import FakeDriver, fake_binaries
 
 from aotc.errors import ExecError, GuardError
 from aotc.ir.evaluate import GraphRunner
+from aotc.ir.variant import Variant
 from aotc.runtime.backends.cuda import CudaBackend, DeviceArray, dlpack
 from aotc.runtime.guards import Binder
 from tests.runtime.test_interpret_backend import GRAPH, SCHEDULE, _feeds
@@ -26,7 +27,7 @@ def _backend(graph_cache: int = 16, **fake_args: object) -> tuple[FakeDriver, Cu
     binaries = fake_binaries(SCHEDULE)
     fake.register(SCHEDULE, binaries)
     backend = CudaBackend(driver=fake, graph_cache=graph_cache)
-    return fake, backend, backend.prepare(GRAPH, SCHEDULE, binaries)
+    return fake, backend, backend.prepare(Variant(GRAPH, SCHEDULE), binaries)
 
 
 def _want(feeds: list[np.ndarray]) -> list[np.ndarray]:

@@ -14,6 +14,7 @@ from fake_cuda import FakeDriver, fake_binaries
 import aotc.runtime
 from aotc.errors import ExecError, UnsupportedError, VerifyError
 from aotc.ir.evaluate import GraphRunner
+from aotc.ir.variant import Variant
 from aotc.runtime.backends import CpuBackend, default_backend, get_backend
 from aotc.runtime.backends.cuda import CudaBackend, CudaError, probe, runs_here
 from aotc.runtime.backends.cuda.modules import choose_image, ptx_driver_needs, runs_on
@@ -30,7 +31,7 @@ def _loaded_archs(fake: FakeDriver, **binary_args: object) -> set[str]:
     binaries = fake_binaries(SCHEDULE, **binary_args)  # type: ignore[arg-type]
     fake.register(SCHEDULE, binaries)
     with CudaBackend(driver=fake) as backend:
-        program = backend.prepare(GRAPH, SCHEDULE, binaries)
+        program = backend.prepare(Variant(GRAPH, SCHEDULE), binaries)
         feeds = _feeds(3, [1, 2, 3])
         for a, b in zip(program.run(feeds, Binder(GRAPH).bind(feeds)), GraphRunner(GRAPH).run(feeds, {"n": 3})):
             np.testing.assert_allclose(a, b, rtol=1e-6)
@@ -57,7 +58,7 @@ def test_no_image_for_the_gpu_names_it_its_arch_and_what_the_artifact_has() -> N
     binaries = fake_binaries(SCHEDULE, archs=("sm_80", "sm_90a"), ptx=False)
     fake.register(SCHEDULE, binaries)
     with CudaBackend(driver=fake) as backend, pytest.raises(UnsupportedError) as err:
-        backend.prepare(GRAPH, SCHEDULE, binaries)
+        backend.prepare(Variant(GRAPH, SCHEDULE), binaries)
     assert str(err.value) == (
         "kernel add_bias has no code for NVIDIA RTX PRO 6000 (sm_120): the artifact has cubins for sm_80, sm_90a "
         "and no PTX; recompile with --target sm_120"
@@ -69,14 +70,14 @@ def test_a_gpu_older_than_the_ptx_is_refused() -> None:
     fake = FakeDriver(capability=(7, 5), name="Tesla T4")
     binaries = fake_binaries(SCHEDULE)
     with CudaBackend(driver=fake) as backend, pytest.raises(UnsupportedError, match=r"Tesla T4 \(sm_75\)"):
-        backend.prepare(GRAPH, SCHEDULE, binaries)
+        backend.prepare(Variant(GRAPH, SCHEDULE), binaries)
 
 
 def test_a_driver_too_old_for_the_ptx_names_both_versions() -> None:
     fake = FakeDriver(capability=(12, 0), name="NVIDIA B200", driver_version=12080)
     binaries = fake_binaries(SCHEDULE, ptx_version="9.4")
     with CudaBackend(driver=fake) as backend, pytest.raises(UnsupportedError) as err:
-        backend.prepare(GRAPH, SCHEDULE, binaries)
+        backend.prepare(Variant(GRAPH, SCHEDULE), binaries)
     assert str(err.value) == (
         "this artifact's kernels need a CUDA 13.4 driver or newer; NVIDIA B200 has a CUDA 12.8 driver: update the "
         "NVIDIA driver, or recompile with --cuda-driver-floor 12.8"
@@ -93,7 +94,7 @@ def test_a_cubin_the_driver_refuses_falls_back_to_the_ptx() -> None:
     fake = FakeDriver(reject_cubins=True)
     binaries = fake_binaries(SCHEDULE, ptx=False)
     with CudaBackend(driver=fake) as backend, pytest.raises(UnsupportedError) as err:
-        backend.prepare(GRAPH, SCHEDULE, binaries)
+        backend.prepare(Variant(GRAPH, SCHEDULE), binaries)
     assert "sm_90a cubin (PTX 8.7, Triton 3.9.0) fails with CUDA_ERROR_UNSUPPORTED_PTX_VERSION" in str(err.value)
 
 
@@ -110,7 +111,7 @@ def test_large_shared_memory_opts_in_and_too_much_is_refused() -> None:
     binaries = fake_binaries(SCHEDULE, shared=300 * 1024)
     fake.register(SCHEDULE, binaries)
     with CudaBackend(driver=fake) as backend, pytest.raises(UnsupportedError, match="needs 307200 bytes of shared"):
-        backend.prepare(GRAPH, SCHEDULE, binaries)
+        backend.prepare(Variant(GRAPH, SCHEDULE), binaries)
     assert fake.live()["modules"] == 0
 
 
@@ -129,9 +130,11 @@ def test_a_schedule_that_does_not_match_its_binary_is_refused() -> None:
     fake = FakeDriver()
     fake.register(SCHEDULE, binaries)
     with CudaBackend(driver=fake) as backend, pytest.raises(VerifyError, match="kernel row_sum: its binary takes"):
-        backend.prepare(GRAPH, SCHEDULE, binaries)
+        backend.prepare(Variant(GRAPH, SCHEDULE), binaries)
     with CudaBackend(driver=fake) as backend, pytest.raises(VerifyError, match="has no compiled binary"):
-        backend.prepare(GRAPH, SCHEDULE, {})
+        backend.prepare(Variant(GRAPH, SCHEDULE), {k: v for k, v in binaries.items() if k != "row_sum"})
+    with CudaBackend(driver=fake) as backend, pytest.raises(UnsupportedError, match="has no compiled kernels"):
+        backend.prepare(Variant(GRAPH, SCHEDULE), {})
 
 
 def test_cuda_errors_carry_their_name() -> None:

@@ -3,6 +3,8 @@ tensors as inputs read in place with their guards checked, and ``close()`` / ``w
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 import pytest
 from fake_cuda import FakeDriver, fake_binaries
@@ -10,7 +12,8 @@ from fake_cuda import FakeDriver, fake_binaries
 from aotc.artifact.reader import read_artifact
 from aotc.errors import AotcError, GuardError, UnsupportedError
 from aotc.ir.evaluate import GraphRunner
-from aotc.ir.graph import Graph
+from aotc.ir.launch import KernelBinary
+from aotc.ir.variant import Variant
 from aotc.runtime import Executable
 from aotc.runtime.backends.cuda import CudaBackend, CudaProgram, DeviceArray
 from tests.runtime.runtime_graphs import artifact_bytes
@@ -22,10 +25,10 @@ BINARIES = fake_binaries(SCHEDULE)
 
 
 class WiredBackend(CudaBackend):
-    """What the artifact wiring will do: hand each variant's schedule and binaries to prepare()."""
+    """A file whose variant has SCHEDULE as its plan and BINARIES as its kernels."""
 
-    def prepare(self, graph: Graph, schedule: object = None, binaries: object = None) -> CudaProgram:
-        return super().prepare(graph, SCHEDULE, BINARIES)
+    def prepare(self, variant: Variant, binaries: Mapping[str, KernelBinary]) -> CudaProgram:
+        return super().prepare(variant.replace(plan=SCHEDULE), BINARIES)
 
 
 def _exe(outputs: str = "numpy") -> tuple[FakeDriver, Executable]:

@@ -15,6 +15,7 @@ from fake_cuda_types import CUresult
 
 from aotc.errors import ExecError
 from aotc.ir.evaluate import GraphRunner
+from aotc.ir.variant import Variant
 from aotc.runtime.backends.cuda import CudaBackend, CudaError
 from aotc.runtime.backends.cuda.program import CudaProgram
 from aotc.runtime.guards import Binder
@@ -28,7 +29,7 @@ def _backend(graph_cache: int = 16) -> tuple[FakeDriver, CudaBackend, CudaProgra
     binaries = fake_binaries(SCHEDULE)
     fake.register(SCHEDULE, binaries)
     backend = CudaBackend(driver=fake, graph_cache=graph_cache)
-    return fake, backend, backend.prepare(GRAPH, SCHEDULE, binaries)
+    return fake, backend, backend.prepare(Variant(GRAPH, SCHEDULE), binaries)
 
 
 def _call(program: CudaProgram, rows: int) -> list[np.ndarray]:
@@ -102,7 +103,7 @@ def test_closing_the_backend_frees_everything_else_when_one_free_fails() -> None
     """A weight whose cuMemFree fails must not keep the modules loaded or the other programs' memory held."""
     fake, backend, program = _backend()
     _call(program, 5)
-    second = backend.prepare(GRAPH, SCHEDULE, fake_binaries(SCHEDULE))
+    second = backend.prepare(Variant(GRAPH, SCHEDULE), fake_binaries(SCHEDULE))
     _call(second, 7)
     free = fake.cuMemFree
     failed: list[int] = []

@@ -54,9 +54,9 @@ class Target:
 
     def backend(self, art: Artifact, **kwargs: Any) -> CudaBackend:
         if self.fake is not None:
-            for s in art.schedules:
-                if s is not None:
-                    self.fake.register(s, art.kernels)
+            for v in art.variants:
+                if v.plan is not None:
+                    self.fake.register(v.plan, art.kernels)
         return CudaBackend(driver=self.fake, **kwargs)
 
     def calls(self, real: int, fake: int) -> int:
@@ -76,7 +76,7 @@ def test_every_example_model_matches_the_cpu_backend(target: Target, name: str) 
     cpu = Executable(art, "cpu")
     with Executable(art, target.backend(art)) as exe:
         for i, dims in enumerate(DIMS[name]):
-            named = dict(zip(exe.input_names, feeds(name, art.variants[0], dims, seed=i)))
+            named = dict(zip(exe.input_names, feeds(name, art.variants[0].graph, dims, seed=i)))
             eager = exe.run(named)
             for a, b in zip(eager, cpu.run(named)):
                 assert a.shape == b.shape and a.dtype == b.dtype
@@ -87,7 +87,7 @@ def test_every_example_model_matches_the_cpu_backend(target: Target, name: str) 
 
 def test_graph_replay_equals_eager_launches_bit_for_bit(target: Target) -> None:
     art = _artifact("gpt2")
-    xs = dict(zip(("input_ids",), feeds("gpt2", art.variants[0], DIMS["gpt2"][1])))
+    xs = dict(zip(("input_ids",), feeds("gpt2", art.variants[0].graph, DIMS["gpt2"][1])))
     with Executable(art, target.backend(art, graph_cache=0)) as eager, Executable(art, target.backend(art)) as graphs:
         want = [a.tobytes() for a in eager.run(xs)]
         for _ in range(3):
@@ -98,7 +98,7 @@ def test_many_calls_leak_no_device_memory(target: Target) -> None:
     art = _artifact("mlp")
     backend = target.backend(art, graph_cache=2)
     with Executable(art, backend) as exe:
-        cases = [feeds("mlp", art.variants[0], {"batch": b}, seed=b) for b in (1, 3, 7)]
+        cases = [feeds("mlp", art.variants[0].graph, {"batch": b}, seed=b) for b in (1, 3, 7)]
         for i in range(6):
             exe.run({"x": cases[i % 3][0]}, outputs="device" if i % 2 else "numpy")
         free = backend.device.memory_info()[0]
@@ -110,7 +110,9 @@ def test_many_calls_leak_no_device_memory(target: Target) -> None:
 def test_eight_threads_share_one_executable(target: Target) -> None:
     art = _artifact("gpt2")
     cpu = Executable(art, "cpu")
-    cases = [{"input_ids": feeds("gpt2", art.variants[0], {"batch": b, "seq": s}, seed=s)[0]} for b, s in DIMS_MIX]
+    cases = [
+        {"input_ids": feeds("gpt2", art.variants[0].graph, {"batch": b, "seq": s}, seed=s)[0]} for b, s in DIMS_MIX
+    ]
     wants = [cpu.run(c) for c in cases]
     errors: list[BaseException] = []
     with Executable(art, target.backend(art, graph_cache=2)) as exe:
@@ -135,7 +137,7 @@ def test_eight_threads_share_one_executable(target: Target) -> None:
 def test_a_bad_token_id_raises_and_the_next_call_is_right(target: Target) -> None:
     art = _artifact("gpt2")
     cpu = Executable(art, "cpu")
-    good = feeds("gpt2", art.variants[0], {"batch": 2, "seq": 5})[0]
+    good = feeds("gpt2", art.variants[0].graph, {"batch": 2, "seq": 5})[0]
     bad = good.copy()
     bad[1, 3] = 10**6
     with Executable(art, target.backend(art)) as exe:
@@ -152,7 +154,7 @@ def test_torch_tensors_in_and_out_without_copies() -> None:
     if not torch.cuda.is_available():
         pytest.skip("torch has no CUDA here")
     art = _artifact("mlp")
-    x = torch.randn(4, *art.variants[0].inputs[0].type.shape[1:], device="cuda")
+    x = torch.randn(4, *art.variants[0].graph.inputs[0].type.shape[1:], device="cuda")
     with Executable(art, CudaBackend(), outputs="device") as exe:
         (out,) = exe.run({"x": x})
         y = torch.from_dlpack(out)

@@ -9,6 +9,7 @@ import pytest
 from fake_cuda import FakeDriver, fake_binaries
 
 from aotc.ir.evaluate import GraphRunner
+from aotc.ir.variant import Variant
 from aotc.runtime.backends.cuda import CudaBackend
 from aotc.runtime.guards import Binder
 from tests.runtime.test_interpret_backend import GRAPH, SCHEDULE, _feeds
@@ -22,7 +23,7 @@ def _run(fake: FakeDriver, calls: int) -> tuple[list[int], int]:
     fake.register(SCHEDULE, binaries)
     counts = []
     with CudaBackend(driver=fake) as backend:
-        program = backend.prepare(GRAPH, SCHEDULE, binaries)
+        program = backend.prepare(Variant(GRAPH, SCHEDULE), binaries)
         for i in range(calls):
             feeds = _feeds(5 + i % 2, [1, 2, 3])
             env = Binder(GRAPH).bind(feeds)

@@ -9,6 +9,7 @@ import pytest
 from fake_cuda import FakeDriver, fake_binaries
 
 from aotc.ir.evaluate import GraphRunner
+from aotc.ir.variant import Variant
 from aotc.runtime.backends.cuda import CudaBackend, program
 from aotc.runtime.guards import Binder
 from tests.runtime.test_interpret_backend import GRAPH, SCHEDULE, _feeds
@@ -22,7 +23,7 @@ def _stats(monkeypatch: pytest.MonkeyPatch, launch_seconds: float, outputs: str)
     binaries = fake_binaries(SCHEDULE)
     fake.register(SCHEDULE, binaries)
     with CudaBackend(driver=fake) as backend:
-        prog = backend.prepare(GRAPH, SCHEDULE, binaries)
+        prog = backend.prepare(Variant(GRAPH, SCHEDULE), binaries)
         feeds = _feeds(37, [1, 2, 3])
         env = Binder(GRAPH).bind(feeds)
         for _ in range(4):

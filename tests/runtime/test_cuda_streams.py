@@ -12,6 +12,7 @@ import pytest
 from fake_cuda import FakeDriver, fake_binaries
 
 from aotc.ir.evaluate import GraphRunner
+from aotc.ir.variant import Variant
 from aotc.runtime.backends.cuda import CudaBackend
 from aotc.runtime.backends.cuda.driver import Device
 from aotc.runtime.backends.cuda.profile import profile
@@ -56,7 +57,7 @@ def test_the_hand_schedule_runs_its_gather_beside_the_chain() -> None:
     binaries = fake_binaries(SCHEDULE)
     fake.register(SCHEDULE, binaries)
     with CudaBackend(driver=fake) as backend:
-        program = backend.prepare(GRAPH, SCHEDULE, binaries)
+        program = backend.prepare(Variant(GRAPH, SCHEDULE), binaries)
         feeds = _feeds(7, [4, 2, 0])
         env = Binder(GRAPH).bind(feeds)
         for _ in range(3):  # eager, capture, replay: the graph keeps the fork and join
@@ -74,7 +75,7 @@ def test_a_missing_wait_is_caught_by_the_adversarial_fake() -> None:
     binaries = fake_binaries(SCHEDULE)
     fake.register(SCHEDULE, binaries)
     with CudaBackend(driver=fake, graph_cache=0) as backend:
-        program = backend.prepare(GRAPH, SCHEDULE, binaries)
+        program = backend.prepare(Variant(GRAPH, SCHEDULE), binaries)
         feeds = _feeds(5, [1, 2, 3])
         env = Binder(GRAPH).bind(feeds)
         key = (5,)
@@ -97,7 +98,7 @@ def test_profile_times_every_launch_with_its_bytes_and_flops() -> None:
     fake = FakeDriver()
     fake.register(schedule, binaries)
     with CudaBackend(driver=fake) as backend:
-        program = backend.prepare(g, schedule, binaries)
+        program = backend.prepare(Variant(g, schedule), binaries)
         xs = feeds("mlp", g, DIMS["mlp"][1])
         rows = profile(program, xs, Binder(g).bind(xs), repeats=2)
     assert [r.name for r in rows] == [k.name for k in schedule.kernels]
@@ -146,7 +147,7 @@ def test_profile_of_a_fresh_program_forks_over_its_streams() -> None:
     fake = FakeDriver()
     fake.register(schedule, binaries)
     with CudaBackend(driver=fake) as backend:
-        program = backend.prepare(g, schedule, binaries)
+        program = backend.prepare(Variant(g, schedule), binaries)
         xs = feeds("bert", g, DIMS["bert"][0])
         env = Binder(g).bind(xs)
         rows = profile(program, xs, env, repeats=1)

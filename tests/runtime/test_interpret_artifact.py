@@ -1,10 +1,11 @@
 """A model compiled the public way (aotc.compile; the suite builds no cubins, so the artifact holds the launch
 plan and kernel sources) and loaded with ``device="interpret"`` runs its stored kernels under the Triton
-interpreter and matches ``device="cpu"`` at two values of each dynamic dim. Also: how the Executable hands
-each backend what its ``prepare`` takes, and that unverified weights are refused."""
+interpreter and matches ``device="cpu"`` at two values of each dynamic dim. Also: what the Executable hands each
+backend's ``prepare``, and that unverified weights are refused."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -15,10 +16,10 @@ import pytest
 import aotc
 from aotc.artifact import read_artifact
 from aotc.errors import ArtifactError, UnsupportedError
-from aotc.ir.graph import Graph
+from aotc.ir.launch import KernelBinary
+from aotc.ir.variant import Variant
 from aotc.runtime import Executable
 from aotc.runtime.backends import CpuBackend
-from aotc.runtime.executable import prepare_variant
 from aotc_cli.loader import import_file
 
 pytest.importorskip("triton")
@@ -56,7 +57,7 @@ def test_stored_kernels_run_under_the_interpreter(name: str) -> None:
     data = _artifact_bytes(name)
     art = read_artifact(data)
     assert art.kernel_features == ("kernels",) and art.kernels == {}  # no targets: sources only
-    assert art.schedules[0] is not None and art.schedules[0].kernels
+    assert art.variants[0].plan is not None and art.variants[0].plan.kernels
     interp = aotc.load(data, device="interpret")
     cpu = aotc.load(data, device="cpu")
     assert interp.device == "interpret"
@@ -76,54 +77,26 @@ def test_a_file_without_kernels_says_so_on_interpret() -> None:
 
 
 class _Recorder:
-    """Backends of each prepare() shape, recording what the Executable handed them."""
+    """A backend recording what the Executable handed its prepare()."""
 
     name = "cpu"
 
     def __init__(self) -> None:
-        self.calls: list[tuple[str, Any, Any]] = []
+        self.calls: list[tuple[Variant, Mapping[str, KernelBinary]]] = []
+
+    def prepare(self, variant: Variant, binaries: Mapping[str, KernelBinary]) -> Any:
+        self.calls.append((variant, binaries))
+        return CpuBackend().prepare(variant, binaries)
 
 
-class _GraphOnly(_Recorder):
-    def prepare(self, graph: Graph) -> Any:
-        self.calls.append((graph.name, None, None))
-        return CpuBackend().prepare(graph)
-
-
-class _WithSchedule(_Recorder):
-    def prepare(self, graph: Graph, schedule: Any = None) -> Any:
-        self.calls.append((graph.name, schedule, None))
-        return CpuBackend().prepare(graph)
-
-
-class _WithBoth(_Recorder):
-    def prepare(self, graph: Graph, schedule: Any = None, binaries: Any = None) -> Any:
-        self.calls.append((graph.name, schedule, binaries))
-        return CpuBackend().prepare(graph)
-
-
-class _Kwargs(_Recorder):
-    def prepare(self, graph: Graph, **kw: Any) -> Any:
-        self.calls.append((graph.name, kw.get("schedule"), kw.get("binaries", "absent")))
-        return CpuBackend().prepare(graph)
-
-
-def test_each_backend_gets_what_its_prepare_takes() -> None:
+def test_each_backend_prepares_the_files_variants_with_its_binaries() -> None:
+    """Every backend's ``prepare`` takes the variant (its graph and plan) and the file's binaries, empty when the
+    file has none (no signature is inspected)."""
     art = read_artifact(_artifact_bytes("mlp"))
-    schedule = art.schedules[0]
-    for cls, want_schedule, want_binaries in (
-        (_GraphOnly, None, None),
-        (_WithSchedule, schedule, None),
-        (_WithBoth, schedule, None),  # no binaries in the file: None, so a GPU backend says so itself
-        (_Kwargs, schedule, None),
-    ):
-        backend = cls()
-        Executable(art, backend)  # type: ignore[arg-type]
-        ((_, got_schedule, got_binaries),) = backend.calls
-        assert got_schedule is want_schedule and got_binaries == want_binaries, cls.__name__
-    backend = _WithBoth()
-    prepare_variant(backend, art, 0)  # type: ignore[arg-type]
-    assert backend.calls[0][1] is schedule
+    backend = _Recorder()
+    Executable(art, backend)  # type: ignore[arg-type]
+    ((variant, binaries),) = backend.calls
+    assert variant is art.variants[0] and variant.plan is not None and dict(binaries) == {}
 
 
 def test_unverified_weights_are_refused_unless_allowed() -> None:

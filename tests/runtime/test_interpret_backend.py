@@ -16,6 +16,7 @@ from aotc.ir.evaluate import GraphRunner
 from aotc.ir.schedule import Arg, ArgKind, Buffer, IndexCheck, Schedule, View
 from aotc.ir.symbolic import floordiv
 from aotc.ir.templates import KernelKind
+from aotc.ir.variant import Variant
 from aotc.runtime.backends import InterpretBackend, get_backend
 from aotc.runtime.guards import Binder
 from tests.kernel_fixtures import HEADER, flag, hand_kernel, ptr, size
@@ -148,7 +149,7 @@ def _run_both(program, feeds: list[np.ndarray]) -> tuple[list[np.ndarray], list[
 
 @pytest.mark.parametrize("rows", [1, 5, 37])
 def test_matches_the_cpu_runner(rows: int) -> None:
-    program = get_backend("interpret").prepare(GRAPH, SCHEDULE)
+    program = get_backend("interpret").prepare(Variant(GRAPH, SCHEDULE), {})
     feeds = _feeds(rows, [9, 0, 3], seed=rows)
     got, want = _run_both(program, feeds)
     assert [a.shape for a in got] == [(rows,), (rows, 1), (3, 4)]
@@ -158,7 +159,7 @@ def test_matches_the_cpu_runner(rows: int) -> None:
 
 
 def test_outputs_are_owned_by_the_caller() -> None:
-    program = InterpretBackend().prepare(GRAPH, SCHEDULE)
+    program = InterpretBackend().prepare(Variant(GRAPH, SCHEDULE), {})
     feeds = _feeds(4, [1, 2, 3])
     s, r, g = program.run(feeds, Binder(GRAPH).bind(feeds))
     assert all(a.flags.writeable for a in (s, r, g))
@@ -168,7 +169,7 @@ def test_outputs_are_owned_by_the_caller() -> None:
 
 
 def test_an_out_of_range_id_fails_that_call_only() -> None:
-    program = InterpretBackend().prepare(GRAPH, SCHEDULE)
+    program = InterpretBackend().prepare(Variant(GRAPH, SCHEDULE), {})
     feeds = _feeds(2, [1, 10, 0])
     with pytest.raises(ExecError) as err:
         program.run(feeds, Binder(GRAPH).bind(feeds))
@@ -204,12 +205,12 @@ def test_an_output_view_of_an_intermediate_is_written_in_place() -> None:
     )
     schedule = Schedule(kernels=(add,), buffers=(), arena_bytes=0, views=(View(g.outputs[0].id, t),))
     x = np.random.default_rng(3).standard_normal((6, 8)).astype(np.float32)
-    (out,) = InterpretBackend().prepare(g, schedule).run([x], {"n": 6})
+    (out,) = InterpretBackend().prepare(Variant(g, schedule), {}).run([x], {"n": 6})
     np.testing.assert_array_equal(out, (x + W).reshape(-1))
 
 
 def test_concurrent_calls() -> None:
-    program = InterpretBackend().prepare(GRAPH, SCHEDULE)
+    program = InterpretBackend().prepare(Variant(GRAPH, SCHEDULE), {})
     ok: list[bool] = []
 
     def work(rows: int) -> None:
@@ -226,19 +227,21 @@ def test_concurrent_calls() -> None:
 
 def test_without_a_schedule_the_backend_asks_for_a_recompile() -> None:
     with pytest.raises(UnsupportedError, match=r"device 'interpret' is not available.*has no kernels; recompile"):
-        InterpretBackend().prepare(GRAPH)
+        InterpretBackend().prepare(Variant(GRAPH), {})
 
 
 def test_a_schedule_that_does_not_fit_the_graph_is_refused() -> None:
     add, reduce, gather = SCHEDULE.kernels
     bad_arg = add.replace(args=(*add.args[:2], Arg("t_ptr", "*fp32", ArgKind.BUFFER, 999), add.args[3]))
     with pytest.raises(VerifyError, match=r"kernel add_bias argument t_ptr names value %999"):
-        InterpretBackend().prepare(GRAPH, dataclasses.replace(SCHEDULE, kernels=(bad_arg, reduce)))
+        InterpretBackend().prepare(Variant(GRAPH, dataclasses.replace(SCHEDULE, kernels=(bad_arg, reduce))), {})
     with pytest.raises(VerifyError, match=r"no kernel writes value %\d+, which lives in an output"):
-        InterpretBackend().prepare(GRAPH, dataclasses.replace(SCHEDULE, kernels=(add, reduce)))
+        InterpretBackend().prepare(Variant(GRAPH, dataclasses.replace(SCHEDULE, kernels=(add, reduce))), {})
     writes_input = add.replace(outputs=(GRAPH.inputs[0].id, *add.outputs))
     with pytest.raises(VerifyError, match="kernel add_bias writes value %0, which lives in a graph input"):
-        InterpretBackend().prepare(GRAPH, dataclasses.replace(SCHEDULE, kernels=(writes_input, reduce, gather)))
+        InterpretBackend().prepare(
+            Variant(GRAPH, dataclasses.replace(SCHEDULE, kernels=(writes_input, reduce, gather))), {}
+        )
     unchecked = gather.replace(checks=())
     with pytest.raises(VerifyError, match="takes the error flags but declares no index check"):
-        InterpretBackend().prepare(GRAPH, dataclasses.replace(SCHEDULE, kernels=(add, reduce, unchecked)))
+        InterpretBackend().prepare(Variant(GRAPH, dataclasses.replace(SCHEDULE, kernels=(add, reduce, unchecked))), {})

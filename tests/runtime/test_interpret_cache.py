@@ -15,6 +15,7 @@ import pytest
 import aotc
 from aotc.artifact import write_artifact
 from aotc.ir.digest import seal
+from aotc.ir.variant import Variant
 from aotc.runtime.backends import triton_interp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "artifact"))
@@ -57,7 +58,7 @@ def _renamed(j: int) -> bytes:
         )
         for k in schedule.kernels
     )
-    return write_artifact([variant], schedules=[dataclasses.replace(schedule, kernels=kernels)])
+    return write_artifact([Variant(variant, dataclasses.replace(schedule, kernels=kernels))])
 
 
 def test_loading_and_dropping_many_artifacts_keeps_the_cache_bounded(monkeypatch: pytest.MonkeyPatch) -> None:

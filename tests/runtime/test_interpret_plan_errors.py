@@ -16,6 +16,7 @@ import aotc
 from aotc.artifact import read_artifact
 from aotc.errors import ArtifactError, VerifyError
 from aotc.ir.schedule import Schedule, View
+from aotc.ir.variant import Variant
 from aotc.runtime.backends import InterpretBackend
 from aotc.runtime.backends.interpret import PlanError
 from aotc_cli.errors import EXIT_INTERNAL, EXIT_USER, classify
@@ -51,7 +52,7 @@ def test_the_setup_raises_a_plan_error_both_kinds_of_caller_catch(label: str) ->
     _, variant, _ = golden_model()
     bad, match = PLANS[label]
     with pytest.raises(PlanError, match=match) as info:
-        InterpretBackend().prepare(variant, bad)
+        InterpretBackend().prepare(Variant(variant, bad), {})
     assert isinstance(info.value, ArtifactError) and isinstance(info.value, VerifyError)
     assert str(info.value).startswith(f"variant {variant.name!r}: its launch plan does not fit its graph: ")
     code, message = classify(info.value)
@@ -67,7 +68,8 @@ def test_aotc_run_exits_1_with_one_line(tmp_path: Path, monkeypatch: pytest.Monk
     path = tmp_path / "m.aotc"
     path.write_bytes(write(variant, schedule))
     bad, match = PLANS[label]
-    art = dataclasses.replace(read_artifact(path.read_bytes()), schedules=(bad,))
+    read = read_artifact(path.read_bytes())
+    art = dataclasses.replace(read, variants=(read.variants[0].replace(plan=bad),))
     load = aotc.load
     monkeypatch.setattr(aotc, "load", lambda _path, device=None, **kw: load(art, device=device, **kw))
     result = CliRunner().invoke(cli, ["run", str(path), "--random", "--device", "interpret"])
@@ -78,11 +80,11 @@ def test_aotc_run_exits_1_with_one_line(tmp_path: Path, monkeypatch: pytest.Monk
 
 def test_the_cuda_setup_refuses_the_same_way() -> None:
     """The cuda backend builds its storage plan with the interpret setup, before it touches the driver."""
-    from fake_cuda import FakeDriver
+    from fake_cuda import FakeDriver, fake_binaries
 
     from aotc.runtime.backends.cuda import CudaBackend
 
     _, variant, _ = golden_model()
     bad, match = PLANS["arg without storage"]
     with CudaBackend(driver=FakeDriver()) as backend, pytest.raises(ArtifactError, match=match):
-        backend.prepare(variant, bad, {})
+        backend.prepare(Variant(variant, bad), fake_binaries(bad))

@@ -16,6 +16,7 @@ import pytest
 
 from aotc.errors import AotcError, ArtifactError
 from aotc.ir.kernel_source import BUILTINS, TL_NAMES, TRITON_NAMES, VALUE_ATTRS, check_kernel_source
+from aotc.ir.variant import Variant
 from aotc.kernels.scheduler import schedule_graph
 from aotc.runtime.backends import InterpretBackend
 
@@ -146,7 +147,7 @@ def test_every_example_models_kernels_pass(name: str, fuse_attention: bool) -> N
     schedule = schedule_graph(lowered(name, fuse_attention=fuse_attention))
     for k in schedule.kernels:
         check_kernel_source(k.source, k.name)
-        for v in k.variants:
+        for v in k.arch_launches:
             check_kernel_source(v.kernel.source, v.kernel.name)
 
 
@@ -208,7 +209,7 @@ def test_interpret_backend_refuses_before_running(tmp_path: Path, label: str, so
     source = source.replace("MARKER", m)
     variant, schedule = _bad_schedule(source)
     with pytest.raises(AotcError) as info:
-        InterpretBackend().prepare(variant, schedule)  # at load, before any call
+        InterpretBackend().prepare(Variant(variant, schedule), {})  # at load, before any call
     assert isinstance(info.value, ArtifactError), info.value
     assert str(info.value).startswith(f"kernel {schedule.kernels[0].name}: its source")
     # and should a plan reach the launcher some other way, it checks again before it compiles anything

@@ -60,7 +60,7 @@ def test_cuda_refuses_the_call_whose_dims_break_the_plan(case: str) -> None:
     change, match = CASES[case]
     art = read_artifact(write(change(model()[1]), binaries=True))
     fake = FakeDriver(capability=(9, 0))
-    fake.register(art.schedules[0], art.kernels)
+    fake.register(art.variants[0].plan, art.kernels)
     with Executable(art, CudaBackend(driver=fake)) as exe:
         _refused_only_where_it_breaks(exe, Executable(art, "cpu"), match, lambda: len(fake.launches))
     assert all(v == 0 for v in fake.live().values()), fake.live()
@@ -69,7 +69,7 @@ def test_cuda_refuses_the_call_whose_dims_break_the_plan(case: str) -> None:
 def test_a_sound_plan_costs_nothing_per_shape() -> None:
     """The compiler's plan: every fact proved at load, nothing left to evaluate per call."""
     art = read_artifact(write(model()[1]))
-    checks = shape_checks(art.variants[0], art.schedules[0])
+    checks = shape_checks(art.variants[0].graph, art.variants[0].plan)
     assert checks.facts.facts == () and checks.facts.live == ()
 
 
@@ -88,20 +88,20 @@ def test_an_arch_variants_facts_apply_where_the_gpu_runs_that_variant() -> None:
     """Launch 1's sm_90 variant has a grid its outputs need at every dim's ends but not at batch=4, seq=2: an
     sm_90 GPU (which launches the variant) is refused that call, an sm_80 GPU (the launch's own kernel) and the
     interpret backend run it."""
-    from plan_kit import BATCH, SEQ, with_variant
+    from plan_kit import BATCH, SEQ, with_arch_launch
 
     from aotc.ir.symbolic import smin
 
     def grid(k):  # type: ignore[no-untyped-def]
         return (k.grid[0] + BATCH * SEQ - SEQ * smin(BATCH, SEQ), 1, 1)
 
-    art = read_artifact(write(with_variant(model()[1], 1, grid), binaries=True))
+    art = read_artifact(write(with_arch_launch(model()[1], 1, grid), binaries=True))
     cpu = Executable(art, "cpu")
     x = _x(MIXED["batch"], MIXED["seq"])
     np.testing.assert_allclose(Executable(art, "interpret")(x), cpu(x), rtol=2e-4, atol=2e-4)
     for capability, refused in (((9, 0), True), ((8, 0), False)):
         fake = FakeDriver(capability=capability)
-        fake.register(art.schedules[0], art.kernels)
+        fake.register(art.variants[0].plan, art.kernels)
         with Executable(art, CudaBackend(driver=fake)) as exe:
             np.testing.assert_allclose(exe(_x(2, 3)), cpu(_x(2, 3)), rtol=2e-4, atol=2e-4)
             if refused:

@@ -318,7 +318,7 @@ def test_the_artifact_inspects_exports_to_onnx_and_runs_on_every_backend(tmp_pat
     for device in ("cpu", "interpret"):
         np.testing.assert_allclose(aotc.load(compiled.artifact_bytes, device=device)(x=x), expected, rtol=1e-5)
     fake = FakeDriver(capability=(8, 0))
-    fake.register(art.schedules[0], art.kernels)
+    fake.register(art.variants[0].plan, art.kernels)
     with Executable(art, CudaBackend(driver=fake)) as exe:
         np.testing.assert_allclose(exe(x=x), expected, rtol=1e-5, atol=1e-6)
 

@@ -53,7 +53,7 @@ class Artifact(object):
         return None
 
     # Artifact
-    def Variants(self, j):
+    def VariantGraphs(self, j):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
         if o != 0:
             x = self._tab.Vector(o)
@@ -66,14 +66,14 @@ class Artifact(object):
         return None
 
     # Artifact
-    def VariantsLength(self):
+    def VariantGraphsLength(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
         if o != 0:
             return self._tab.VectorLen(o)
         return 0
 
     # Artifact
-    def VariantsIsNone(self):
+    def VariantGraphsIsNone(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
         return o == 0
 
@@ -332,7 +332,32 @@ class Artifact(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(36))
         return o == 0
 
-def ArtifactStart(builder): builder.StartObject(17)
+    # Artifact
+    def Variants(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(38))
+        if o != 0:
+            x = self._tab.Vector(o)
+            x += flatbuffers.number_types.UOffsetTFlags.py_type(j) * 4
+            x = self._tab.Indirect(x)
+            from aotc.artifact.generated.Variant import Variant
+            obj = Variant()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+    # Artifact
+    def VariantsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(38))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Artifact
+    def VariantsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(38))
+        return o == 0
+
+def ArtifactStart(builder): builder.StartObject(18)
 def Start(builder):
     return ArtifactStart(builder)
 def ArtifactAddSchemaVersion(builder, schemaVersion): builder.PrependUint32Slot(0, schemaVersion, 0)
@@ -347,12 +372,12 @@ def AddModelName(builder, modelName):
 def ArtifactAddMetaJson(builder, metaJson): builder.PrependUOffsetTRelativeSlot(3, flatbuffers.number_types.UOffsetTFlags.py_type(metaJson), 0)
 def AddMetaJson(builder, metaJson):
     return ArtifactAddMetaJson(builder, metaJson)
-def ArtifactAddVariants(builder, variants): builder.PrependUOffsetTRelativeSlot(4, flatbuffers.number_types.UOffsetTFlags.py_type(variants), 0)
-def AddVariants(builder, variants):
-    return ArtifactAddVariants(builder, variants)
-def ArtifactStartVariantsVector(builder, numElems): return builder.StartVector(4, numElems, 4)
-def StartVariantsVector(builder, numElems):
-    return ArtifactStartVariantsVector(builder, numElems)
+def ArtifactAddVariantGraphs(builder, variantGraphs): builder.PrependUOffsetTRelativeSlot(4, flatbuffers.number_types.UOffsetTFlags.py_type(variantGraphs), 0)
+def AddVariantGraphs(builder, variantGraphs):
+    return ArtifactAddVariantGraphs(builder, variantGraphs)
+def ArtifactStartVariantGraphsVector(builder, numElems): return builder.StartVector(4, numElems, 4)
+def StartVariantGraphsVector(builder, numElems):
+    return ArtifactStartVariantGraphsVector(builder, numElems)
 def ArtifactAddSource(builder, source): builder.PrependUOffsetTRelativeSlot(5, flatbuffers.number_types.UOffsetTFlags.py_type(source), 0)
 def AddSource(builder, source):
     return ArtifactAddSource(builder, source)
@@ -419,6 +444,12 @@ def AddOnnx(builder, onnx):
 def ArtifactStartOnnxVector(builder, numElems): return builder.StartVector(1, numElems, 1)
 def StartOnnxVector(builder, numElems):
     return ArtifactStartOnnxVector(builder, numElems)
+def ArtifactAddVariants(builder, variants): builder.PrependUOffsetTRelativeSlot(17, flatbuffers.number_types.UOffsetTFlags.py_type(variants), 0)
+def AddVariants(builder, variants):
+    return ArtifactAddVariants(builder, variants)
+def ArtifactStartVariantsVector(builder, numElems): return builder.StartVector(4, numElems, 4)
+def StartVariantsVector(builder, numElems):
+    return ArtifactStartVariantsVector(builder, numElems)
 def ArtifactEnd(builder): return builder.EndObject()
 def End(builder):
     return ArtifactEnd(builder)

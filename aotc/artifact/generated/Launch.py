@@ -252,7 +252,7 @@ class Launch(object):
         return o == 0
 
     # Launch
-    def Variants(self, j):
+    def ArchLaunches(self, j):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(24))
         if o != 0:
             x = self._tab.Vector(o)
@@ -265,14 +265,14 @@ class Launch(object):
         return None
 
     # Launch
-    def VariantsLength(self):
+    def ArchLaunchesLength(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(24))
         if o != 0:
             return self._tab.VectorLen(o)
         return 0
 
     # Launch
-    def VariantsIsNone(self):
+    def ArchLaunchesIsNone(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(24))
         return o == 0
 
@@ -350,12 +350,12 @@ def AddFused(builder, fused):
 def LaunchStartFusedVector(builder, numElems): return builder.StartVector(4, numElems, 4)
 def StartFusedVector(builder, numElems):
     return LaunchStartFusedVector(builder, numElems)
-def LaunchAddVariants(builder, variants): builder.PrependUOffsetTRelativeSlot(10, flatbuffers.number_types.UOffsetTFlags.py_type(variants), 0)
-def AddVariants(builder, variants):
-    return LaunchAddVariants(builder, variants)
-def LaunchStartVariantsVector(builder, numElems): return builder.StartVector(4, numElems, 4)
-def StartVariantsVector(builder, numElems):
-    return LaunchStartVariantsVector(builder, numElems)
+def LaunchAddArchLaunches(builder, archLaunches): builder.PrependUOffsetTRelativeSlot(10, flatbuffers.number_types.UOffsetTFlags.py_type(archLaunches), 0)
+def AddArchLaunches(builder, archLaunches):
+    return LaunchAddArchLaunches(builder, archLaunches)
+def LaunchStartArchLaunchesVector(builder, numElems): return builder.StartVector(4, numElems, 4)
+def StartArchLaunchesVector(builder, numElems):
+    return LaunchStartArchLaunchesVector(builder, numElems)
 def LaunchAddDigest(builder, digest): builder.PrependUOffsetTRelativeSlot(11, flatbuffers.number_types.UOffsetTFlags.py_type(digest), 0)
 def AddDigest(builder, digest):
     return LaunchAddDigest(builder, digest)

@@ -1,8 +1,8 @@
-"""Backends run a verified variant graph. A backend is an object with a ``name`` and
-``prepare(graph) -> Program`` (the interpret backend also takes the variant's ``Schedule``, the cuda backend
-``schedule`` and ``binaries``); a program's ``run(feeds, env)`` takes checked input arrays (in input order) and
-the bound symbols, and returns fresh output arrays the caller owns (cuda: ``run(..., outputs="device")`` keeps
-them on the GPU). The cuda backend (aotc/runtime/backends/cuda/) is imported only when asked for.
+"""Backends run a verified variant. A backend is an object with a ``name`` and ``prepare(variant, binaries) ->
+Program`` (base.py: the variant's graph and launch plan, and the artifact's kernel binaries by name, empty when it
+has none; the cpu backends read the graph only); a program's ``run(feeds, env)`` takes checked input arrays (in
+input order) and the bound symbols, and returns fresh output arrays the caller owns (cuda: ``run(...,
+outputs="device")`` keeps them on the GPU). The cuda backend (aotc/runtime/backends/cuda/) is imported only when asked for.
 
 ``cpu`` is onnxruntime over the artifact's verified graphs, written as ONNX at load (backends/onnxrt.py), when
 onnxruntime is installed, else the numpy references (backends/cpu.py), which ``reference`` picks explicitly."""

@@ -7,7 +7,8 @@ from typing import Protocol
 
 import numpy as np
 
-from aotc.ir.graph import Graph
+from aotc.ir.launch import KernelBinary
+from aotc.ir.variant import Variant
 
 
 class Program(Protocol):
@@ -21,4 +22,7 @@ class Program(Protocol):
 class Backend(Protocol):
     name: str
 
-    def prepare(self, graph: Graph) -> Program: ...
+    def prepare(self, variant: Variant, binaries: Mapping[str, KernelBinary]) -> Program:
+        """``variant`` (its graph and launch plan) ready to run. ``binaries``: the artifact's compiled kernels by
+        name, empty when it has none. A backend that runs no kernels reads the graph only."""
+        ...

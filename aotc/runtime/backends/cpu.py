@@ -8,6 +8,8 @@ import numpy as np
 
 from aotc.ir.evaluate import GraphRunner
 from aotc.ir.graph import Graph
+from aotc.ir.launch import KernelBinary
+from aotc.ir.variant import Variant
 
 
 class CpuBackend:
@@ -16,8 +18,9 @@ class CpuBackend:
     def __init__(self, name: str = "cpu") -> None:
         self.name = name
 
-    def prepare(self, graph: Graph) -> CpuProgram:
-        return CpuProgram(graph)
+    def prepare(self, variant: Variant, binaries: Mapping[str, KernelBinary]) -> CpuProgram:
+        """The references over the variant's graph; its plan and the binaries are not read."""
+        return CpuProgram(variant.graph)
 
 
 class CpuProgram:

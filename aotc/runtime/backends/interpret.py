@@ -20,10 +20,12 @@ from aotc.errors import ArtifactError, ExecError, UnsupportedError, VerifyError
 from aotc.ir.gather_ids import index_error_message
 from aotc.ir.graph import Graph
 from aotc.ir.kernel_source import check_kernel_source
+from aotc.ir.launch import KernelBinary
 from aotc.ir.ops import Op
 from aotc.ir.schedule import ALIGN, Arg, ArgKind, Kernel, Schedule
 from aotc.ir.symbolic_values import evaluate
 from aotc.ir.types import Value
+from aotc.ir.variant import Variant
 from aotc.runtime.backends.cpu import owned
 
 
@@ -41,7 +43,9 @@ class InterpretBackend:
             )
         self._checked: set[tuple[str, str]] = set()
 
-    def prepare(self, graph: Graph, schedule: Schedule | None = None) -> InterpretProgram:
+    def prepare(self, variant: Variant, binaries: Mapping[str, KernelBinary]) -> InterpretProgram:
+        """The variant's plan run from its kernels' source (the binaries are not read)."""
+        graph, schedule = variant.graph, variant.plan
         if schedule is None:
             raise UnsupportedError(
                 f"device 'interpret' is not available for this artifact: its variant {graph.name!r} has no kernels; "

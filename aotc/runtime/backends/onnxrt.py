@@ -41,11 +41,13 @@ from aotc.artifact.checks import interface_mismatch
 from aotc.errors import FallbackWarning, UnsupportedError
 from aotc.ir.gather_ids import GATHER_OPS, allows_negative, index_source
 from aotc.ir.graph import Graph
+from aotc.ir.launch import KernelBinary
 from aotc.ir.onnx_form import IdBound, OnnxForm, build_model
 from aotc.ir.ops import Op
 from aotc.ir.symbolic import SymExpr
 from aotc.ir.symbolic_values import evaluate
 from aotc.ir.types import ShapeDim
+from aotc.ir.variant import Variant
 from aotc.runtime.backends.cpu import CpuProgram
 from aotc.runtime.pages import release_pages
 
@@ -88,9 +90,11 @@ class OrtBackend:
         options.log_severity_level = 4
         return options
 
-    def prepare(self, graph: Graph) -> OrtProgram | CpuProgram:
+    def prepare(self, variant: Variant, binaries: Mapping[str, KernelBinary]) -> OrtProgram | CpuProgram:
         """The variant's program: onnxruntime over the source graph (when bound) or the variant's graph written as
-        ONNX, or the numpy references when neither has an ONNX form (the compile's ``--explain`` names the op)."""
+        ONNX, or the numpy references when neither has an ONNX form (the compile's ``--explain`` names the op).
+        Its plan and the binaries are not read."""
+        graph = variant.graph
         built = None
         if self._source is not None and not interface_mismatch(graph, self._source):
             built = self._session(self._source, warn=False)

@@ -1,7 +1,7 @@
 """The cuda backend: kernels of a variant's Schedule launched through NVIDIA's driver API (``cuda-bindings``,
 imported on first use only), one arena slot per in-flight call, CUDA graphs replayed per shape.
 
-``CudaBackend(driver=None, ordinal=0, graph_cache=16).prepare(graph, schedule, binaries) -> CudaProgram``;
+``CudaBackend(driver=None, ordinal=0, graph_cache=16).prepare(variant, binaries) -> CudaProgram``;
 ``program.run(feeds, env, outputs="numpy" | "device")``; ``backend.close()`` frees everything.
 """
 

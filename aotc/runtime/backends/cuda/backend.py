@@ -1,4 +1,4 @@
-"""The cuda backend: ``CudaBackend.prepare(graph, schedule, binaries)`` building a ``CudaProgram`` over the loaded
+"""The cuda backend: ``CudaBackend.prepare(variant, binaries)`` building a ``CudaProgram`` over the loaded
 model's ``DeviceModel`` (model.py)."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from typing import Any
 
 from aotc.artifact.code_checks import derive_driver_floor
 from aotc.errors import ExecError, UnsupportedError
-from aotc.ir.graph import Graph
 from aotc.ir.launch import KernelBinary
 from aotc.ir.schedule import Schedule
+from aotc.ir.variant import Variant
 from aotc.runtime.backends.cuda.arrays import DeviceInput, adopt
 from aotc.runtime.backends.cuda.driver import Device
 from aotc.runtime.backends.cuda.model import DeviceModel
@@ -47,12 +47,11 @@ class CudaBackend:
         self.fallbacks: list[str] = []  # arch-specific kernels that did not load, so their base kernel runs
         self._closed = False
 
-    def prepare(
-        self, graph: Graph, schedule: Schedule | None = None, binaries: Mapping[str, KernelBinary] | None = None
-    ) -> CudaProgram:
+    def prepare(self, variant: Variant, binaries: Mapping[str, KernelBinary]) -> CudaProgram:
         if self._closed:
             raise ExecError("the cuda backend was closed")
-        if schedule is None or binaries is None:
+        graph, schedule = variant.graph, variant.plan
+        if schedule is None or not binaries:
             raise UnsupportedError(
                 f"device {self.device.label!r} is not available for this artifact: its variant {graph.name!r} has no "
                 "compiled kernels; recompile the model with this aotc (aotc compile) to include them, or use device='cpu'"

@@ -13,8 +13,9 @@ from fake_cuda import FakeDriver, fake_binaries
 from fake_cuda_types import CUresult
 
 from aotc.ir.evaluate import GraphRunner
-from aotc.ir.schedule import ArchVariant, Schedule
+from aotc.ir.schedule import ArchLaunch, Schedule
 from aotc.ir.symbolic import floordiv, sym
+from aotc.ir.variant import Variant
 from aotc.runtime.backends.cuda import CudaBackend
 from aotc.runtime.guards import Binder
 from tests.runtime.test_interpret_backend import GRAPH, SCHEDULE, _feeds
@@ -22,7 +23,7 @@ from tests.runtime.test_interpret_backend import GRAPH, SCHEDULE, _feeds
 pytest.importorskip("triton")
 
 
-def _with_variant(schedule: Schedule) -> Schedule:
+def _with_arch_launch(schedule: Schedule) -> Schedule:
     """add_bias gets an sm_90 variant with half the block, so twice the programs."""
     kernels = list(schedule.kernels)
     i = next(i for i, k in enumerate(kernels) if k.name == "add_bias")
@@ -34,11 +35,11 @@ def _with_variant(schedule: Schedule) -> Schedule:
         constexprs=(("BLOCK", 64),),
         grid=(floordiv(n * 8 + 63, 64), 1, 1),
     )
-    kernels[i] = k.replace(variants=(ArchVariant("sm_90", v),))
+    kernels[i] = k.replace(arch_launches=(ArchLaunch("sm_90", v),))
     return dataclasses.replace(schedule, kernels=tuple(kernels))
 
 
-VARIANT_SCHEDULE = _with_variant(SCHEDULE)
+ARCH_SCHEDULE = _with_arch_launch(SCHEDULE)
 
 
 @pytest.mark.parametrize(
@@ -48,11 +49,11 @@ VARIANT_SCHEDULE = _with_variant(SCHEDULE)
 def test_the_gpu_launches_its_architectures_variant(capability: tuple[int, int], name: str, programs: int) -> None:
     assert "n" in GRAPH.ranges, "the test schedule's grid is over the symbol n"
     fake = FakeDriver(capability=capability)
-    binaries = fake_binaries(VARIANT_SCHEDULE, archs=("sm_80", "sm_90"))
-    fake.register(VARIANT_SCHEDULE, binaries)
+    binaries = fake_binaries(ARCH_SCHEDULE, archs=("sm_80", "sm_90"))
+    fake.register(ARCH_SCHEDULE, binaries)
     backend = CudaBackend(driver=fake, graph_cache=0)
     with backend:
-        program = backend.prepare(GRAPH, VARIANT_SCHEDULE, binaries)
+        program = backend.prepare(Variant(GRAPH, ARCH_SCHEDULE), binaries)
         feeds = _feeds(37, [1, 2, 3])
         env = Binder(GRAPH).bind(feeds)
         got = program.run(feeds, env)
@@ -63,12 +64,12 @@ def test_the_gpu_launches_its_architectures_variant(capability: tuple[int, int],
 
 
 def test_for_capability_picks_the_newest_variant_of_the_same_major_version() -> None:
-    k = VARIANT_SCHEDULE.kernel("add_bias")
+    k = ARCH_SCHEDULE.kernel("add_bias")
     assert k.for_capability((9, 0)).name == "add_bias_sm90"
     assert k.for_capability((10, 0)).name == "add_bias"  # another major version: the launch's own kernel
     assert k.for_capability((8, 6)).name == "add_bias"
     assert SCHEDULE.for_capability((9, 0)) is SCHEDULE
-    assert [c.name for c in VARIANT_SCHEDULE.codes()][:2] == ["add_bias", "add_bias_sm90"]
+    assert [c.name for c in ARCH_SCHEDULE.codes()][:2] == ["add_bias", "add_bias_sm90"]
 
 
 def test_a_variant_that_does_not_load_falls_back_to_the_launchs_own_kernel() -> None:
@@ -76,13 +77,13 @@ def test_a_variant_that_does_not_load_falls_back_to_the_launchs_own_kernel() -> 
     no PTX: the GPU runs the launch's own kernel (its portable PTX) instead, with a warning, and computes the
     same; the other launches are untouched."""
     fake = FakeDriver(capability=(9, 0), driver_version=13000)
-    binaries = fake_binaries(VARIANT_SCHEDULE, archs=("sm_80",))
-    variant = fake_binaries(VARIANT_SCHEDULE, archs=("sm_90a",))["add_bias_sm90"]
+    binaries = fake_binaries(ARCH_SCHEDULE, archs=("sm_80",))
+    variant = fake_binaries(ARCH_SCHEDULE, archs=("sm_90a",))["add_bias_sm90"]
     refused = b"FAKE-CUBIN sm_90a refused\0"
     binaries["add_bias_sm90"] = dataclasses.replace(
         variant, cubins=(dataclasses.replace(variant.cubins[0], arch="sm_90", data=refused),), ptx=""
     )
-    fake.register(VARIANT_SCHEDULE, binaries)
+    fake.register(ARCH_SCHEDULE, binaries)
     load = fake.cuModuleLoadData
 
     def refuse(image: int) -> tuple[object, object]:
@@ -95,7 +96,7 @@ def test_a_variant_that_does_not_load_falls_back_to_the_launchs_own_kernel() -> 
         with pytest.warns(
             RuntimeWarning, match=r"kernel add_bias_sm90 for sm_90 does not load .*CUDA_ERROR_INVALID_IMAGE"
         ):
-            program = backend.prepare(GRAPH, VARIANT_SCHEDULE, binaries)
+            program = backend.prepare(Variant(GRAPH, ARCH_SCHEDULE), binaries)
         assert backend.fallbacks == ["add_bias_sm90"]
         feeds = _feeds(37, [1, 2, 3])
         env = Binder(GRAPH).bind(feeds)

@@ -1,4 +1,4 @@
-"""Per-target kernels: a newer target whose heuristics pick other tiles gets an ArchVariant of the launch
+"""Per-target kernels: a newer target whose heuristics pick other tiles gets an ArchLaunch of the launch
 (same args, reads and writes), and the plan a GPU of that target runs computes what the cpu backend does."""
 
 from __future__ import annotations
@@ -37,18 +37,18 @@ def _graph(precision: str = "bf16"):
 def test_a_large_bf16_matmul_gets_wider_sm90_tiles() -> None:
     s = schedule_graph(_graph(), BOTH)
     (mm,) = [k for k in s.kernels if k.kind is KernelKind.MATMUL]
-    (v,) = mm.variants
+    (v,) = mm.arch_launches
     assert v.arch == "sm_90" and v.kernel.name.endswith("_sm90") and same_launch(mm, v.kernel)
     assert dict(mm.constexprs)["BLOCK_N"] == 128 and dict(v.kernel.constexprs)["BLOCK_N"] == 256
     assert v.kernel.grid != mm.grid  # half the column tiles
     # one target, or none: no variants
     for options in (CompileOptions(targets=("sm_80",)), CompileOptions(targets=("sm_90",)), None):
-        assert not any(k.variants for k in schedule_graph(_graph(), options).kernels)
+        assert not any(k.arch_launches for k in schedule_graph(_graph(), options).kernels)
 
 
 def test_float32_matmuls_keep_one_kernel() -> None:
     s = schedule_graph(_graph("fp32"), BOTH)
-    assert not any(k.variants for k in s.kernels if k.kind is KernelKind.MATMUL)
+    assert not any(k.arch_launches for k in s.kernels if k.kind is KernelKind.MATMUL)
 
 
 def test_the_sm90_plan_matches_the_cpu_backend_under_the_interpreter() -> None:
