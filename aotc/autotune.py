@@ -2,7 +2,7 @@
 with the compiler, above kernels and runtime, since it needs both (DESIGN section 2).
 
 With no GPU, heuristics choose every kernel's tiles (ir/tiles.py, kernels/attention.py) and a
-newer target gets its own heuristic variant (kernels/scheduler.py). With a GPU at compile time, ``autotune`` times a
+newer target gets its own heuristic arch launch (kernels/scheduler.py). With a GPU at compile time, ``autotune`` times a
 short list of candidate tiles for each matmul, conv (implicit GEMM) and attention launch, at one tuning
 shape (each dim at its maximum unless given), and records each launch's fastest kernel as its
 ``ArchLaunch`` for the GPU's target: GPUs running that target's code launch it, every other GPU keeps
@@ -95,7 +95,7 @@ class LaunchTuning:
 @dataclass(frozen=True)
 class TuneReport:
     device: str
-    arch: str  # the target whose variants were recorded
+    arch: str  # the target whose arch launches were recorded
     dims: dict[str, int]
     launches: tuple[LaunchTuning, ...]
 
@@ -137,7 +137,7 @@ def autotune(
     compile: Compile | None = None,
     repeats: int = 10,
 ) -> tuple[Schedule, TuneReport]:
-    """``schedule`` with each tuned launch's fastest kernel as its variant for this GPU's target.
+    """``schedule`` with each tuned launch's fastest kernel as its arch launch for this GPU's target.
 
     ``dims`` binds the graph's symbols for the timing (default: each at its maximum). ``measure`` times
     every launch of a plan (default: the cuda backend's per-kernel profile on GPU 0 through ``driver``);
@@ -186,7 +186,7 @@ def autotune(
             continue
         k = out[i]
         others = tuple(v for v in k.arch_launches if v.arch != arch)
-        # the winner was sealed in its candidate plan under another name: sealed again as this launch's variant
+        # the winner was sealed in its candidate plan under another name: sealed again as this launch's arch launch
         winner = seal(graph, kernels[i][best])  # type: ignore[arg-type]
         out[i] = k.replace(arch_launches=(*others, ArchLaunch(arch, winner)))
     return dataclasses.replace(schedule, kernels=tuple(out)), TuneReport(info.name, arch, dict(env), tuple(report))

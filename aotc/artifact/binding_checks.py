@@ -1,5 +1,5 @@
 """The checks of a bound plan's launches (schema 6, and every plan the writer writes), each launch and each
-architecture variant of it:
+arch launch of it:
 
 - its digest: ``aotc.ir.digest.launch_digest`` of the nodes it fuses (ops, attrs, types, how they connect), the
   graph's symbols, its code, args, grid, checks and extents, recomputed from the graph; a graph edited under
@@ -27,9 +27,9 @@ _HEX = frozenset("0123456789abcdef")
 
 
 def check_binding(p: Plan, i: int, k: Kernel, nodes: LaunchNodes, what: str) -> None:
-    """The launch's digest (and each architecture variant's) is that of its nodes and code, and its extents
+    """The launch's digest (and each arch launch's) is that of its nodes and code, and its extents
     stay inside what it passes them."""
-    for kernel, kw in ((k, what), *((v.kernel, f"{what} variant {v.arch!r}") for v in k.arch_launches)):
+    for kernel, kw in ((k, what), *((v.kernel, f"{what} arch launch {v.arch!r}") for v in k.arch_launches)):
         d = kernel.digest
         if not isinstance(d, str) or len(d) != 2 * DIGEST_BYTES or not _HEX.issuperset(d):
             raise fail(kw, f"digest {str(d)[:40]!r} is not {2 * DIGEST_BYTES} lowercase hex digits")

@@ -14,7 +14,7 @@ artifact, driven by the schema's tables (fbschema.py). It checks that:
 - every byte belongs to an object or is alignment padding: zero, and less than 8 bytes at a time;
 - tables nest no deeper than MAX_DEPTH and the buffer holds no more than MAX_OBJECTS objects.
 
-Failures raise ArtifactError naming the table and field (``Artifact.variants[0].node_ops``).
+Failures raise ArtifactError naming the table and field (``Artifact.variants[0].graph.node_ops``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The checks of one launch of a plan (and of each architecture variant of it), in the order the plan runs:
+"""The checks of one launch of a plan (and of each arch launch of it), in the order the plan runs:
 
 - its nodes and what it reads: ``inputs`` are the values its nodes read from outside the launch, its
   ``outputs`` values its nodes compute (a scatter also reads what it updates in place);
@@ -107,7 +107,7 @@ def check_launch(p: Plan, k: Kernel, read_only: set[int], slots: set[int], what:
         space.check(c.high, f"{what} check high")
     archs: set[str] = set()
     for v in k.arch_launches:
-        vw = f"{what} variant {v.arch!r}"
+        vw = f"{what} arch launch {v.arch!r}"
         if not isinstance(v.arch, str) or not _TARGET.fullmatch(v.arch) or v.arch in archs:
             raise fail(vw, "expected a target such as 'sm_90', once per launch")
         archs.add(v.arch)
@@ -237,10 +237,10 @@ def _known_size(p: Plan, e: Size, shapes: Iterable[Shape], extra: Sequence[Size]
 
 
 def check_grids(p: Plan, i: int, k: Kernel, nodes: LaunchNodes, what: str) -> None:
-    """Each grid dim (the launch's and each architecture variant's) is >= 0, within CUDA's limits and within
+    """Each grid dim (the launch's and each arch launch's) is >= 0, within CUDA's limits and within
     what its outputs need (``grid_need``: its template's row, aotc/ir/templates.py)."""
     outs = tuple(id(p.values[v].type) for v in k.outputs)
-    for kernel, kw in ((k, what), *((v.kernel, f"{what} variant {v.arch!r}") for v in k.arch_launches)):
+    for kernel, kw in ((k, what), *((v.kernel, f"{what} arch launch {v.arch!r}") for v in k.arch_launches)):
         # the need depends on the code (kind, block sizes, source) and on the nodes' ops, attrs and types
         key = (id(kernel.source), id(kernel.constexprs), kernel.kind, *outs, *nodes.held())
         hit = p.grid_needs.get(key)

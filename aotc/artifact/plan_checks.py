@@ -29,7 +29,7 @@ from aotc.ir.schedule import Schedule
 GRAPH_FEATURES = ("graph",)
 # "kernels": launch plans and kernel code; "binaries": cubins and PTX (absent when compiled with no targets)
 KERNEL_FEATURES = ("kernels", "binaries")
-# Named by files whose launches carry per-target variants (schema >= 4).
+# Named by files whose launches carry arch launches (schema >= 4); the name predates the word.
 ARCH_VARIANTS = "arch_variants"
 KNOWN_KERNEL_FEATURES = (*KERNEL_FEATURES, ARCH_VARIANTS)
 
@@ -108,7 +108,7 @@ def _remember(graph: Graph, s: Schedule, facts: PlanFacts) -> None:
 
 def plan_facts(graph: Graph, s: Schedule) -> PlanFacts:
     """The per-shape facts of running ``s``, a verified plan of ``graph`` (or the plan a GPU runs of one: each
-    launch its own kernel or one of its architecture variants'): a grid fact counts where its code runs. A plan
+    launch its own kernel or one of its arch launches'): a grid fact counts where its code runs. A plan
     nothing verified yet is checked now (an ArtifactError if it fails)."""
     with _FACTS_LOCK:
         known = _FACTS.get(graph)

@@ -44,7 +44,7 @@ class Fact:
     claim: str  # what must hold, for the message
     expr: Size
     launch: int = -1  # a grid fact: the launch, and the kernel code (the launch's own or an
-    code: str = ""  # architecture variant's) whose grid it bounds; "" for a fact of every plan
+    code: str = ""  # arch launch's) whose grid it bounds; "" for a fact of every plan
 
     def refusal(self, env: Mapping[str, int], value: int) -> ArtifactError:
         return refuse(self.what, self.check, f"{self.claim} is false at {dict(env)} ({to_infix(self.expr)} = {value})")

@@ -68,7 +68,7 @@ def launch_digest(
     graph: Graph, k: Kernel, nodes: Sequence[Node] | None = None, cache: DigestCache | None = None
 ) -> str:
     """The hex digest of launch ``k`` of a plan of ``graph`` (``nodes``: ``graph.nodes`` at ``k.nodes``, if known);
-    its architecture variants and its own digest are left out (each variant has its own). IndexError for a node
+    its arch launches and its own digest are left out (each arch launch has its own). IndexError for a node
     index outside the graph."""
     c = cache or DigestCache()
     get = c.get
@@ -137,13 +137,13 @@ def graph_digest(graph: Graph, weights: Mapping[str, bytes] | None = None) -> st
 
 
 def seal(graph: Graph, k: Kernel, cache: DigestCache | None = None) -> Kernel:
-    """``k`` (a launch of a final plan of ``graph``) with its digest, and its architecture variants' digests."""
+    """``k`` (a launch of a final plan of ``graph``) with its digest, and its arch launches' digests."""
     c = cache or DigestCache()
     nodes = [graph.nodes[i] for i in k.nodes]
-    variants = tuple(
+    arch_launches = tuple(
         ArchLaunch(v.arch, v.kernel.replace(digest=launch_digest(graph, v.kernel, nodes, c))) for v in k.arch_launches
     )
-    return k.replace(arch_launches=variants, digest=launch_digest(graph, k, nodes, c))
+    return k.replace(arch_launches=arch_launches, digest=launch_digest(graph, k, nodes, c))
 
 
 def seal_all(graph: Graph, kernels: Sequence[Kernel]) -> tuple[Kernel, ...]:

@@ -117,15 +117,15 @@ def compile_kernels(
     ``on_done(done, total)`` is called with the count of (kernel, target) compiles finished (cache hits first,
     then each as its worker answers), from the calling thread or a worker's reader thread.
 
-    A kernel's ``variants`` (ArchLaunch) are compiled too, each for its own target only (its PTX is
-    that target's: a GPU only ever picks a variant it has the cubin for).
+    A kernel's ``arch_launches`` (ArchLaunch) are compiled too, each for its own target only (its PTX is
+    that target's: a GPU only ever picks an arch launch it has the cubin for).
     """
     options = options or AotOptions()
     archs = check_targets(targets)
     plan: dict[str, tuple[Kernel, list[str], str]] = {}  # name -> (kernel, cubin archs, PTX arch)
-    # A newer target every launch of a kernel has a variant for never runs the kernel's own code: no
+    # A newer target every launch of a kernel has an arch launch for never runs the kernel's own code: no
     # cubin for it (the oldest target's is always built, and the PTX serves GPUs no cubin fits).
-    covered: dict[str, set[str]] = {}  # kernel name -> the targets every launch of it has a variant for
+    covered: dict[str, set[str]] = {}  # kernel name -> the targets every launch of it has an arch launch for
     for k in kernels:
         mine = {v.arch for v in k.arch_launches}
         covered[k.name] = covered[k.name] & mine if k.name in covered else mine
@@ -134,7 +134,7 @@ def compile_kernels(
         plan.setdefault(k.name, (k, own, PORTABLE_ARCH))
         for v in k.arch_launches:
             if v.arch not in archs:
-                raise AotcError(f"kernel {k.name} has a variant for {v.arch}, which is not a target {list(archs)}")
+                raise AotcError(f"kernel {k.name} has an arch launch for {v.arch}, which is not a target {list(archs)}")
             entry = plan.setdefault(v.kernel.name, (v.kernel, [], v.arch))
             if v.arch not in entry[1]:
                 entry[1].append(v.arch)

@@ -56,10 +56,10 @@ def schedule_graph(graph: Graph, options: Any = None, tiles: Mapping[int, Any] |
         start = flags.count
         emitted = _emit(builder(), kp, name, config, (tiles or {}).get(idx))
         kernel = _shared(emitted, seen)
-        # a kernel shared with an earlier launch takes its pointer names; so do this launch's variants
+        # a kernel shared with an earlier launch takes its pointer names; so do this launch's arch launches
         names = {a.name: b.name for a, b in zip(emitted.args, kernel.args) if a.name != b.name}
         end = flags.count
-        variants = []
+        arch_launches = []
         # Pointwise and scatter blocks do not depend on the target (KernelConfig.pointwise_block): only
         # contractions, attention and reductions are generated again per target.
         for arch in archs[1:] if kp.root is not None or kp.reductions else ():
@@ -68,19 +68,19 @@ def schedule_graph(graph: Graph, options: Any = None, tiles: Mapping[int, Any] |
             other = _emit(builder(names), kp, f"{name}_sm{arch}", KernelConfig(arch=arch))
             if _binary_key(other, other.name) != _binary_key(kernel, kernel.name) or other.grid != kernel.grid:
                 if same_launch(kernel, other):
-                    variants.append(ArchLaunch(f"sm_{arch}", _shared(other, seen, rename=False)))
+                    arch_launches.append(ArchLaunch(f"sm_{arch}", _shared(other, seen, rename=False)))
         flags.count = end
-        kernels.append(kernel.replace(arch_launches=tuple(variants)) if variants else kernel)
+        kernels.append(kernel.replace(arch_launches=tuple(arch_launches)) if arch_launches else kernel)
     kernels = _note_sharers(kernels, [_name(graph, kp, i, producers) for i, kp in enumerate(plan.kernels)])
     buffers, arena = plan_memory(graph, kernels, plan.views)
-    # each launch bound to the nodes it computes, now that its name, code and variants are final
+    # each launch bound to the nodes it computes, now that its name, code and arch launches are final
     return Schedule(seal_all(graph, kernels), buffers, arena, tuple(plan.views), flags.count, tuple(plan.declined))
 
 
 def _shared(kernel: Kernel, seen: dict[tuple, Kernel], rename: bool = True) -> Kernel:
     """``kernel`` under the name and source of an identical kernel emitted before, if any: the same code but for
     the names of its pointers (a weight named after another layer's parameter), which it then takes over (unless
-    not ``rename``: an architecture variant keeps the arg names of the launch it stands in for)."""
+    not ``rename``: an arch launch keeps the arg names of the launch it stands in for)."""
     key = _binary_key(kernel, kernel.name)
     first = seen.get(key)
     if first is None:

@@ -5,7 +5,7 @@ checked for the dims a call actually has, once per shape, before any launch of t
 offsets, no two live buffers overlapping, grids within CUDA's limits and within what the launches' outputs
 need, views' bytes, and for a bound plan each pointer's extents inside its value) and returns the rest as
 ``Fact``s, each ``expr >= 0``, plus the arena's buffers when their disjointness was not proved. A fact of one
-launch's code (its grid, its extents) counts only where that code runs (an architecture variant's on the GPUs
+launch's code (its grid, its extents) counts only where that code runs (an arch launch's on the GPUs
 that launch it). Every backend that runs a launch plan (``interpret``, ``cuda``) calls
 ``check_shape`` where it plans a shape; a fact that fails raises ``ArtifactError`` naming the variant, the
 launch or buffer, the check and the dims, and nothing of that shape runs.

@@ -64,7 +64,7 @@ def fake_binary(k: Kernel) -> KernelBinary:
 
 
 def fake_binaries(s: Schedule) -> tuple[KernelBinary, ...]:
-    """One binary per distinct kernel; a per-target variant's gets its own target's cubin and PTX only."""
+    """One binary per distinct kernel; an arch launch's code gets its own target's cubin and PTX only."""
     out = {k.name: fake_binary(k) for k in s.kernels}
     for k in s.kernels:
         for v in k.arch_launches:

@@ -298,7 +298,7 @@ def test_random_resealed_damage_to_kernel_tables_fails_cleanly(data: st.DataObje
     classify(NEWEST_SUBJECT, reseal(buf))
 
 
-# -- per-target variants (schema 4) -----------------------------------------------------------------
+# -- per-target arch launches (schema 4) --------------------------------------------------------------
 
 
 def _with_arch_launch(s: Schedule, index: int = 0, **changes: object) -> Schedule:
@@ -306,11 +306,11 @@ def _with_arch_launch(s: Schedule, index: int = 0, **changes: object) -> Schedul
     name = f"{k.name}_sm90"
     v = k.replace(name=name, source=k.source.replace(f"def {k.name}(", f"def {name}(", 1), num_warps=8)
     v = v.replace(**changes) if changes else v
-    # sealed as the compiler seals a plan: the variant's digest is that of its own code
+    # sealed as the compiler seals a plan: the arch launch's digest is that of its own code
     return with_kernel(s, index, lambda k: seal(golden_model()[1], k.replace(arch_launches=(ArchLaunch("sm_90", v),))))
 
 
-def test_variants_round_trip_and_name_their_kernel_feature() -> None:
+def test_arch_launches_round_trip_and_name_their_kernel_feature() -> None:
     src, variant, schedule = golden_model()
     s = _with_arch_launch(schedule)
     binaries = fake_binaries(s)
@@ -326,10 +326,10 @@ def test_variants_round_trip_and_name_their_kernel_feature() -> None:
     assert tuple(v.plan for v in art.variants) == (s,) and art.kernel_features == ("kernels", "arch_variants")
 
 
-def test_the_writer_refuses_a_variant_that_is_another_launch() -> None:
+def test_the_writer_refuses_an_arch_launch_that_is_another_launch() -> None:
     _, variant, schedule = golden_model()
     other = schedule.kernels[1]
-    # the variant's code does not fit its source (the code checks run first, as in the reader) or the launch
+    # the arch launch's code does not fit its source (the code checks run first, as in the reader) or the launch
     with pytest.raises(ArtifactError, match=r"does not take the launch's args|are not its args then constexprs"):
         write(variant, _with_arch_launch(schedule, args=other.args))
     with pytest.raises(ArtifactError, match="expected a target such as 'sm_90'"):
@@ -341,7 +341,7 @@ def test_the_writer_refuses_a_variant_that_is_another_launch() -> None:
         write(variant, bad)
 
 
-def test_a_variant_needs_its_targets_cubin() -> None:
+def test_an_arch_launch_needs_its_targets_cubin() -> None:
     _, variant, schedule = golden_model()
     s = _with_arch_launch(schedule)
     name = f"{schedule.kernels[0].name}_sm90"
@@ -361,7 +361,7 @@ def test_a_reader_that_does_not_know_arch_variants_runs_the_file_on_the_cpu() ->
     assert art.unusable_kernel_features == ("arch_variants",) and tuple(v.plan for v in art.variants) == (None,)
 
 
-def test_a_schema_3_file_with_launch_variants_is_refused() -> None:
+def test_a_schema_3_file_with_arch_launches_is_refused() -> None:
     from aotc.artifact import writer
 
     _, variant, schedule = golden_model()
@@ -369,6 +369,6 @@ def test_a_schema_3_file_with_launch_variants_is_refused() -> None:
         data = write(variant, _with_arch_launch(schedule))
     # today's writer also writes schema 6's and 8's fields, which a schema 3 file may be refused for first
     with pytest.raises(
-        ArtifactError, match=r"schema version 3 file holds (schema 4 launch variants|schema 6|a schema 8)"
+        ArtifactError, match=r"schema version 3 file holds (schema 4 arch launches|schema 6|a schema 8)"
     ):
         read_artifact(data)

@@ -7,7 +7,7 @@ driver see none), no hang, no untyped error, no allocation over 1 GiB, and every
 weight edit.
 
 Subjects: three example models (models/mlp.py, cnn.py, gpt2.py, default sizes), scheduled for sm_80 and sm_90
-(launches with per-architecture variants) with fake binaries, so launch tables, variants, kernel code, launch
+(launches with per-architecture arch launches) with fake binaries, so launch tables, arch launches, kernel code, launch
 metadata and graph tables are all in the file; the golden model (tests/golden/make_golden.py) with its launch plan,
 which adds guards, multiple_of symbols and bool/int64 constants; and today's golden file, whose kernels carry real sm_80/sm_90 cubins
 and PTX. The default run samples 150 mutations per subject; ``-m slow`` / AOTC_RUN_SLOW=1 runs 3,400 per example

@@ -73,9 +73,9 @@ def _attacks() -> list[tuple[str, Change, str]]:
         ("grid y", lambda s: launch(s, 1, grid=(s.kernels[1].grid[0], 70_000, 1)), rf"{_where(1)}: grid check"),
         ("grid z", lambda s: launch(s, 1, grid=(s.kernels[1].grid[0], 1, BATCH)), rf"{_where(1)}: grid check"),
         (
-            "an arch variant's grid doubled",
+            "an arch launch's grid doubled",
             lambda s: with_arch_launch(s, 1, times(2)),
-            rf"{_where(1)} variant 'sm_90': {need}",
+            rf"{_where(1)} arch launch 'sm_90': {need}",
         ),
         # size args
         (

@@ -69,7 +69,7 @@ REFUSED_AT_LOAD = [
     "size arg (* 100 batch)",
     "output pointer aimed at the graph input",
     "output pointer aimed at a weight",
-    "an arch variant's grid doubled",
+    "an arch launch's grid doubled",
     "flags of u32 max",
 ]
 

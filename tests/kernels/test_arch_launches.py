@@ -41,7 +41,7 @@ def test_a_large_bf16_matmul_gets_wider_sm90_tiles() -> None:
     assert v.arch == "sm_90" and v.kernel.name.endswith("_sm90") and same_launch(mm, v.kernel)
     assert dict(mm.constexprs)["BLOCK_N"] == 128 and dict(v.kernel.constexprs)["BLOCK_N"] == 256
     assert v.kernel.grid != mm.grid  # half the column tiles
-    # one target, or none: no variants
+    # one target, or none: no arch launches
     for options in (CompileOptions(targets=("sm_80",)), CompileOptions(targets=("sm_90",)), None):
         assert not any(k.arch_launches for k in schedule_graph(_graph(), options).kernels)
 
@@ -62,7 +62,7 @@ def test_the_sm90_plan_matches_the_cpu_backend_under_the_interpreter() -> None:
         check(g, [x], {"batch": rows}, tol=(2e-2, 2e-2), schedule=hopper)
 
 
-def test_explain_names_each_variant_and_its_tiles() -> None:
+def test_explain_names_each_arch_launch_and_its_tiles() -> None:
     from aotc.kernels.explain import explain
 
     g = _graph()

@@ -121,7 +121,7 @@ class FakeDriver(StreamsMixin, MemoryMixin):
     # -- test helpers -------------------------------------------------------------------------------
     def register(self, schedule: Schedule, binaries: Mapping[str, KernelBinary]) -> None:
         fresh: dict[str, tuple[Kernel, KernelBinary]] = {}
-        for k in schedule.codes():  # per-target variants included
+        for k in schedule.codes():  # arch launches included
             binary = binaries[k.name]
             fresh.setdefault(k.name, (k, binary))  # kernels sharing a name share their source
             for c in binary.cubins:  # the backend hands an image over by the address of its bytes

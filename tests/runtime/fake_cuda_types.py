@@ -132,7 +132,7 @@ def fake_binaries(
 ) -> dict[str, KernelBinary]:
     """KernelBinary objects as compile_kernels returns them, with fake images the fake driver understands."""
     out: dict[str, KernelBinary] = {}
-    for k in schedule.codes():  # per-target variants included
+    for k in schedule.codes():  # arch launches included
         if k.name in out:
             continue
         params = tuple(a.type for a in k.args) + SCRATCH_PARAMS

@@ -1,5 +1,5 @@
-"""Per-target kernel variants on the cuda backend (fake driver: each launch's source runs under the
-Triton interpreter): a GPU launches the variant for its architecture, with the variant's grid, and
+"""Per-target arch launches on the cuda backend (fake driver: each launch's source runs under the
+Triton interpreter): a GPU launches the arch launch for its architecture, with that launch's grid, and
 any other GPU the launch's own kernel; both compute what the cpu runner does."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ pytest.importorskip("triton")
 
 
 def _with_arch_launch(schedule: Schedule) -> Schedule:
-    """add_bias gets an sm_90 variant with half the block, so twice the programs."""
+    """add_bias gets an sm_90 arch launch with half the block, so twice the programs."""
     kernels = list(schedule.kernels)
     i = next(i for i, k in enumerate(kernels) if k.name == "add_bias")
     k = kernels[i]
@@ -46,7 +46,7 @@ ARCH_SCHEDULE = _with_arch_launch(SCHEDULE)
     ("capability", "name", "programs"),
     [((9, 0), "add_bias_sm90", 5), ((8, 0), "add_bias", 3), ((8, 9), "add_bias", 3)],
 )
-def test_the_gpu_launches_its_architectures_variant(capability: tuple[int, int], name: str, programs: int) -> None:
+def test_the_gpu_launches_its_architectures_arch_launch(capability: tuple[int, int], name: str, programs: int) -> None:
     assert "n" in GRAPH.ranges, "the test schedule's grid is over the symbol n"
     fake = FakeDriver(capability=capability)
     binaries = fake_binaries(ARCH_SCHEDULE, archs=("sm_80", "sm_90"))
@@ -63,7 +63,7 @@ def test_the_gpu_launches_its_architectures_variant(capability: tuple[int, int],
     assert bias == [(name, (programs, 1, 1))]
 
 
-def test_for_capability_picks_the_newest_variant_of_the_same_major_version() -> None:
+def test_for_capability_picks_the_newest_arch_launch_of_the_same_major_version() -> None:
     k = ARCH_SCHEDULE.kernel("add_bias")
     assert k.for_capability((9, 0)).name == "add_bias_sm90"
     assert k.for_capability((10, 0)).name == "add_bias"  # another major version: the launch's own kernel
@@ -72,16 +72,16 @@ def test_for_capability_picks_the_newest_variant_of_the_same_major_version() -> 
     assert [c.name for c in ARCH_SCHEDULE.codes()][:2] == ["add_bias", "add_bias_sm90"]
 
 
-def test_a_variant_that_does_not_load_falls_back_to_the_launchs_own_kernel() -> None:
-    """An sm_90 variant whose cubin the driver refuses (a CUDA 13.4 build on a 13.0 driver, say) and which has
+def test_an_arch_launch_that_does_not_load_falls_back_to_the_launchs_own_kernel() -> None:
+    """An sm_90 arch launch whose cubin the driver refuses (a CUDA 13.4 build on a 13.0 driver, say) and which has
     no PTX: the GPU runs the launch's own kernel (its portable PTX) instead, with a warning, and computes the
     same; the other launches are untouched."""
     fake = FakeDriver(capability=(9, 0), driver_version=13000)
     binaries = fake_binaries(ARCH_SCHEDULE, archs=("sm_80",))
-    variant = fake_binaries(ARCH_SCHEDULE, archs=("sm_90a",))["add_bias_sm90"]
+    sm90 = fake_binaries(ARCH_SCHEDULE, archs=("sm_90a",))["add_bias_sm90"]
     refused = b"FAKE-CUBIN sm_90a refused\0"
     binaries["add_bias_sm90"] = dataclasses.replace(
-        variant, cubins=(dataclasses.replace(variant.cubins[0], arch="sm_90", data=refused),), ptx=""
+        sm90, cubins=(dataclasses.replace(sm90.cubins[0], arch="sm_90", data=refused),), ptx=""
     )
     fake.register(ARCH_SCHEDULE, binaries)
     load = fake.cuModuleLoadData

@@ -105,7 +105,7 @@ def test_an_arch_variants_facts_apply_where_the_gpu_runs_that_variant() -> None:
         with Executable(art, CudaBackend(driver=fake)) as exe:
             np.testing.assert_allclose(exe(_x(2, 3)), cpu(_x(2, 3)), rtol=2e-4, atol=2e-4)
             if refused:
-                with pytest.raises(ArtifactError, match=r"launch 1 \(.*\) variant 'sm_90': grid check failed"):
+                with pytest.raises(ArtifactError, match=r"launch 1 \(.*\) arch launch 'sm_90': grid check failed"):
                     exe(x)
             else:
                 np.testing.assert_allclose(exe(x), cpu(x), rtol=2e-4, atol=2e-4)

@@ -63,7 +63,7 @@ class CudaBackend:
         return program
 
     def _runnable(self, schedule: Schedule, binaries: Mapping[str, KernelBinary]) -> Schedule:
-        """Each launch's variant for this GPU's architecture (its own tiles), where that variant's code loads;
+        """Each launch's arch launch for this GPU's architecture (its own tiles), where that code loads;
         else the launch's own kernel (a cubin built by a ptxas too new for this driver, say, falls back to the
         base kernel and its portable PTX), with a warning, since it is slower."""
         cap = self.device.info.capability
