@@ -1,4 +1,5 @@
-"""The IR: dtypes, symbolic integers, the op table, graphs and their verifier. Depends on numpy only."""
+"""The IR: dtypes, symbolic integers, the op table, graphs (and variants: a graph with its launch plan) and their
+verifier. Depends on numpy only."""
 
 from aotc.ir.builder import Builder
 from aotc.ir.dtypes import DType, dtype_of, promote
@@ -6,6 +7,7 @@ from aotc.ir.graph import Graph, Guard, Symbol
 from aotc.ir.ops import OPS, Op, OpDef
 from aotc.ir.symbolic import SymExpr, sym
 from aotc.ir.types import Attrs, Node, TensorType, Value
+from aotc.ir.variant import Variant
 from aotc.ir.verify import verify
 
 __all__ = [
@@ -22,6 +24,7 @@ __all__ = [
     "Symbol",
     "TensorType",
     "Value",
+    "Variant",
     "dtype_of",
     "promote",
     "sym",
