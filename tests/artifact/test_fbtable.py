@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from plan_kit import model, with_variant, write
+from plan_kit import model, with_arch_launch, write
 
 from aotc.artifact import fbtable, read_artifact
 from aotc.ir.digest import graph_digest
@@ -19,11 +19,11 @@ def _reading(source: Path | bytes, fast: bool) -> tuple:
         a = read_artifact(source)
     finally:
         fbtable.install(True)
-    graphs = (*a.variants, *([a.source] if a.source is not None else []))
+    graphs = (*(v.graph for v in a.variants), *([a.source] if a.source is not None else []))
     return (
         [graph_digest(g) for g in graphs],
         [[n.loc for n in g.nodes] for g in graphs],
-        a.schedules,
+        [v.plan for v in a.variants],
         dict(a.kernels),
         a.meta,
         a.onnx,
@@ -38,7 +38,7 @@ def test_fast_table_reads_each_golden_file_as_flatbuffers_does(path: Path) -> No
 
 
 def test_fast_table_reads_a_file_with_binaries_and_arch_launches_as_flatbuffers_does() -> None:
-    data = write(with_variant(model()[1], 1), binaries=True)
+    data = write(with_arch_launch(model()[1], 1), binaries=True)
     assert _reading(data, fast=False) == _reading(data, fast=True)
 
 
