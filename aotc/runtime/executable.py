@@ -12,10 +12,13 @@ from aotc.artifact.reader import Artifact, check_signature, read_artifact
 from aotc.errors import AotcError, ArtifactError, GuardError
 from aotc.ir.graph import unflatten_tree
 from aotc.runtime.backends import Backend, Program, default_backend, get_backend
-from aotc.runtime.guards import Binder, InputSpec, gather_inputs, input_specs
+from aotc.runtime.guards import Binder, InputGatherer, InputSpec, input_specs
 
 if TYPE_CHECKING:
     from aotc.artifact.signing import KeySource
+
+# The most input shapes whose variant and bound symbols an Executable remembers (see Executable._select).
+CHOSEN_SHAPES = 1024
 
 
 def load(
@@ -94,6 +97,9 @@ class Executable:
         first = artifact.variants[0].graph
         self._inputs = input_specs(first)
         self._output_tree = first.output_tree
+        self._gather_inputs = InputGatherer(self._inputs)
+        # input shapes -> the variant whose guards they meet and its bound symbols (see _select)
+        self._chosen: dict[tuple[tuple[int, ...], ...], tuple[Program, dict[str, int]]] = {}
 
     # -- calling ---------------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -102,7 +108,7 @@ class Executable:
 
     def run(self, feeds: Mapping[str, Any], *, outputs: str | None = None) -> list[Any]:
         """Inputs by name; returns the flat list of outputs (``outputs``: "numpy" or "device" for this call)."""
-        if not isinstance(feeds, Mapping):
+        if type(feeds) is not dict and not isinstance(feeds, Mapping):
             raise GuardError(f"run() takes a mapping of input name to array, got {type(feeds).__name__}")
         mode = self._outputs if outputs is None else self._check_outputs(outputs)
         return self._run(*self._gather((), feeds), outputs=mode)
@@ -113,7 +119,7 @@ class Executable:
         Only dtypes and shapes are read, so zero-stride stand-ins (``np.broadcast_to(np.zeros((), dt), shape)``)
         let a caller check sizes before it builds inputs that large.
         """
-        if not isinstance(feeds, Mapping):
+        if type(feeds) is not dict and not isinstance(feeds, Mapping):
             raise GuardError(f"check() takes a mapping of input name to array, got {type(feeds).__name__}")
         self._select(self._gather((), feeds)[0])
 
@@ -129,12 +135,11 @@ class Executable:
         takes one (``adopt``), its guards checked through a zero-stride stand-in of its dtype and shape."""
         adopt = getattr(self._backend, "adopt", None)
         if adopt is None:
-            arrays = gather_inputs(self._inputs, args, kwargs)
+            arrays = self._gather_inputs(args, kwargs)
             return arrays, arrays
         on_device = [adopt(a) for a in args]
         named = {k: adopt(v) for k, v in kwargs.items()}
-        arrays = gather_inputs(
-            self._inputs,
+        arrays = self._gather_inputs(
             [a if d is None else d.standin() for a, d in zip(args, on_device)],
             {k: v if named[k] is None else named[k].standin() for k, v in kwargs.items()},
         )
@@ -162,7 +167,23 @@ class Executable:
         self.close()
 
     def _select(self, arrays: list[np.ndarray]) -> tuple[Program, dict[str, int]]:
-        """The first variant whose guards these inputs meet, with its bound symbols."""
+        """The first variant whose guards these inputs meet, with its bound symbols (a dict of the caller's own).
+
+        A variant's guards read nothing of the inputs but their shapes (their names, dtypes and ranks have been
+        checked): the verdict for shapes seen before is remembered, for up to CHOSEN_SHAPES of them (then the
+        memory starts over), so a server's repeated shapes skip the binding; shapes that fit no variant are bound
+        again each call, to raise the same GuardError.
+        """
+        key = tuple([a.shape for a in arrays])
+        chosen = self._chosen.get(key)
+        if chosen is None:
+            chosen = self._bind(arrays)
+            if len(self._chosen) >= CHOSEN_SHAPES:
+                self._chosen.clear()
+            self._chosen[key] = chosen
+        return chosen[0], dict(chosen[1])
+
+    def _bind(self, arrays: list[np.ndarray]) -> tuple[Program, dict[str, int]]:
         errors: list[GuardError] = []
         for binder, program in self._variants:
             try:

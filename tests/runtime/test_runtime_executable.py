@@ -149,3 +149,30 @@ def test_one_executable_serves_many_threads() -> None:
     for w, o in zip(want, got):
         for a, b in zip(w, o):
             np.testing.assert_allclose(b, a, rtol=1e-6, atol=1e-6)  # device=None: onnxruntime, in its own order
+
+
+def test_a_shapes_variant_is_remembered_refusals_are_not_and_the_memory_is_bounded(monkeypatch) -> None:
+    import aotc.runtime.executable as executable
+
+    monkeypatch.setattr(executable, "CHOSEN_SHAPES", 2)
+    small, large = mlp(scale=2.0, max_batch=2, name="small"), mlp(scale=3.0, max_batch=16, name="large")
+    exe = aotc.runtime.load(artifact_bytes(small, large), device="reference")
+    envs: list[dict[str, int]] = []
+    for _, program in exe._variants:
+        real = program.run
+
+        def spy(feeds, env, real=real):
+            envs.append(dict(env))
+            env["batch"] = -1  # a program that writes to its env spoils no later call
+            return real(feeds, env)
+
+        monkeypatch.setattr(program, "run", spy)
+    for b, s, graph in [(1, 5, small), (8, 5, large), (1, 5, small), (8, 3, large), (8, 5, large), (2, 5, small)]:
+        x = sample(b, s)
+        np.testing.assert_array_equal(exe(x)["h"], run_graph(graph, [x], {"batch": b, "seq": s})[0])
+        assert envs.pop() == {"batch": b, "seq": s}
+        assert len(exe._chosen) <= 2
+    for _ in range(2):
+        with pytest.raises(GuardError, match=r"^the inputs fit no variant of the model:\n  variant 0 \(small\)"):
+            exe(sample(b=20))
+    assert envs == [] and all(shapes != ((20, 5, 4),) for shapes in exe._chosen)
