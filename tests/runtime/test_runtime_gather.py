@@ -95,3 +95,29 @@ def test_tensor_indexing_wraps_and_index_select_refuses_negative_ids_as_torch_do
     np.testing.assert_array_equal(picked(ids=np.array([3, 0, 1])), rows[[3, 0, 1]])
     with pytest.raises(ExecError, match=r"index -1 in input 'ids' \(at \[2\]\) is outside the valid range \[0, 4\)"):
         picked(ids=np.array([0, 1, -1]))
+
+
+def gather_rows(table, ids):
+    return F.embedding(ids, table)
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_ids_of_either_width_are_checked_against_a_table_whose_size_is_a_symbol(path: str, dtype: type) -> None:
+    rows = Dim("rows", min=1, max=64)
+    spec = {"table": TensorSpec((rows, 3), "float32"), "ids": TensorSpec((Dim("n", min=1, max=8),), dtype.__name__)}
+    exe = executable(aotc.compile(gather_rows, spec).artifact_bytes, path)
+    table = np.arange(15, dtype=np.float32).reshape(5, 3)
+    low, high = np.iinfo(dtype).min, np.iinfo(dtype).max
+    for ids in ([0, 4, 2], [4], np.array([4, 9, 0, 9, 1], dtype)[::2]):  # the last one strided
+        ids = np.asarray(ids, dtype)
+        np.testing.assert_array_equal(exe(table=table, ids=ids), table[ids])
+    for bad, at in [(5, 1), (-1, 0), (high, 2), (low, 1)]:
+        ids = np.array([1, 2, 3], dtype)
+        ids[at] = bad
+        for given in (ids, np.repeat(ids, 2)[::2]):
+            with pytest.raises(ExecError, match=rf"index {bad} in input 'ids' \(at \[{at}\]\) .* range \[0, 5\)$"):
+                exe(table=table, ids=given)
+    np.testing.assert_array_equal(exe(table=table[:2], ids=np.array([1, 0], dtype)), table[[1, 0]])
+    with pytest.raises(ExecError, match=r"index 2 in input 'ids' \(at \[0\]\)"):
+        exe(table=table[:2], ids=np.array([2, 0], dtype))

@@ -52,6 +52,19 @@ from aotc.runtime.backends.cpu import CpuProgram
 from aotc.runtime.pages import release_pages
 
 _HALF = ("float16", "bfloat16")
+_MIN, _MAX = np.minimum.reduce, np.maximum.reduce  # ndarray.min and .max without their Python wrappers
+
+
+def _session_call(session: Any) -> tuple[Any, Any]:
+    """What a call runs: ``session.run`` -- or, where the session is onnxruntime's own, the run of the compiled
+    session it wraps: the same call without the wrapper's Python checks of the feeds (every input and weight is
+    given, as an array, every call) -- and the RunOptions it passes: one for every call and thread, as onnxruntime
+    only reads it, where passing None builds the default each call (about half a microsecond)."""
+    import onnxruntime as ort
+
+    inner = getattr(session, "_sess", None)
+    run = inner.run if isinstance(inner, ort.capi._pybind_state.InferenceSession) else session.run
+    return run, ort.RunOptions()
 
 
 class OrtBackend:
@@ -172,32 +185,41 @@ class OrtProgram:
             for name, v in zip(graph.input_names, graph.inputs)
         ]
         self._outputs = [o.name for o in session.get_outputs()]
-        self._dtypes = [o.type.dtype.np for o in graph.outputs]
-        self._bounds = tuple(bounds)
+        self._count = len(graph.outputs)  # the graph's outputs; the id bounds' come after them
+        # The outputs written as float32 for a half output (build_model's float32), cast back after each run.
+        self._casts = tuple((i, o.type.dtype.np) for i, o in enumerate(graph.outputs) if o.type.dtype.value in _HALF)
+        self._bounds = tuple((*b.outputs, _size(b.size)) for b in bounds)
         self._reference = CpuProgram(graph)
         self._checks = _input_index_checks(graph)
         self._warned = threading.Lock()  # taken for good by the first fallback's warning
+        self._call, self._options = _session_call(session)
 
     def run(self, feeds: Sequence[np.ndarray], env: Mapping[str, int]) -> list[np.ndarray]:
-        if any(_outside(feeds[pos], size, negative, env) for pos, size, negative in self._checks):
-            return self._reference.run(feeds, env)  # raises the ExecError every backend raises for this id
+        for position, size, low, unsigned in self._checks:
+            ids = feeds[position]
+            if ids.size and _outside(ids, size if type(size) is int else evaluate(size, env), low, unsigned):
+                return self._reference.run(feeds, env)  # raises the ExecError every backend raises for this id
         values = dict(self._weights)
         for (name, dtype), x in zip(self._inputs, feeds):
             values[name] = np.ascontiguousarray(x, dtype)
         try:
             # session.run over arrays: with onnxruntime 1.32 about half the per-call cost of run_with_ort_values
-            outs = self._session.run(self._outputs, values)
+            outs = list(self._call(self._outputs, values, self._options))
         except Exception as e:
             # onnxruntime's message never reaches the user as an error: the reference raises aotc's error for these
             # inputs (a bad id computed inside the model, say), or computes the call onnxruntime could not.
             result = self._reference.run(feeds, env)
             self._warn(e)
             return result
-        for bound in self._bounds:
-            low, high = (int(outs[i]) for i in bound.outputs)
-            if low < 0 or high >= _value(bound.size, env):  # an empty ids tensor has low > high: never outside
+        for low, high, size in self._bounds:
+            # an empty ids tensor has low > high: never outside
+            if int(outs[low]) < 0 or int(outs[high]) >= (size if type(size) is int else evaluate(size, env)):
                 return self._reference.run(feeds, env)  # raises the ExecError every backend raises for this id
-        return [x if x.dtype == dt else x.astype(dt) for x, dt in zip(outs, self._dtypes)]
+        if len(outs) > self._count:
+            del outs[self._count :]
+        for i, dtype in self._casts:
+            outs[i] = outs[i].astype(dtype)
+        return outs
 
     def _warn(self, error: BaseException) -> None:
         if self._warned.acquire(blocking=False):
@@ -224,9 +246,10 @@ def _session_weights(graph: Graph) -> frozenset[str]:
     return frozenset(held)
 
 
-def _input_index_checks(graph: Graph) -> list[tuple[int, ShapeDim, bool]]:
-    """Per gather whose ids come unchanged from a graph input: that input's position, the size of the gathered
-    axis, and whether negative ids count from the end."""
+def _input_index_checks(graph: Graph) -> tuple[tuple[int, ShapeDim, int, np.dtype | None], ...]:
+    """Per gather whose ids come unchanged from a graph input: that input's position, the size ``n`` of the gathered
+    axis, the lowest valid id as a multiple of ``n`` (-1 where negative ids count from the end, else 0), and for the
+    strict rule over signed ids the unsigned dtype of their width (see _outside)."""
     position = {name: i for i, name in enumerate(graph.input_names)}
     checks = []
     for node in graph.nodes:
@@ -235,19 +258,25 @@ def _input_index_checks(graph: Graph) -> list[tuple[int, ShapeDim, bool]]:
         name, _ = index_source(graph, node)
         if name is not None:
             size = node.inputs[0].type.shape[node.attrs.get("axis", 0)]
-            checks.append((position[name], size, allows_negative(node.attrs)))
-    return checks
+            negative = allows_negative(node.attrs)
+            ids = graph.inputs[position[name]].type.dtype.np
+            unsigned = np.dtype(f"u{ids.itemsize}") if ids.kind == "i" and not negative else None
+            checks.append((position[name], _size(size), -1 if negative else 0, unsigned))
+    return tuple(checks)
 
 
-def _outside(ids: np.ndarray, size: ShapeDim, negative: bool, env: Mapping[str, int]) -> bool:
-    if ids.size == 0:
-        return False
-    n = _value(size, env)
-    return bool(ids.min() < (-n if negative else 0) or ids.max() >= n)
+def _outside(ids: np.ndarray, n: int, low: int, unsigned: np.dtype | None) -> bool:
+    """Whether some id of a non-empty ``ids`` lies outside ``[low * n, n)``. For ``[0, n)`` over signed ids, one
+    reduction: read as unsigned, a negative id is at least 2**(bits-1), above any n, so the largest is >= n exactly
+    when some id is outside."""
+    if unsigned is not None:
+        return bool(_MAX(ids.view(unsigned), None) >= n)
+    return bool(_MIN(ids, None) < low * n or _MAX(ids, None) >= n)
 
 
-def _value(size: ShapeDim, env: Mapping[str, int]) -> int:
-    return evaluate(size, env) if isinstance(size, SymExpr) else size
+def _size(size: ShapeDim) -> ShapeDim:
+    """A gathered axis's size as run() reads it: a plain int (``type(size) is int``), or the expression to evaluate."""
+    return size if isinstance(size, SymExpr) else int(size)
 
 
 def _first_line(e: BaseException) -> str:
