@@ -24,8 +24,8 @@ other backend. Any error onnxruntime raises is handled the same way: the referen
 sees aotc's error; should the reference compute the call instead (onnxruntime failed on valid inputs), a
 FallbackWarning names onnxruntime's error, once per variant.
 
-A session serves every thread: onnxruntime's ``run`` is thread-safe and a call keeps its state in
-locals. ``threads`` sets onnxruntime's intra-op threads (None: its default, one per physical core).
+A session serves every thread: onnxruntime's ``run`` is thread-safe, a call keeps its state in locals, and the
+one RunOptions every call passes is only read. ``threads`` sets onnxruntime's intra-op threads (None: its default, one per physical core).
 """
 
 from __future__ import annotations
