@@ -211,28 +211,11 @@ def test_a_model_onnxruntime_refuses_runs_on_the_references_with_a_warning(compi
         np.testing.assert_array_equal(got, want)
 
 
-def test_a_call_runs_the_compiled_session_with_one_run_options_for_every_call(compiled) -> None:
-    """The Python wrapper's checks of the feeds (aotc builds them whole) and a RunOptions built per call cost a
-    microsecond or two of a small model's call; should onnxruntime rename what this reaches, this test says so."""
+def test_a_call_runs_the_session_with_one_run_options_for_every_call(compiled) -> None:
+    """A RunOptions built per call costs about half a microsecond of a small model's call: one serves every call."""
     import onnxruntime
 
     exe = aotc.load(compiled.artifact_bytes, device="cpu")
     program = exe._variants[0][1]
-    assert program._call == program._session._sess.run
+    assert program._call == program._session.run
     assert isinstance(program._options, onnxruntime.RunOptions)
-
-
-def mixed_outputs(x, ids):
-    return x * 2, ids + 1, x > 0
-
-
-def test_outputs_come_back_in_the_graphs_dtypes_half_ones_cast_back_from_float32() -> None:
-    batch = Dim("batch", min=1, max=8)
-    spec = {"x": TensorSpec((batch, 4), "float16"), "ids": TensorSpec((batch,), "int32")}
-    data = aotc.compile(mixed_outputs, spec, options=OPTIONS).artifact_bytes
-    exe, reference = executable(data, "onnxruntime"), executable(data, "reference")
-    feeds = {"x": np.linspace(-2, 2, 12, dtype=np.float16).reshape(3, 4), "ids": np.array([4, -1, 7], np.int32)}
-    got, want = exe.run(feeds), reference.run(feeds)
-    assert [g.dtype for g in got] == [np.float16, np.int32, np.bool_] == [w.dtype for w in want]
-    for g, w in zip(got, want, strict=True):
-        np.testing.assert_array_equal(g, w)
