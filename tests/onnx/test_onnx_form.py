@@ -9,10 +9,13 @@ import pytest
 from onnx import numpy_helper
 
 from aotc.errors import UnsupportedError
+from aotc.ir import Builder, Graph, Symbol, TensorType, sym
 from aotc.ir.dtypes import DType
-from aotc.ir.onnx_form import proto
+from aotc.ir.onnx_form import build_model, proto
 from aotc.ir.onnx_form.emitters import _BINARY, _UNARY
 from aotc.ir.onnx_form.opset import DTYPE_TO_ONNX, EXPORT_OPSET, FIRST_INPUT_TYPES, IR_VERSION, accepts
+from aotc.ir.ops import Op
+from aotc.ir.verify import graph_ctx
 
 # The op types the emitters ask ``accepts`` about: every one written through emitters._simple.
 ASKED = {*_UNARY.values(), *_BINARY.values(), "Mod", "MatMul"} | {
@@ -73,3 +76,29 @@ def test_written_messages_parse_back_to_the_same_fields() -> None:
     np.testing.assert_array_equal(numpy_helper.to_array(inline), weight)
     assert external.data_location == onnx.TensorProto.EXTERNAL and list(external.dims) == [2, 3]
     assert {e.key: e.value for e in external.external_data} == {"location": "w.data", "offset": "4096", "length": "48"}
+
+
+# -- what build_model writes for the runtime's session -------------------------------------------------------------
+def _matmul_graph(transposed: bool) -> Graph:
+    """``x @ w`` (or ``x @ w.T``, a tied lm head) for ``x`` of shape (batch, 3, 8)."""
+    symbols = (Symbol("batch", 1, 8),)
+    b = Builder(graph_ctx(Graph((), (), (), (), 0, symbols)))
+    x = b.new_value(TensorType(DType.float32, (sym("batch"), 3, 8)))
+    w = b.op(Op.CONSTANT, name="w", shape=(4, 8) if transposed else (8, 4), dtype=DType.float32)
+    y = b.op(Op.MATMUL, x, b.permute(w, (1, 0)) if transposed else w)
+    weight = np.zeros((4, 8) if transposed else (8, 4), np.float32)
+    return Graph((x,), ("x",), tuple(b.nodes), (y,), 0, symbols, (), {"w": weight})
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_a_batched_matmul_by_a_weight_the_session_holds_is_one_plain_matmul(transposed: bool) -> None:
+    g = _matmul_graph(transposed)
+    held = onnx.load_model_from_string(build_model(g, weights_as_inputs=True, session_weights={"w"}).model)
+    assert "Reshape" not in [n.op_type for n in held.graph.node]
+    # a weight bound as an input each call: one GEMM over every row, as onnxruntime runs a batched MatMul per batch
+    bound = onnx.load_model_from_string(build_model(g, weights_as_inputs=True).model)
+    assert [n.op_type for n in bound.graph.node if n.op_type in ("Reshape", "MatMul")] == [
+        "Reshape",
+        "MatMul",
+        "Reshape",
+    ]

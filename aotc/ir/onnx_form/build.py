@@ -100,6 +100,7 @@ def build_model(
     out_names = _declare_outputs(ctx, graph)
     weight_inputs = _declare_constants(ctx, graph, as_inputs=weights_as_inputs)
     supplied = {name: w for name, w in weight_inputs.items() if w[0] in session_weights}
+    ctx.held = _held_values(graph, frozenset(constant for constant, _ in supplied.values()))
     inputs += [_value_info(ctx, name, t) for name, (_, t) in weight_inputs.items() if name not in supplied]
     gathers = []
     for node in graph.nodes:
@@ -141,6 +142,19 @@ def build_model(
     )
     session = {name: constant for name, (constant, _) in supplied.items()}
     return OnnxForm(model.tobytes(), len(ctx.nodes), weights, session, widened, tuple(bounds), data)
+
+
+# Ops onnxruntime folds when their input is a constant it holds: a weight's transpose (a tied lm head), a cast.
+_FOLDED = frozenset({Op.PERMUTE, Op.CAST})
+
+
+def _held_values(graph: Graph, held: frozenset[str]) -> frozenset[int]:
+    """The ids of the values onnxruntime holds as constants: the ``held`` constants and the folds of them."""
+    ids: set[int] = set()
+    for n in graph.nodes:
+        if (n.op is Op.CONSTANT and n.attrs["name"] in held) or (n.op in _FOLDED and n.inputs[0].id in ids):
+            ids.add(n.outputs[0].id)
+    return frozenset(ids)
 
 
 def _initializers(ctx: ExportCtx, external: str | None) -> tuple[list[proto.Message], tuple[np.ndarray, ...]]:

@@ -18,7 +18,7 @@ from aotc.ir.graph import Graph
 from aotc.ir.onnx_form import proto
 from aotc.ir.onnx_form.opset import DTYPE_TO_ONNX, accepts
 from aotc.ir.symbolic import Atom, SymExpr
-from aotc.ir.types import ShapeDim
+from aotc.ir.types import ShapeDim, Value
 from aotc.ir.verify import graph_ctx
 
 INT64_MIN = np.iinfo(np.int64).min
@@ -32,6 +32,9 @@ class ExportCtx:
         self.graph = graph
         # The weights are graph inputs (build.build_model): emitters pick forms that read them unfolded.
         self.weights_as_inputs = weights_as_inputs
+        # Values onnxruntime holds as constants of its own: the session weights and what it folds from them
+        # (build.build_model fills it); emitters read them as constants, not as inputs.
+        self.held: frozenset[int] = frozenset()
         # Half-precision tensors are written as float32 ones (build.build_model); ``widened`` gathers their dtypes.
         self.float32 = float32
         self.widened: set[DType] = set()
@@ -44,6 +47,10 @@ class ExportCtx:
         self._scalars: dict[tuple, str] = {}
         self._dims: dict[Any, str] = {}
         self._sources: dict[str, tuple[str, int]] = {}
+
+    def holds(self, value: Value) -> bool:
+        """Whether onnxruntime holds ``value`` as a constant: an initializer, or a fold of session weights."""
+        return not self.weights_as_inputs or value.id in self.held
 
     # -- names and nodes ------------------------------------------------------------------------------------
     def fresh(self, hint: str) -> str:
