@@ -9,15 +9,16 @@ reference; a GPU kernel only sets an error flag, so the message builder takes th
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
 from aotc.errors import ExecError
 from aotc.ir.graph import Graph
 from aotc.ir.ops.base import Op
-from aotc.ir.symbolic import SymExpr, mul, to_infix
-from aotc.ir.types import Attrs, Node, ShapeDim
+from aotc.ir.shapes import ShapeCtx
+from aotc.ir.symbolic import SymExpr, add, mul, smax, smin, to_infix
+from aotc.ir.types import Attrs, Node, ShapeDim, Value
 
 NEGATIVE_INDICES = "negative_indices"
 # The ops that gather rows of their operand 0 by the ids in operand 1 along an axis (an embedding's is 0), with
@@ -112,3 +113,85 @@ def index_source(graph: Graph, node: Node, operand: int = 1) -> tuple[str | None
         same_place = same_place and src.op is Op.CAST
         v = x
     return inputs[v.id], same_place
+
+
+# -- ids the graph proves valid -------------------------------------------------------------------------------------
+# An interval [low, high] (symbolic ends) holding every id a value can carry, for the ops below; any other producer
+# (a graph input, a weight, an op not modelled here) proves nothing.
+_Interval = tuple[ShapeDim, ShapeDim]
+# Ops whose every output element is one of their operand 0's elements.
+_MOVES = _VALUE_PRESERVING - {Op.CAST}
+_UNKNOWN = 2**62  # ShapeCtx.bounds's answer for an expression it cannot bound
+
+
+def ids_proved_valid(graph: Graph, node: Node, ctx: ShapeCtx) -> bool:
+    """Whether every id the gather ``node`` can read lies in ``[0, n)`` (n: its gathered axis) for every binding of
+    the symbols that passes the graph's guards, proved from how the graph computes the ids: ``iota`` (arange) over
+    a dim, full-valued scalars, moves (reshape, permute, broadcast, slice, flip, concat), integer casts, add,
+    subtract, minimum and maximum. Anything else (ids from an input, a weight, an op not modelled) is not proved,
+    and neither is a negative id, whichever rule the gather follows."""
+    producers = {o.id: n for n in graph.nodes for o in n.outputs}
+    found = _id_interval(node.inputs[1], producers, ctx, {})
+    if found is None:
+        return False
+    low, high = found
+    size = node.inputs[0].type.shape[node.attrs.get("axis", 0)]
+    return ctx.proves_nonneg(low) and ctx.proves_nonneg(add(size, mul(add(high, 1), -1)))
+
+
+def _id_interval(
+    v: Value, producers: dict[int, Node], ctx: ShapeCtx, memo: dict[int, _Interval | None]
+) -> _Interval | None:
+    if v.id not in memo:
+        src = producers.get(v.id)
+        found = None if src is None or not v.type.dtype.is_int else _interval_of(src, producers, ctx, memo)
+        memo[v.id] = found if found is not None and _fits(found, v, ctx) else None
+    return memo[v.id]
+
+
+def _interval_of(
+    node: Node, producers: dict[int, Node], ctx: ShapeCtx, memo: dict[int, _Interval | None]
+) -> _Interval | None:
+    op, attrs = node.op, node.attrs
+    if op is Op.IOTA:
+        shape = attrs["shape"]
+        return 0, add(shape[attrs.get("axis", 0) % max(len(shape), 1)], -1)
+    if op is Op.FULL:
+        value = attrs["value"]
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer, SymExpr)):
+            return None
+        return (value, value) if isinstance(value, SymExpr) else (int(value), int(value))
+    parts = [_id_interval(x, producers, ctx, memo) for x in node.inputs]
+    if not parts or any(p is None for p in parts):
+        return None
+    if op in _MOVES or op is Op.CAST:  # a cast of an int keeps its value where it fits (_fits checks the result)
+        return parts[0]
+    if op is Op.CONCAT:
+        lows, highs = zip(*parts)
+        return _fold(smin, lows), _fold(smax, highs)
+    if len(parts) != 2:
+        return None
+    (a_low, a_high), (b_low, b_high) = parts
+    if op is Op.ADD:
+        return add(a_low, b_low), add(a_high, b_high)
+    if op is Op.SUB:
+        return add(a_low, mul(b_high, -1)), add(a_high, mul(b_low, -1))
+    if op is Op.MINIMUM:
+        return smin(a_low, b_low), smin(a_high, b_high)
+    if op is Op.MAXIMUM:
+        return smax(a_low, b_low), smax(a_high, b_high)
+    return None
+
+
+def _fold(f: Callable[[ShapeDim, ShapeDim], ShapeDim], items: Sequence[ShapeDim]) -> ShapeDim:
+    out = items[0]
+    for x in items[1:]:
+        out = f(out, x)
+    return out
+
+
+def _fits(interval: _Interval, v: Value, ctx: ShapeCtx) -> bool:
+    """Whether every value in ``interval`` is one ``v``'s dtype holds, so nothing computing it wrapped around."""
+    info = np.iinfo(v.type.dtype.np)
+    low, high = ctx.bounds(interval[0])[0], ctx.bounds(interval[1])[1]
+    return max(info.min, -_UNKNOWN) < low and high < min(info.max, _UNKNOWN)

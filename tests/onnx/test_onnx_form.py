@@ -102,3 +102,22 @@ def test_a_batched_matmul_by_a_weight_the_session_holds_is_one_plain_matmul(tran
         "MatMul",
         "Reshape",
     ]
+
+
+def _positions_graph(rows: int) -> Graph:
+    """``table[arange(s)]`` with s in [1, 16]."""
+    symbols = (Symbol("s", 1, 16),)
+    b = Builder(graph_ctx(Graph((), (), (), (), 0, symbols)))
+    x = b.new_value(TensorType(DType.float32, (sym("s"),)))
+    table = b.op(Op.CONSTANT, name="table", shape=(rows, 4), dtype=DType.float32)
+    y = b.op(Op.GATHER, table, b.op(Op.IOTA, shape=(sym("s"),), axis=0, dtype=DType.int64), axis=0)
+    return Graph((x,), ("x",), tuple(b.nodes), (y,), 0, symbols, (), {"table": np.zeros((rows, 4), np.float32)})
+
+
+def test_computed_ids_get_bound_outputs_only_when_the_graph_cannot_prove_them_valid() -> None:
+    proved = build_model(_positions_graph(rows=16), weights_as_inputs=True, id_bounds=True)
+    assert proved.id_bounds == () and len(onnx.load_model_from_string(proved.model).graph.output) == 1
+    unproved = build_model(_positions_graph(rows=15), weights_as_inputs=True, id_bounds=True)  # s = 16 reads row 15
+    (bound,) = unproved.id_bounds
+    assert bound.outputs == (1, 2) and bound.size == 15
+    assert len(onnx.load_model_from_string(unproved.model).graph.output) == 3

@@ -170,6 +170,33 @@ def test_a_negative_id_computed_inside_the_model_raises_the_references_error() -
     np.testing.assert_array_equal(exe(ids=good), reference(ids=good))
 
 
+class Positions(nn.Module):
+    """GPT-2's position embedding: rows ``arange(seq)`` of a table that covers every seq, so the graph proves the
+    ids valid and the model has no id outputs to check."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(10, 4), nn.Embedding(8, 4)
+
+    def forward(self, ids):
+        return self.wte(ids) + self.wpe(aotc.arange(ids.shape[1]))
+
+
+def test_positions_an_arange_computes_need_no_check_and_a_bad_token_id_still_raises() -> None:
+    spec = {"ids": TensorSpec((Dim("batch", min=1, max=4), Dim("seq", min=1, max=8)), "int64")}
+    data = aotc.compile(Positions(), spec, options=OPTIONS).artifact_bytes
+    exe, reference = aotc.load(data, device="cpu"), aotc.load(data, device="reference")
+    program = exe._variants[0][1]
+    assert isinstance(program, OrtProgram) and program._bounds == () and len(program._session.get_outputs()) == 1
+    ids = np.array([[0, 9, 3, 1, 2, 5, 7, 8]] * 2)
+    np.testing.assert_allclose(exe(ids=ids), reference(ids=ids), rtol=1e-6, atol=1e-6)
+    with pytest.raises(ExecError) as fast:
+        exe(ids=ids + 1)
+    with pytest.raises(ExecError) as ref:
+        reference(ids=ids + 1)
+    assert str(fast.value) == str(ref.value) and "in input 'ids'" in str(fast.value)
+
+
 class FailingSession:
     """Stands in for an onnxruntime session that fails on every call, as onnxruntime can on valid inputs."""
 

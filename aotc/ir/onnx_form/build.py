@@ -14,8 +14,9 @@ that onnxruntime holds them as its own: it prepacks a GEMM's or a convolution's 
 read by some node, as onnxruntime refuses a supplied initializer that none reads); ``float32`` writes every
 float16/bfloat16 tensor as float32 (``aotc.widened`` says which dtypes were); ``external`` puts initializers of a
 KiB or more in a data file of that name (protobuf cannot hold 2 GiB); ``id_bounds`` adds, per gather whose ids
-the model computes and whose rule refuses negative ids, two scalar outputs after the graph's own: the ids' min
-and max, which the caller checks against the gathered axis after the run.
+the model computes and whose rule refuses negative ids, unless the graph proves them valid (gather_ids.
+ids_proved_valid: positions from an arange over a dim the table covers), two scalar outputs after the graph's own:
+the ids' min and max, which the caller checks against the gathered axis after the run.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import numpy as np
 from aotc.errors import UnsupportedError
 from aotc.ir.builder import Builder
 from aotc.ir.dtypes import DType
-from aotc.ir.gather_ids import GATHER_OPS, allows_negative, index_source
+from aotc.ir.gather_ids import GATHER_OPS, allows_negative, ids_proved_valid, index_source
 from aotc.ir.graph import Graph
 from aotc.ir.onnx_form import proto
 from aotc.ir.onnx_form.context import ExportCtx, unique
@@ -106,7 +107,8 @@ def build_model(
     for node in graph.nodes:
         _emit(ctx, node)
         if id_bounds and node.op in GATHER_OPS and not allows_negative(node.attrs):
-            if index_source(graph, node)[0] is None:  # ids straight from an input are checked before the run
+            # ids straight from an input are checked before the run; ids the graph proves valid need no check
+            if index_source(graph, node)[0] is None and not ids_proved_valid(graph, node, ctx.shape_ctx):
                 gathers.append(node)
     outputs = []
     for v, name in zip(graph.outputs, out_names):
