@@ -21,6 +21,7 @@ from aotc.artifact.canonical import InterningOrder
 from aotc.artifact.checks import check_output_tree
 from aotc.artifact.generated.Artifact import Artifact as FbArtifact
 from aotc.artifact.layout import SCHEMA_VERSION, segment_digest_size
+from aotc.artifact.pacing import pace
 from aotc.artifact.tables import Tables, check_indices, column, decode_tables, dtype, expr, text
 from aotc.errors import ArtifactError, ShapeError
 from aotc.ir.dtypes import DType
@@ -256,6 +257,8 @@ class Decoder:
         self.order.graph(ops_l, out_ends_l, out_types_l, attrs_l, locs_l, in_types)
         columns = zip(ops_l, in_ends.tolist(), out_ends_l, attrs_l, locs_l)
         for i, (k, b, q, attr_set, loc) in enumerate(columns):
+            if not i % 128:
+                pace()  # see aotc/artifact/pacing.py
             try:
                 node_ins = tuple([values[vid] for vid in ins_l[a:b]])
             except KeyError as e:

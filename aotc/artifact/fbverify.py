@@ -24,6 +24,7 @@ from collections.abc import Callable
 from itertools import pairwise
 
 from aotc.artifact.fbschema import SCALARS, FieldDef, Schema, artifact_schema
+from aotc.artifact.pacing import pace
 from aotc.errors import ArtifactError
 
 MAX_DEPTH = 64
@@ -100,6 +101,8 @@ class _Verifier:
 
     def claim(self, start: int, end: int, where: Where) -> None:
         self.objects += 1
+        if not self.objects % 512:
+            pace()  # see aotc/artifact/pacing.py
         if self.objects > MAX_OBJECTS:
             raise self.fail(where, f"more than {MAX_OBJECTS} objects")
         if start in self.spans:
@@ -250,6 +253,8 @@ class _Verifier:
                 self.string(target, (where, (at - pos - 4) // 4))
                 raise AssertionError("string() accepted what the loop refused")  # pragma: no cover
             self.objects += 1
+            if not self.objects % 512:
+                pace()
             spans[target] = end + 1
         if self.objects > MAX_OBJECTS:
             raise self.fail(where, f"more than {MAX_OBJECTS} objects")

@@ -21,6 +21,7 @@ from aotc.artifact.binding_checks import check_binding
 from aotc.artifact.code_checks import fail
 from aotc.artifact.launch_checks import check_grids, check_launch
 from aotc.artifact.memory_checks import check_arena, check_buffers, check_lifetimes, check_views
+from aotc.artifact.pacing import pace
 from aotc.artifact.plan_space import Plan, PlanFacts, refuse
 from aotc.errors import ShapeError
 from aotc.ir.graph import Graph
@@ -66,6 +67,7 @@ def _check_schedule(graph: Graph, s: Schedule, what: str, bound: bool) -> PlanFa
     first: dict[int, int] = {}  # value -> first launch writing it
     last: dict[int, int] = {}  # value -> last launch reading or writing it
     for i, k in enumerate(s.kernels):
+        pace()  # a launch's checks take tens of microseconds: let the read's hashing threads in between
         kw = f"{what} launch {i} ({k.name})"
         nodes = check_launch(p, k, read_only, slots, kw)
         for vid in k.inputs:

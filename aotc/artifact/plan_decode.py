@@ -22,6 +22,7 @@ from aotc.artifact.code_checks import (
     check_code,
     derive_driver_floor,
 )
+from aotc.artifact.pacing import pace
 from aotc.artifact.plan_checks import (
     ARCH_VARIANTS,
     GRAPH_FEATURES,
@@ -129,7 +130,7 @@ class PlanDecoder:
             raise ArtifactError(f"{what}: a schema version {self.version} file holds schema {BOUND_VERSION} extents")
         used: list[int] = []
         n = self.count(s.LaunchesLength(), f"{what} launches")
-        launches = tuple(self._launch(s.Launches(i), f"{what} launch {i}", extents, used) for i in range(n))
+        launches = tuple(self._paced_launch(s.Launches(i), f"{what} launch {i}", extents, used) for i in range(n))
         if bound:
             _check_interned(extents, used, what)
         n_buffers = self.count(s.BuffersLength(), f"{what} buffers")
@@ -271,6 +272,10 @@ class PlanDecoder:
             raise ArtifactError(f"{what} is the first launch of kernel {index}, but kernel {self._next} comes first")
         self._next += index == self._next
         return self.codes[index][0]
+
+    def _paced_launch(self, fl: Any, what: str, extents: list[Extents], used: list[int]) -> Kernel:
+        pace()  # see aotc/artifact/pacing.py
+        return self._launch(fl, what, extents, used)
 
     def _launch(self, fl: Any, what: str, extents: list[Extents], used: list[int]) -> Kernel:
         code = self._code_at(int(fl.Code()), what)

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from aotc.artifact.decode import SegmentInfo
 from aotc.artifact.layout import align_up, segment_checksum
+from aotc.artifact.pacing import Hashing
 from aotc.errors import ArtifactError
 
 # Below this many bytes of weights a thread costs more than it saves.
@@ -52,12 +53,16 @@ class SegmentHasher:
         self._bad: list[int] = []
         total = sum(s.length for s in segments)
         workers = min(MAX_WORKERS, os.cpu_count() or 1, len(segments)) if total >= PARALLEL_MIN_BYTES else 0
-        self._threads = [threading.Thread(target=self._work, daemon=True) for _ in range(workers)]
+        self._threads = [threading.Thread(target=self._paced_work, daemon=True) for _ in range(workers)]
         for t in self._threads:
             t.start()
         if not self._threads:
             self._work()
             self.join()  # fail before the caller decodes anything
+
+    def _paced_work(self) -> None:
+        with Hashing():
+            self._work()
 
     def _work(self) -> None:
         jobs, view = self._jobs, self._view
