@@ -106,6 +106,16 @@ def report(out: Path) -> str:
                 for r in bench
             ],
         )  # fmt: skip
+    load = out / "load.log"
+    if load.exists():
+        lines += [
+            "## Load (benchmarks/bench_load.py)",
+            "",
+            "```",
+            *load.read_text().strip().splitlines()[-16:],
+            "```",
+            "",
+        ]
     unknown = [r for r in data if r.get("bench") == "?"]
     if unknown:
         lines += ["## Unreadable rows", "", *[f"- {r['error']}" for r in unknown], ""]
