@@ -130,7 +130,7 @@ class PlanDecoder:
             raise ArtifactError(f"{what}: a schema version {self.version} file holds schema {BOUND_VERSION} extents")
         used: list[int] = []
         n = self.count(s.LaunchesLength(), f"{what} launches")
-        launches = tuple(self._paced_launch(s.Launches(i), f"{what} launch {i}", extents, used) for i in range(n))
+        launches = tuple(self._launch(s.Launches(i), f"{what} launch {i}", extents, used) for i in range(n))
         if bound:
             _check_interned(extents, used, what)
         n_buffers = self.count(s.BuffersLength(), f"{what} buffers")
@@ -273,11 +273,8 @@ class PlanDecoder:
         self._next += index == self._next
         return self.codes[index][0]
 
-    def _paced_launch(self, fl: Any, what: str, extents: list[Extents], used: list[int]) -> Kernel:
-        pace()  # see aotc/artifact/pacing.py
-        return self._launch(fl, what, extents, used)
-
     def _launch(self, fl: Any, what: str, extents: list[Extents], used: list[int]) -> Kernel:
+        pace()  # see aotc/artifact/pacing.py
         code = self._code_at(int(fl.Code()), what)
         what = f"{what} ({code.name})"
         kinds = column(fl.ArgKindsAsNumpy(), np.uint8).tolist()

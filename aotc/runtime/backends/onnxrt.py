@@ -25,7 +25,8 @@ sees aotc's error; should the reference compute the call instead (onnxruntime fa
 FallbackWarning names onnxruntime's error, once per variant.
 
 A session serves every thread: onnxruntime's ``run`` is thread-safe, a call keeps its state in locals, and the
-one RunOptions every call passes is only read. ``threads`` sets onnxruntime's intra-op threads (None: its default, one per physical core).
+one RunOptions every call passes is only read. ``threads`` sets onnxruntime's intra-op threads (None: its default,
+one per physical core).
 """
 
 from __future__ import annotations
@@ -55,15 +56,6 @@ _HALF = ("float16", "bfloat16")
 _MIN, _MAX = np.minimum.reduce, np.maximum.reduce  # ndarray.min and .max without their Python wrappers
 
 
-def _session_call(session: Any) -> tuple[Any, Any]:
-    """What a call runs: ``session.run`` (the public call: onnxruntime's compiled session underneath is reachable
-    and a microsecond faster, but is no API), and the RunOptions it passes: one for every call and thread, as
-    onnxruntime only reads it, where passing None builds the default each call (about half a microsecond)."""
-    import onnxruntime as ort
-
-    return session.run, ort.RunOptions()
-
-
 class OrtBackend:
     """onnxruntime over an artifact's verified graphs: one session per variant, the weights bound by name."""
 
@@ -80,6 +72,9 @@ class OrtBackend:
         import onnxruntime as ort
 
         self._ort = ort
+        # Every call of every program passes this one RunOptions (onnxruntime only reads it); passing None would build
+        # the default each call (about half a microsecond).
+        self._run_options = ort.RunOptions()
         self._threads = threads
         self._constants = constants
         # The source graph, when the file binds it to its variants (the reader checked its digest): the model's
@@ -114,7 +109,7 @@ class OrtBackend:
             return CpuProgram(graph)
         session, form, values = built
         weights = {name: self._weight(constant) for name, constant in form.weights.items()}
-        return OrtProgram(session, graph, weights, form.id_bounds, held=values)
+        return OrtProgram(session, graph, weights, form.id_bounds, self._run_options, held=values)
 
     def _session(self, graph: Graph, warn: bool) -> tuple[Any, OnnxForm, list[Any]] | None:
         """onnxruntime's session over ``graph`` (built once per graph), or None when it has an op with no ONNX form
@@ -171,9 +166,12 @@ class OrtProgram:
         graph: Graph,
         weights: Mapping[str, np.ndarray],
         bounds: Sequence[IdBound],
+        run_options: Any,
         held: Sequence[Any] = (),
     ) -> None:
         self._session = session
+        # the public session.run (the compiled session under it is a microsecond faster, but no API) and its options
+        self._call, self._options = session.run, run_options
         self._held = tuple(held)  # the OrtValues the session was given: onnxruntime may read them for its lifetime
         self._graph = graph
         self._weights = dict(weights)
@@ -189,7 +187,6 @@ class OrtProgram:
         self._reference = CpuProgram(graph)
         self._checks = _input_index_checks(graph)
         self._warned = threading.Lock()  # taken for good by the first fallback's warning
-        self._call, self._options = _session_call(session)
 
     def run(self, feeds: Sequence[np.ndarray], env: Mapping[str, int]) -> list[np.ndarray]:
         for position, size, low, unsigned in self._checks:
