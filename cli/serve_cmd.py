@@ -20,7 +20,9 @@ v2 datatypes, -1 for dynamic dims, each dim's range in the parameters),
 /v2/models/NAME/ready, POST /v2/models/NAME/infer (JSON or binary tensors) and
 Prometheus metrics at /metrics; gRPC on --grpc-port. Concurrent requests that
 share every non-batch dim run as one call along the batch dim (--max-batch 1
-turns this off). A request the model refuses is a 400 with aotc's message.
+turns this off), of the size, at most --max-batch, that has served rows fastest
+(--fixed-batch: always up to --max-batch). A request the model refuses is a
+400 with aotc's message.
 """
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -74,6 +76,12 @@ def model_names(artifacts: tuple[str, ...], names: tuple[str, ...]) -> list[str]
     type=click.FloatRange(min=0),
     metavar="T",
     help="How long an idle model waits for a batch to fill.",
+)
+@click.option(
+    "--fixed-batch",
+    is_flag=True,
+    help="Fill every batch up to --max-batch, rather than to the size measured fastest per request shape "
+    "(on a CPU the largest batch is often slower per row).",
 )
 @click.option(
     "--batch-dim", metavar="NAME", help="The dim to batch along.  [default: the inputs' shared leading dynamic dim]"
@@ -133,6 +141,7 @@ def serve_command(
     threads: int | None,
     max_batch: int | None,
     batch_timeout_ms: float,
+    fixed_batch: bool,
     batch_dim: str | None,
     workers: int,
     max_body_mb: float,
@@ -147,6 +156,8 @@ def serve_command(
     keys = [str(require_file(k, "--trusted-key").resolve()) for k in trusted_keys]
     if replicas and workers > 1:
         raise UserError("--workers applies to the local server; with --replicas, Ray Serve runs the replicas")
+    if replicas and fixed_batch:
+        raise UserError("--fixed-batch applies to the local server; with --replicas, Ray Serve's batches are fixed")
     try:
         from aotc.serve.model import AotcModel
         from aotc.serve.server import configure_logging, serve
@@ -170,7 +181,9 @@ def serve_command(
             for path, name in zip(artifacts, chosen)
         ]
     else:
-        models = [AotcModel(name, path, **settings) for path, name in zip(artifacts, chosen)]
+        models = [
+            AotcModel(name, path, adaptive_batch=not fixed_batch, **settings) for path, name in zip(artifacts, chosen)
+        ]
         for m in models:
             m.load()
     serve(

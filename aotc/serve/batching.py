@@ -7,8 +7,9 @@ The batcher keeps at most one model call in flight per model. A request that arr
 runs at once (after waiting up to ``timeout_s`` for others to join it, 0 by default, as Triton Inference Server's
 ``max_queue_delay``); requests that arrive during a call queue up and run together when it ends. A batch takes
 the oldest request and every queued request with the same key (the non-batch dims and dtypes of each input),
-oldest first, while its rows fit ``max_batch`` and the model's guards (``Executable.check`` on the merged
-shapes). Batched outputs equal the rows of separate calls up to floating-point rounding (a matmul over more rows
+oldest first, while its rows fit the batch's cap and the model's guards (``Executable.check`` on the merged
+shapes). The cap is ``max_batch``, or with ``adaptive`` (the default) the size that has served the key's rows
+fastest, at most ``max_batch`` (``batch_size.BatchSizer``: on a CPU the largest batch is often not the fastest). Batched outputs equal the rows of separate calls up to floating-point rounding (a matmul over more rows
 may sum in another order). When a batched call fails, each of its requests is run again alone, so a bad token id
 in one request fails that request only.
 
@@ -27,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from aotc.serve.batch_size import BatchSizer
 from aotc.serve.signature import Signature
 
 Feeds = Mapping[str, np.ndarray]
@@ -156,9 +158,13 @@ class Batcher:
         timeout_s: float = 0.0,
         check: Callable[[Feeds], None] = lambda _feeds: None,
         executor: Executor | None = None,
+        adaptive: bool = True,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self._run, self._axes, self._check, self._executor = run, axes, check, executor
         self.max_batch, self.timeout_s = max_batch, timeout_s
+        self.sizer = BatchSizer(max_batch) if adaptive else None
+        self._clock = clock  # times each call for the sizer (a test passes a clock its model advances)
         self._queue: list[_Item] = []
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
@@ -188,17 +194,21 @@ class Batcher:
                 self._queue = [i for i in self._queue if not i.future.done()]
                 if not self._queue:
                     continue
-            chosen = set(first_batch(self._axes, [i.feeds for i in self._queue], self.max_batch, self._check))
+            cap = self._cap(self._queue[0].key)
+            chosen = set(first_batch(self._axes, [i.feeds for i in self._queue], cap, self._check))
             batch = [item for i, item in enumerate(self._queue) if i in chosen]
             self._queue = [item for i, item in enumerate(self._queue) if i not in chosen]
-            await self._call(loop, batch)
+            await self._call(loop, batch, cap)
+
+    def _cap(self, key: tuple[Any, ...]) -> int:
+        return self.max_batch if self.sizer is None else self.sizer.cap(key)
 
     async def _fill(self, head: _Item) -> None:
         """Wait until the head's batch is full or the head has waited ``timeout_s``."""
         assert self._wake is not None
         deadline = head.arrival + self.timeout_s
         while (left := deadline - time.monotonic()) > 0:
-            if sum(i.rows for i in self._queue if i.key == head.key) >= self.max_batch:
+            if sum(i.rows for i in self._queue if i.key == head.key) >= self._cap(head.key):
                 return
             self._wake.clear()
             try:
@@ -206,17 +216,17 @@ class Batcher:
             except asyncio.TimeoutError:
                 return
 
-    async def _call(self, loop: asyncio.AbstractEventLoop, batch: list[_Item]) -> None:
+    async def _call(self, loop: asyncio.AbstractEventLoop, batch: list[_Item], cap: int) -> None:
         try:
-            results = await loop.run_in_executor(
-                self._executor, run_grouped, self._run, self._axes, [b.feeds for b in batch]
-            )
+            results, seconds = await loop.run_in_executor(self._executor, self._timed, [b.feeds for b in batch])
         except asyncio.CancelledError:
             for item in batch:
                 item.future.cancel()
             raise
         except Exception as e:  # a failure outside the model calls: the whole batch gets it
-            results = [e] * len(batch)
+            results, seconds = [e] * len(batch), None
+        if self.sizer is not None and seconds is not None:
+            self.sizer.observe(batch[0].key, cap, sum(b.rows for b in batch), seconds)
         for item, result in zip(batch, results):
             if item.future.done():  # the client went away
                 continue
@@ -224,3 +234,11 @@ class Batcher:
                 item.future.set_exception(result)
             else:
                 item.future.set_result(result)
+
+    def _timed(self, batch: list[Feeds]) -> tuple[list[Outputs | BaseException], float | None]:
+        """``run_grouped`` on a worker thread, and its seconds when every request succeeded (a failed batch runs
+        its requests again one by one, which says nothing of the batch's size)."""
+        start = self._clock()
+        results = run_grouped(self._run, self._axes, batch)
+        seconds = self._clock() - start
+        return results, None if any(isinstance(r, BaseException) for r in results) else seconds

@@ -50,7 +50,8 @@ def one_line(e: BaseException) -> str:
 
 class AotcModel(Model):
     """An artifact served under ``name``. ``max_batch`` caps the rows of one batched call (None: the batch dim's
-    maximum; 1: batching off); ``batch_timeout_ms`` is how long an idle model waits for a batch to fill;
+    maximum; 1: batching off); with ``adaptive_batch`` a batch takes at most the size that has served rows of its
+    shape fastest (``batch_size.py``); ``batch_timeout_ms`` is how long an idle model waits for a batch to fill;
     ``batch_dim`` names the batch dim when the first dynamic dim of the inputs is not it."""
 
     def __init__(
@@ -63,11 +64,13 @@ class AotcModel(Model):
         batch_timeout_ms: float = 0.0,
         batch_dim: str | None = None,
         load_options: Mapping[str, Any] | None = None,
+        adaptive_batch: bool = True,
     ) -> None:
         super().__init__(name)
         self.path = os.fspath(path)
         self.device = device
         self.max_batch_option = max_batch
+        self.adaptive_batch = adaptive_batch
         self.batch_timeout_ms = batch_timeout_ms
         self.batch_dim = batch_dim
         self.load_options = dict(load_options or {})
@@ -89,6 +92,7 @@ class AotcModel(Model):
             "batch_timeout_ms": self.batch_timeout_ms,
             "batch_dim": self.batch_dim,
             "load_options": self.load_options,
+            "adaptive_batch": self.adaptive_batch,
             "loaded": self.ready,
         }
 
@@ -108,13 +112,19 @@ class AotcModel(Model):
         self.max_batch = self._max_batch(sig)
         if self.axes is not None and self.max_batch > 1:
             self._batcher = Batcher(
-                self._call, self.axes, max_batch=self.max_batch, timeout_s=self.batch_timeout_ms / 1e3, check=exe.check
+                self._call,
+                self.axes,
+                max_batch=self.max_batch,
+                timeout_s=self.batch_timeout_ms / 1e3,
+                check=exe.check,
+                adaptive=self.adaptive_batch,
             )
         else:
             self._batcher = None
         self.ready = True
         batching = (
             f"batching up to {self.max_batch} along {sig.batch.name!r}"
+            + (" (the size measured fastest per request shape)" if self.adaptive_batch else "")
             if self._batcher and sig.batch
             else (f"batching off ({sig.batch_note})" if sig.batch_note else "batching off")
         )

@@ -174,6 +174,8 @@ def test_an_absurd_shape_is_refused_without_allocating(mlp: Any) -> None:
 
 
 # -- the batcher -------------------------------------------------------------------------------------------------
+# These tests are about how a batch is formed, so their batchers keep a fixed cap (adaptive=False); how the cap
+# is learnt is tested in test_batch_size.py.
 AXES = BatchAxes({"x": 0}, (0,))
 
 
@@ -211,7 +213,7 @@ async def submit_all(batcher: Batcher, requests: list[dict[str, np.ndarray]], ga
 
 def test_requests_queued_during_a_call_run_together() -> None:
     model = Model(hold=0.1)
-    batcher = Batcher(model, AXES, max_batch=64)
+    batcher = Batcher(model, AXES, adaptive=False, max_batch=64)
     results = asyncio.run(submit_all(batcher, [rows(1, i) for i in range(10)], gap=0.005))
     assert model.calls == [1, 9]  # the first ran at once; the rest arrived during it
     assert [float(r[0][0, 0]) for r in results] == [2.0 * i for i in range(10)]
@@ -219,7 +221,7 @@ def test_requests_queued_during_a_call_run_together() -> None:
 
 def test_batches_keep_to_max_batch_and_to_equal_shapes() -> None:
     model = Model(hold=0.1)
-    batcher = Batcher(model, AXES, max_batch=7)
+    batcher = Batcher(model, AXES, adaptive=False, max_batch=7)
     requests = [rows(1), *(rows(3) for _ in range(4)), rows(2, width=5), rows(2, width=5)]
     results = asyncio.run(submit_all(batcher, requests, gap=0.005))
     assert model.calls == [1, 6, 6, 4]  # 3+3 (7 would be passed by a third), 3+3, then the width-5 pair
@@ -228,7 +230,7 @@ def test_batches_keep_to_max_batch_and_to_equal_shapes() -> None:
 
 def test_a_failing_request_fails_alone() -> None:
     model = Model(hold=0.1)
-    batcher = Batcher(model, AXES, max_batch=64)
+    batcher = Batcher(model, AXES, adaptive=False, max_batch=64)
     results = asyncio.run(submit_all(batcher, [rows(1), rows(2), rows(1, -1), rows(2)], gap=0.005))
     assert model.calls == [1, 5, 2, 1, 2]  # the batch of three failed, then each ran alone
     assert isinstance(results[2], ValueError)
@@ -237,12 +239,12 @@ def test_a_failing_request_fails_alone() -> None:
 
 def test_an_idle_model_waits_up_to_the_timeout_for_company() -> None:
     model = Model()
-    batcher = Batcher(model, AXES, max_batch=64, timeout_s=0.2)
+    batcher = Batcher(model, AXES, adaptive=False, max_batch=64, timeout_s=0.2)
     asyncio.run(submit_all(batcher, [rows(1), rows(1), rows(1)], gap=0.02))
     assert model.calls == [3]
     full = Model()
     start = time.monotonic()
-    asyncio.run(submit_all(Batcher(full, AXES, max_batch=2, timeout_s=5.0), [rows(1), rows(1)]))
+    asyncio.run(submit_all(Batcher(full, AXES, adaptive=False, max_batch=2, timeout_s=5.0), [rows(1), rows(1)]))
     assert full.calls == [2] and time.monotonic() - start < 1.0  # a full batch goes at once
 
 
@@ -252,7 +254,7 @@ def test_merged_shapes_must_meet_the_guards() -> None:
             raise AotcError("too many rows")
 
     model = Model(hold=0.1)
-    batcher = Batcher(model, AXES, max_batch=64, check=at_most_four)
+    batcher = Batcher(model, AXES, adaptive=False, max_batch=64, check=at_most_four)
     asyncio.run(submit_all(batcher, [rows(1)] + [rows(2)] * 4, gap=0.005))
     assert model.calls == [1, 4, 4]
 
