@@ -2,22 +2,28 @@
 asserts nothing; compare numbers only between runs on one machine.
 
     python benchmarks/bench_serve.py [MODEL ...] [--concurrency 1 8 64] [--seconds 3] [--device cpu] [--dim seq=16]
+                                     [--artifacts DIR] [--jsonl FILE]
 
 For each model (default: mlp and bert) and each concurrency C, C client threads send requests of one row
 each (BERT: seq 16) in a closed loop for ``--seconds``: to the Executable directly (``exe.run`` from C
-threads), and to an ``aotc serve`` process with batching off (``--max-batch 1``) and on (the default, the
-batch dim's maximum), each client a tritonclient.http client sending binary tensors. A row gives throughput,
+threads), and to an ``aotc serve`` process with batching off (``--max-batch 1``), on (the default: up to the
+batch dim's maximum, at the size measured fastest) and on with fixed batches (``--fixed-batch``: always up to
+the maximum), each client a tritonclient.http client sending binary tensors. A row gives throughput,
 p50 and p99 latency, the server's p50 over the direct call's, its throughput over the direct one's, and the
 CPU time per request (the benchmark process's for direct calls, the server process's for the server: a
 figure that other load on the machine disturbs far less than latency). The summary lines give the two aims:
 the server's added p50 at concurrency 1 (batching off; aim <= 1 ms) and batching's throughput gain at
 concurrency 64 (aim >= 3x on BERT). The client threads run in this process and share the machine's cores
 with the server; with ``--device cuda`` (where a GPU is present) the direct calls and the server run there.
+
+``--artifacts DIR`` serves ``DIR/MODEL.aotc`` instead of compiling the example (the GPU check carries files built
+elsewhere: nothing is compiled on the GPU machine); ``--jsonl FILE`` appends one JSON row per figure.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import socket
@@ -43,6 +49,11 @@ from aotc_cli.text import table  # noqa: E402
 
 DIMS = {"mlp": {"batch": 1}, "bert": {"batch": 1, "seq": 16}, "gpt2": {"batch": 1, "seq": 16},
         "cnn": {"batch": 1}, "lstm_ensemble": {"batch": 1}}  # fmt: skip
+MODES = (
+    ("serve, batching off", ["--max-batch", "1"]),
+    ("serve, batching on", []),
+    ("serve, fixed batches", ["--fixed-batch"]),
+)
 V2 = {"float32": "FP32", "int64": "INT64", "int32": "INT32", "bool": "BOOL"}
 
 
@@ -151,9 +162,12 @@ def client_call(port: int, name: str, feeds: dict[str, np.ndarray]) -> Callable[
 
 
 def bench_model(name: str, args: argparse.Namespace, work: Path) -> tuple[list[list[str]], dict[str, Any]]:
-    model, inputs = load_model(ROOT / "models" / f"{name}.py")
-    artifact = work / f"{name}.aotc"
-    aotc.compile(model, inputs).save(artifact)
+    if args.artifacts is not None:
+        artifact = args.artifacts / f"{name}.aotc"
+    else:
+        model, inputs = load_model(ROOT / "models" / f"{name}.py")
+        artifact = work / f"{name}.aotc"
+        aotc.compile(model, inputs).save(artifact)
     exe = aotc.load(artifact, device=args.device)
     feeds = feeds_for(exe, DIMS[name] | args.dims)
     rows: list[list[str]] = []
@@ -162,13 +176,20 @@ def bench_model(name: str, args: argparse.Namespace, work: Path) -> tuple[list[l
     def record(mode: str, c: int, n: int, elapsed: float, lat: list[float], cpu_s: float) -> None:
         rps, p50, p99 = n / elapsed, percentile(lat, 50), percentile(lat, 99)
         results[(mode, c)] = (rps, p50, cpu_s / n * 1e3)
-        direct = results.get(("direct", c))
-        vs = f"{p50 - direct[1]:+.2f} ms" if direct and mode != "direct" else "-"
-        ratio = f"{rps / direct[0]:.2f}x" if direct and mode != "direct" else "-"
+        direct = results.get(("direct", c)) if mode != "direct" else None
+        vs = f"{p50 - direct[1]:+.2f} ms" if direct else "-"
+        ratio = f"{rps / direct[0]:.2f}x" if direct else "-"
         cpu = f"{cpu_s / n * 1e3:.2f}"
         row = [name, args.device, mode, str(c), str(n), f"{rps:.0f}", f"{p50:.2f}", f"{p99:.2f}", vs, ratio, cpu]
         rows.append(row)
         print("  " + "  ".join(row), flush=True)
+        if args.jsonl is not None:
+            figure = dict(bench="serve", model=name, device=args.device, mode=mode, concurrency=c, requests=n,
+                          req_per_s=rps, p50_ms=p50, p99_ms=p99, cpu_ms_per_req=cpu_s / n * 1e3,
+                          direct_p50_ms=direct[1] if direct else None, direct_req_per_s=direct[0] if direct else None,
+                          dims=DIMS[name] | args.dims)  # fmt: skip
+            with open(args.jsonl, "a") as f:
+                f.write(json.dumps(figure) + "\n")
 
     for c in args.concurrency:
         for _ in range(3):
@@ -176,7 +197,7 @@ def bench_model(name: str, args: argparse.Namespace, work: Path) -> tuple[list[l
         start = time.process_time()
         measured = closed_loop(lambda: exe.run(feeds), c, args.seconds)
         record("direct", c, *measured, time.process_time() - start)
-    for mode, extra in (("serve, batching off", ["--max-batch", "1"]), ("serve, batching on", [])):
+    for mode, extra in MODES:
         server = ServerProcess(artifact, name, args.device, extra, work / f"{name}-{len(rows)}.log")
         try:
             call = client_call(server.port, name, feeds)
@@ -200,6 +221,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0, help="Measured time per row.")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (the server's and the direct calls').")
     parser.add_argument("--dim", action="append", default=[], metavar="NAME=VALUE", help="A request dim (seq=16).")
+    parser.add_argument("--artifacts", type=Path, metavar="DIR", help="Serve DIR/MODEL.aotc; compile nothing.")
+    parser.add_argument("--jsonl", type=Path, metavar="FILE", help="Append one JSON row per figure to FILE.")
     args = parser.parse_args()
     args.models = args.models or ["mlp", "bert"]
     args.dims = {k: int(v) for k, v in (d.split("=", 1) for d in args.dim)}
@@ -236,9 +259,12 @@ def main() -> None:
                 )
             top = max(args.concurrency)
             if ("serve, batching on", top) in results and ("serve, batching off", top) in results:
-                gain = results[("serve, batching on", top)][0] / results[("serve, batching off", top)][0]
+                off = results[("serve, batching off", top)][0]
+                gain = results[("serve, batching on", top)][0] / off
+                fixed = results.get(("serve, fixed batches", top), (float("nan"),))[0] / off
                 summary.append(
-                    f"{name}: batching gives {gain:.2f}x the throughput at concurrency {top} (aim >= 3x on bert)"
+                    f"{name}: batching gives {gain:.2f}x the throughput at concurrency {top} (aim >= 3x on bert); "
+                    f"fixed batches {fixed:.2f}x"
                 )
     print()
     print("\n".join(table([head, *all_rows])))

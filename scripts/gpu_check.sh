@@ -18,6 +18,9 @@
 #                torch DLPack in and out with no copy)
 #   kernels      attention vs SDPA, bf16 matmul 8192^3 vs cuBLAS, 4095x4097x1000 padded vs unpadded
 #   e2e          GPT-2-small bf16 at 1x128 and 8x1024 vs torch.compile (graph replay), per-call overhead
+#   load         verified and signed loads of a GPT-2-small-size file on this machine's cores (bench_load.py)
+#   serve        aotc serve on cuda: throughput and p50/p99 for the MLP and BERT at concurrency 1, 8 and 64,
+#                direct calls vs the server with batching off and on (bench_serve.py over the carried files)
 # Results: $OUT/results.jsonl (one JSON row per figure), $OUT/report.md (scripts/gpu_report.py), the logs.
 # Nothing is compiled by aotc there: every kernel comes from the carried cache (summary.txt counts misses).
 set -uo pipefail
@@ -25,7 +28,7 @@ cd "$(dirname "$0")/.."
 out=${OUT:-gpu_out}
 carry=$(realpath -m "${CARRY:-.gpu_carry}")
 budget=${GPU_CHECK_BUDGET:-480}
-steps=${STEPS:-env smoke correctness kernels e2e load}
+steps=${STEPS:-env smoke correctness kernels e2e load serve}
 dry=${GPU_CHECK_DRY:-0}
 py=${PYTHON:-python3}
 mkdir -p "$out"
@@ -124,12 +127,25 @@ fi
 # extra comes from the wheels gpu_prep.sh carries when the image lacks it. Last: it compiles the model here (Python
 # only, no kernel binaries) and is skipped when the budget is spent, and in a dry run (its figures need the machine).
 [ "$dry" = 1 ] || run load 150 "
-    if ! $py -c 'import blake3, cryptography' 2>/dev/null; then
-        site=\$(mktemp -d) && $py -m pip install -q --no-index --find-links $carry/wheels --target \$site blake3 cryptography \
-            && export PYTHONPATH=\$PYTHONPATH:\$site
-    fi
+    $py -c 'import blake3, cryptography' 2>/dev/null || $py scripts/gpu_wheels.py $carry/wheels blake3 cryptography
     $py benchmarks/bench_load.py --runs 7
 "
+
+# Serve: issue 17's aims on the GPU, where a batch-1 call leaves most of the device idle: the server's added p50
+# at concurrency 1 (aim <= 1 ms) and batching's throughput gain at concurrency 64 on BERT (aim >= 3x). Last: it
+# installs KServe's SDK and tritonclient from the carried wheels into the image. A dry run serves the MLP on the
+# cpu backend for a moment, to exercise the step.
+if [ "$dry" = 1 ]; then
+    run serve 90 "$py benchmarks/bench_serve.py mlp --artifacts $carry/models --device cpu --concurrency 1 \
+        --seconds 0.3 --jsonl $jsonl"
+else
+    run serve 150 "
+        $py -c 'import kserve, tritonclient.http' 2>/dev/null \
+            || $py scripts/gpu_wheels.py $carry/wheels 'kserve>=0.21,<0.22' 'tritonclient[http]'
+        $py benchmarks/bench_serve.py mlp bert --artifacts $carry/models --device cuda --concurrency 1 8 64 \
+            --seconds 2 --jsonl $jsonl
+    "
+fi
 
 $py scripts/gpu_report.py "$out" >"$out/report.md" 2>>"$summary" || echo "report: failed" >>"$summary"
 echo "gpu_check: $((SECONDS - start)) s in all"

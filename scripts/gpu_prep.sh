@@ -8,7 +8,8 @@
 #   CARRY/smoke/      a small bf16 model per toolchain (GPU image's Triton and the newest one; driver floors
 #                     12.4 and 13.0; as Triton builds by itself): the smoke step loads each image with no fallback
 #   CARRY/models/     every example model built with the newest Triton, with inputs and cpu outputs
-#   CARRY/wheels/     blake3 and cryptography for the GPU image's Python 3.12 (the load step's signed loads)
+#   CARRY/wheels/     for the GPU image's Python 3.12: blake3 and cryptography (the load step's signed loads), and
+#                     KServe's SDK and tritonclient with what they need beyond the image (the serve step)
 #
 # Then send it along: device run with carry [".gpu_carry"] and the command `bash scripts/gpu_check.sh`.
 # Needs python3 and pip (the newest Triton comes from the README's .venv; the GPU image's from .venv-triton36).
@@ -32,8 +33,24 @@ echo "== kernel cache with triton $floor_triton ($((SECONDS - start)) s)"
 AOTC_CACHE_DIR="$PWD/$carry/cache" .venv-triton36/bin/python scripts/gpu_prep.py cache "$carry"
 echo "== the sign extra's wheels for the GPU image's Python ($((SECONDS - start)) s)"
 # gpu_check.sh's load step installs them where the image lacks blake3 or cryptography (nothing is fetched there).
-.venv/bin/pip download -q --only-binary=:all: --python-version 3.12 --platform manylinux_2_28_x86_64 \
-    --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d "$carry/wheels" blake3 cryptography
+wheels_for_image() {
+    .venv/bin/pip download -q --only-binary=:all: --python-version 3.12 --platform manylinux_2_28_x86_64 \
+        --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux_2_5_x86_64 \
+        --platform any "$@"
+}
+wheels_for_image -d "$carry/wheels" blake3 cryptography
+echo "== the serve extra's wheels, less what the GPU image holds ($((SECONDS - start)) s)"
+# gpu_check.sh's serve step installs them (scripts/gpu_wheels.py). The image's own numpy, pandas, pillow, grpcio,
+# ml_dtypes, uvloop, aiohttp and pyyaml (~55 MB of wheels) are not carried: the carry's limit is 64 MiB.
+serve_wheels=$(mktemp -d)
+wheels_for_image -d "$serve_wheels" "kserve>=0.21,<0.22" "tritonclient[http]"
+for wheel in "$serve_wheels"/*.whl; do
+    case $(basename "$wheel" | cut -d- -f1 | tr 'A-Z' 'a-z') in
+    numpy | pandas | pillow | grpcio | ml_dtypes | uvloop | aiohttp | pyyaml | setuptools) ;;
+    *) mv -n "$wheel" "$carry/wheels/" ;;
+    esac
+done
+rm -rf "$serve_wheels"
 echo "== artifacts with the newest triton ($((SECONDS - start)) s)"
 AOTC_CACHE_DIR="$PWD/$carry/build-cache" .venv/bin/python scripts/gpu_prep.py artifacts "$carry"
 rm -rf "$carry/build-cache"

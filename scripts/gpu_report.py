@@ -93,7 +93,7 @@ def report(out: Path) -> str:
                 for r in runs
             ],
         )  # fmt: skip
-    bench = [r for r in data if r.get("bench") not in ("smoke", "models", "?")]
+    bench = [r for r in data if r.get("bench") not in ("smoke", "models", "serve", "?")]
     if bench:
         lines += ["## Speed (ratio = reference ms / aotc ms: above 1, aotc is faster)", ""]
         lines += table(
@@ -106,6 +106,7 @@ def report(out: Path) -> str:
                 for r in bench
             ],
         )  # fmt: skip
+    lines += serve_section([r for r in data if r.get("bench") == "serve"])
     load = out / "load.log"
     if load.exists():
         lines += [
@@ -124,7 +125,36 @@ def report(out: Path) -> str:
     return "\n".join(lines)
 
 
-STEPS = ("env", "smoke", "correctness", "kernels", "e2e")
+def serve_section(served: list[dict[str, Any]]) -> list[str]:
+    """bench_serve.py's rows, and issue 17's two aims read off them."""
+    if not served:
+        return []
+    lines = ["## Serving (benchmarks/bench_serve.py: closed-loop clients; CPU: the server's, or the direct calls')", ""]
+    lines += table(
+        ["model", "device", "mode", "concurrency", "req/s", "p50 ms", "p99 ms", "p50 vs direct ms", "CPU ms/req"],
+        [
+            [r["model"], r["device"], r["mode"], r["concurrency"], round(r["req_per_s"]), r["p50_ms"], r["p99_ms"],
+             None if r.get("direct_p50_ms") is None else r["p50_ms"] - r["direct_p50_ms"], r["cpu_ms_per_req"]]
+            for r in served
+        ],
+    )  # fmt: skip
+    by = {(r["model"], r["mode"], r["concurrency"]): r for r in served}
+    for model in dict.fromkeys(r["model"] for r in served):
+        off = by.get((model, "serve, batching off", 1))
+        if off is not None and off.get("direct_p50_ms") is not None:
+            added = off["p50_ms"] - off["direct_p50_ms"]
+            lines.append(f"- {model}: the server adds {added:.2f} ms p50 at concurrency 1 (aim <= 1 ms)")
+        top = max((c for m, _, c in by if m == model), default=None)
+        off = by.get((model, "serve, batching off", top))
+        for mode, says in (("serve, batching on", "batching gives"), ("serve, fixed batches", "fixed batches give")):
+            on = by.get((model, mode, top))
+            if on is not None and off is not None:
+                gain = on["req_per_s"] / off["req_per_s"]
+                lines.append(f"- {model}: {says} {gain:.2f}x the throughput at concurrency {top} (aim >= 3x, BERT)")
+    return lines + [""]
+
+
+STEPS = ("env", "smoke", "correctness", "kernels", "e2e", "serve")
 
 
 def verdict(out: Path) -> list[str]:
