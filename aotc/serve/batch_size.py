@@ -7,18 +7,20 @@ dim's maximum served fewer requests than no batching at all. Triton Inference Se
 (``preferred_batch_size``, measured offline by its Model Analyzer); aotc's batcher measures while it serves.
 
 For each key (the non-batch dims and dtypes a batch shares, see ``BatchAxes.key``) a ``BatchSizer`` keeps the
-seconds per row of the calls made under each cap (``max_batch`` and the powers of two below it): a moving average
-for the cap in use, the latest probe's figure for the others. The cap is the one with the fewest seconds per row, the largest among those within ``tolerance`` of it, so a
-device on which size costs nothing keeps the largest batch. A new key starts at ``max_batch``, as fixed batching
-does. A cap next to the best with no figure yet is tried at the next call, so the cap halves its way down to the
-fastest size in a few calls, and the best cap's neighbours are tried again every ``probe_every`` calls, so the
-cap follows the load. A batch is smaller than its cap when fewer rows wait; its seconds per row still count for
-the cap, since what a cap is worth is the rows it serves at the load there is.
+seconds per row of the latest calls made under each cap (``max_batch`` and the powers of two below it; the last
+``window`` calls of the cap in use, the last probe's call of the others). A cap's figure is its fastest recent
+call, since other work on the machine only ever adds time. The cap is the one with the lowest figure, the largest
+among those within ``tolerance`` of it, so a device on which size costs nothing keeps the largest batch, and a
+smaller cap must be clearly faster to take over. A new key starts at ``max_batch``, as fixed batching does. A cap
+next to the best with no figure yet is tried at the next call, so the cap halves its way down to the fastest size
+in a few calls, and the best cap's neighbours are tried again every ``probe_every`` calls, so the cap follows the
+load. A batch is smaller than its cap when fewer rows wait; its seconds per row still count for the cap, since
+what a cap is worth is the rows it serves at the load there is.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 
@@ -26,7 +28,7 @@ from dataclasses import dataclass, field
 @dataclass
 class _Shape:
     best: int
-    per_row: dict[int, float] = field(default_factory=dict)  # size -> moving average of seconds per row
+    samples: dict[int, deque[float]] = field(default_factory=dict)  # cap -> seconds per row of its latest calls
     calls: int = 0
     probe: int | None = None  # the size the next batch tries
     probed_up: bool = False  # which neighbour the last scheduled probe tried
@@ -40,15 +42,15 @@ class BatchSizer:
         max_batch: int,
         *,
         probe_every: int = 64,
-        smoothing: float = 0.3,
-        tolerance: float = 0.05,
+        window: int = 8,
+        tolerance: float = 0.1,
         keys: int = 256,
     ) -> None:
         if max_batch < 1:
             raise ValueError(f"max_batch must be at least 1, got {max_batch}")
         self.max_batch = max_batch
         self.sizes = sorted({1 << i for i in range(max_batch.bit_length()) if 1 << i <= max_batch} | {max_batch})
-        self.probe_every, self.smoothing, self.tolerance, self.keys = probe_every, smoothing, tolerance, keys
+        self.probe_every, self.window, self.tolerance, self.keys = probe_every, window, tolerance, keys
         self._shapes: OrderedDict[Hashable, _Shape] = OrderedDict()
 
     def cap(self, key: Hashable) -> int:
@@ -68,14 +70,14 @@ class BatchSizer:
         if cap not in self.sizes or rows < 1 or not seconds > 0:
             return
         shape = self._shape(key)
-        old, now = shape.per_row.get(cap), seconds / rows
-        # The best cap runs every call, so its figure is a moving average; another cap's figure was taken at its
-        # last probe, under the load of then, so a probe's figure replaces it.
-        stale = cap != shape.best
-        shape.per_row[cap] = now if old is None or stale else old + self.smoothing * (now - old)
+        if cap != shape.best:  # a probe: the cap's earlier figures were taken under the load of then
+            shape.samples[cap] = deque(maxlen=self.window)
+        shape.samples.setdefault(cap, deque(maxlen=self.window)).append(seconds / rows)
         shape.calls += 1
-        fastest = min(shape.per_row.values())
-        shape.best = max(s for s, t in shape.per_row.items() if t <= fastest * (1 + self.tolerance))
+        # Other work on the machine only ever adds time, so a cap's figure is its fastest recent call.
+        figures = {c: min(s) for c, s in shape.samples.items()}
+        fastest = min(figures.values())
+        shape.best = max(c for c, t in figures.items() if t <= fastest * (1 + self.tolerance))
         shape.probe = self._next_probe(shape)
 
     def _shape(self, key: Hashable) -> _Shape:
@@ -93,7 +95,7 @@ class BatchSizer:
         below = self.sizes[i - 1] if i > 0 else None
         above = self.sizes[i + 1] if i + 1 < len(self.sizes) else None
         for size in (below, above):
-            if size is not None and size not in shape.per_row:
+            if size is not None and size not in shape.samples:
                 return size
         if shape.calls % self.probe_every:
             return None
