@@ -11,7 +11,7 @@ import numpy as np
 from aotc.artifact.reader import Artifact, check_signature, read_artifact
 from aotc.errors import AotcError, ArtifactError, GuardError
 from aotc.ir.graph import unflatten_tree
-from aotc.runtime.backends import Backend, Program, default_backend, get_backend
+from aotc.runtime.backends import Backend, CpuSettings, Program, default_backend, get_backend
 from aotc.runtime.guards import Binder, InputGatherer, InputSpec, input_specs
 
 if TYPE_CHECKING:
@@ -30,12 +30,15 @@ def load(
     trusted_keys: KeySource | Sequence[KeySource] | None = None,
     require_signature: bool | None = None,
     threads: int | None = None,
+    spin: bool = True,
 ) -> Executable:
     """Map and verify an artifact (a path, its bytes, or an already read Artifact) and bind it to ``device``.
 
     ``device``: "cpu" (onnxruntime when installed and the file stores an ONNX model, else the numpy references),
     "reference" (the numpy references), "cuda" (or "cuda:N"), "interpret", or None for the best one available.
-    ``threads``: onnxruntime's intra-op threads for "cpu" (None: onnxruntime's default). ``outputs``: "numpy"
+    ``threads``: onnxruntime's intra-op threads for "cpu" (None: onnxruntime's default). ``spin``: whether those
+    threads spin waiting for work after a call (onnxruntime's default, the fastest for back-to-back calls); a server
+    passes False so that between calls they leave the cores to its request handling. ``outputs``: "numpy"
     (default) or "device" (cuda only: outputs stay on the GPU as arrays exposing ``__dlpack__`` and
     ``__cuda_array_interface__``). Raises ArtifactError for a bad file and AotcError for a device this
     build or artifact can't run on. An Artifact read with ``verify_weights=False`` is refused unless
@@ -53,10 +56,13 @@ def load(
         artifact = read_artifact(source, trusted_keys=trusted_keys, require_signature=require_signature)
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 0):
         raise AotcError(f"threads must be a non-negative integer (0: onnxruntime's default), got {threads!r}")
+    if not isinstance(spin, bool):
+        raise AotcError(f"spin must be True or False, got {spin!r}")
+    cpu = CpuSettings(threads, spin)
     if device is None:
-        backend = default_backend(artifact.kernels.values() if artifact.kernels else None, artifact, threads=threads)
+        backend = default_backend(artifact.kernels.values() if artifact.kernels else None, artifact, cpu=cpu)
     else:
-        backend = get_backend(device, artifact, threads=threads)
+        backend = get_backend(device, artifact, cpu=cpu)
     return Executable(artifact, backend, outputs=outputs, allow_unverified_weights=allow_unverified_weights)
 
 

@@ -1,7 +1,7 @@
 """``AotcModel``: one artifact as a KServe model, served over the Open Inference Protocol (v2).
 
-It loads the artifact once with the slim runtime (``aotc.runtime.load``; ``load_options`` are passed through, so
-an option such as trusted signing keys reaches the loader unchanged), describes it in v2 metadata (see
+It loads the artifact once with the slim runtime (``aotc.runtime.load``, with ``spin=False``; ``load_options`` are
+passed through, so an option such as trusted signing keys reaches the loader unchanged), describes it in v2 metadata (see
 ``signature.py``), checks each request against the artifact before reading its data (``codec.py``) and runs it
 through the dynamic batcher (``batching.py``) or, with batching off, straight on a worker thread. Anything aotc
 refuses (an ``AotcError``: unknown input, wrong dtype or rank, a dim outside its range or guard, a bad token id)
@@ -106,7 +106,9 @@ class AotcModel(Model):
     def load(self) -> bool:
         from aotc.runtime import load
 
-        exe = load(self.path, device=self.device, **self.load_options)
+        # spin=False: onnxruntime's threads would spin on their cores after each call, time that in a server belongs
+        # to decoding the next requests (a load option may still ask for it).
+        exe = load(self.path, device=self.device, **({"spin": False} | self.load_options))
         sig = Signature.of(exe, self.batch_dim)
         self.exe, self.signature, self.axes = exe, sig, BatchAxes.of(sig)
         self.max_batch = self._max_batch(sig)

@@ -73,3 +73,36 @@ def test_serve_passes_threads_to_each_model(artifact: Path, monkeypatch: pytest.
     assert [intra_op_threads(exe) for exe in seen] == [1]
     for m in served:
         m.exe.close()
+
+
+def spinning(exe: Executable) -> str:
+    """onnxruntime's allow_spinning entry of every variant's session (one value; "default" when not set)."""
+    values = set()
+    for _, program in exe._variants:
+        try:
+            values.add(
+                program._session.get_session_options().get_session_config_entry("session.intra_op.allow_spinning")
+            )
+        except RuntimeError:  # onnxruntime: "does not have configuration with key"
+            values.add("default")
+    (value,) = values
+    return value
+
+
+def test_spin_is_onnxruntimes_default_unless_turned_off(artifact: Path) -> None:
+    assert spinning(aotc.load(artifact, device="cpu")) == "default"  # onnxruntime's: spin
+    assert spinning(aotc.load(artifact, device="cpu", spin=False)) == "0"
+    with pytest.raises(aotc.AotcError, match="spin must be True or False, got 'no'"):
+        aotc.load(artifact, device="cpu", spin="no")  # type: ignore[arg-type]
+
+
+def test_a_served_model_does_not_spin(artifact: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("kserve")
+    seen = loads_seen(monkeypatch)
+    served: list[Any] = []
+    monkeypatch.setattr("aotc.serve.server.serve", lambda models, **_: served.extend(models))
+    result = CliRunner().invoke(cli, ["serve", str(artifact), "--device", "cpu", "--port", "0"])
+    assert result.exit_code == 0, result.output
+    assert [spinning(exe) for exe in seen] == ["0"]
+    for m in served:
+        m.exe.close()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import warnings
-from typing import Any
+from typing import Any, NamedTuple
 
 from aotc.errors import AotcError, UnsupportedError
 from aotc.runtime.backends.base import Backend, Program
@@ -23,16 +23,27 @@ KNOWN_DEVICES = ("cpu", "reference", "cuda", "interpret")
 ONNXRUNTIME_HINT = "pip install 'aotc[cpu]'"
 
 
-def get_backend(device: str | None, artifact: Any = None, *, threads: int | None = None) -> Backend:
+class CpuSettings(NamedTuple):
+    """How the cpu backend runs onnxruntime: its intra-op ``threads`` (None: its default) and whether they
+    ``spin`` waiting for work between calls (its default; a server turns it off, see ``load``)."""
+
+    threads: int | None = None
+    spin: bool = True
+
+
+ORT_DEFAULTS = CpuSettings()
+
+
+def get_backend(device: str | None, artifact: Any = None, *, cpu: CpuSettings = ORT_DEFAULTS) -> Backend:
     """The backend for ``device`` and ``artifact`` (an Artifact; None: the cpu runs the references); None picks cpu.
-    ``threads``: onnxruntime's intra-op threads on the cpu backend (None: its default)."""
+    ``cpu``: how the cpu backend runs onnxruntime."""
     if device is None:
-        return cpu_backend(artifact, threads)
+        return cpu_backend(artifact, cpu)
     if not isinstance(device, str):
         raise AotcError(f"device must be a string such as 'cpu', got {type(device).__name__}")
     kind = device.strip().lower().split(":", 1)[0]
     if kind == "cpu":
-        return cpu_backend(artifact, threads)
+        return cpu_backend(artifact, cpu)
     if kind == "reference":
         return CpuBackend(name="reference")
     if kind == "interpret":
@@ -48,12 +59,12 @@ def get_backend(device: str | None, artifact: Any = None, *, threads: int | None
     raise AotcError(f"unknown device {device!r}; expected one of {', '.join(map(repr, KNOWN_DEVICES))} or None")
 
 
-def default_backend(binaries: object = None, artifact: Any = None, *, threads: int | None = None) -> Backend:
+def default_backend(binaries: object = None, artifact: Any = None, *, cpu: CpuSettings = ORT_DEFAULTS) -> Backend:
     """What ``device=None`` runs on once the artifact is read: cuda when a GPU is present and every kernel in
     ``binaries`` (an iterable of KernelBinary; None when the artifact has none) has code for it, else cpu.
     Probing never raises: any failure picks cpu."""
     if binaries is None:
-        return cpu_backend(artifact, threads)
+        return cpu_backend(artifact, cpu)
     try:
         from aotc.runtime.backends.cuda import CudaBackend, runs_here
 
@@ -61,10 +72,10 @@ def default_backend(binaries: object = None, artifact: Any = None, *, threads: i
             return CudaBackend()
     except Exception:  # a GPU that probes fine but fails to open still leaves the cpu
         pass
-    return cpu_backend(artifact, threads)
+    return cpu_backend(artifact, cpu)
 
 
-def cpu_backend(artifact: Any = None, threads: int | None = None) -> Backend:
+def cpu_backend(artifact: Any = None, cpu: CpuSettings = ORT_DEFAULTS) -> Backend:
     """onnxruntime over the artifact's graphs when it is installed, else the numpy references (and one warning
     says what to install). A variant with an op that has no ONNX form runs on the references either way."""
     if artifact is None:
@@ -80,7 +91,9 @@ def cpu_backend(artifact: Any = None, threads: int | None = None) -> Backend:
 
     # The source graph runs only when the file binds it to the variants (the reader checked its digest).
     source = artifact.source if getattr(artifact, "source_bound", False) else None
-    return OrtBackend(artifact.constants, threads=threads, variants=len(artifact.variants), source=source)
+    return OrtBackend(
+        artifact.constants, threads=cpu.threads, spin=cpu.spin, variants=len(artifact.variants), source=source
+    )
 
 
 def _ordinal(device: str) -> int:
@@ -96,6 +109,7 @@ __all__ = [
     "KNOWN_DEVICES",
     "Backend",
     "CpuBackend",
+    "CpuSettings",
     "InterpretBackend",
     "Program",
     "cpu_backend",

@@ -66,6 +66,7 @@ class OrtBackend:
         constants: Mapping[str, np.ndarray],
         *,
         threads: int | None = None,
+        spin: bool = True,
         variants: int = 1,
         source: Graph | None = None,
     ) -> None:
@@ -76,6 +77,7 @@ class OrtBackend:
         # the default each call (about half a microsecond).
         self._run_options = ort.RunOptions()
         self._threads = threads
+        self._spin = spin
         self._constants = constants
         # The source graph, when the file binds it to its variants (the reader checked its digest): the model's
         # high-level ops (pools, norms, GELU, attention) as onnxruntime's own kernels and fusions know them, one
@@ -91,6 +93,10 @@ class OrtBackend:
         options = self._ort.SessionOptions()
         if self._threads is not None:
             options.intra_op_num_threads = self._threads
+        if not self._spin:
+            # Threads that spin after a call hold their cores for a while; in a server that time belongs to the
+            # requests being decoded (served BERT on 2 cores: half the CPU per request, 10-20% more throughput).
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         # Fatal only: what onnxruntime reports (an error included) is aotc's to say, as ExecError or a warning.
         options.log_severity_level = 4
         return options
