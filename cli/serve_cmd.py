@@ -101,6 +101,7 @@ def model_names(artifacts: tuple[str, ...], names: tuple[str, ...]) -> list[str]
     type=click.FloatRange(min=0, min_open=True),
     help="Largest request body taken (413 above it).",
 )
+@click.option("--access-log", is_flag=True, help="Log a line per HTTP request (uvicorn's access log).")
 @click.option(
     "--replicas",
     default=0,
@@ -145,6 +146,7 @@ def serve_command(
     batch_dim: str | None,
     workers: int,
     max_body_mb: float,
+    access_log: bool,
     replicas: int,
     cpus_per_replica: float,
     gpus_per_replica: float,
@@ -193,4 +195,5 @@ def serve_command(
         grpc_port=grpc_port or None,
         workers=workers,
         max_body_bytes=int(max_body_mb * (1 << 20)),
+        access_log=access_log,
     )

@@ -10,7 +10,9 @@ multi-process REST workers and graceful shutdown. On top of it, aotc:
   request's framing (``codec.parse_request``);
 * answers ``GET /v2/models/{name}`` with the model's full metadata, tensor and model parameters included (the
   SDK's response model keeps name, datatype and shape only);
-* maps a malformed request to 400 (FastAPI's default is 422) and an ``InternalError`` to 500 with its message.
+* maps a malformed request to 400 (FastAPI's default is 422) and an ``InternalError`` to 500 with its message;
+* writes no line per request unless asked (``access_log``; the SDK writes uvicorn's), and leaves out the SDK's
+  per-request timing middleware, whose log lines aotc silences.
 """
 
 from __future__ import annotations
@@ -139,10 +141,18 @@ async def _internal(_request: Request, exc: Exception) -> JSONResponse:
 
 # -- servers ---------------------------------------------------------------------------------------------------
 class _RESTServer(RESTServer):
-    def __init__(self, *args: Any, host: str, max_body_bytes: int, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, host: str, max_body_bytes: int, access_log: bool, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.config.host = host
-        self.max_body_bytes = max_body_bytes
+        self.access_log, self.max_body_bytes = access_log, max_body_bytes
+
+    def create_application(self) -> None:
+        super().create_application()
+        if not self.access_log:
+            # uvicorn writes a request's access line only while "uvicorn.access" has a handler (it asks per
+            # connection); this runs in each serving process after the SDK has configured its logging.
+            access = logging.getLogger("uvicorn.access")
+            access.handlers, access.propagate = [], False
 
     def _register_endpoints(self, app: FastAPI) -> None:
         dataplane = self.dataplane
@@ -166,7 +176,9 @@ class _RESTServer(RESTServer):
         app.add_exception_handler(InternalError, _internal)
 
     def _add_middlewares(self, app: FastAPI) -> None:
-        super()._add_middlewares(app)
+        # Not the SDK's: its TimingMiddleware times each request's CPU for a log line that configure_logging()
+        # silences (kserve.trace), ~6% of the server's CPU per request; its access-log format middleware is for an
+        # option aotc does not take.
         app.add_middleware(BodyLimit, max_bytes=self.max_body_bytes)
 
 
@@ -200,9 +212,9 @@ class _GRPCServer(GRPCServer):
 class AotcModelServer(_ms.ModelServer):
     """KServe's ModelServer bound to ``host``, with the request handling above."""
 
-    def __init__(self, *, host: str, max_body_bytes: int, **kwargs: Any) -> None:
+    def __init__(self, *, host: str, max_body_bytes: int, access_log: bool = False, **kwargs: Any) -> None:
         super().__init__(enable_latency_logging=False, **kwargs)
-        self.host, self.max_body_bytes = host, max_body_bytes
+        self.host, self.max_body_bytes, self.access_log = host, max_body_bytes, access_log
         self.dataplane = _DataPlane(model_registry=self.registered_models)
 
     def start(self, models: list[BaseKServeModel]) -> None:  # type: ignore[override]
@@ -217,7 +229,7 @@ class AotcModelServer(_ms.ModelServer):
             event_loop=self.event_loop,
             timeout_keep_alive=self.timeout_keep_alive,
         )
-        server = _RESTServer(host=self.host, max_body_bytes=self.max_body_bytes, **rest)
+        server = _RESTServer(host=self.host, max_body_bytes=self.max_body_bytes, access_log=self.access_log, **rest)
         if self.workers > 1:
             multi = RESTServerMultiProcess(**rest)
             multi._rest_server = server
@@ -277,11 +289,13 @@ def serve(
     grpc_port: int | None = 8081,
     workers: int = 1,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    access_log: bool = False,
 ) -> None:
-    """Serve ``models`` (loaded) until SIGINT or SIGTERM."""
+    """Serve ``models`` (loaded) until SIGINT or SIGTERM; ``access_log``: a log line per HTTP request."""
     server = AotcModelServer(
         host=host,
         max_body_bytes=max_body_bytes,
+        access_log=access_log,
         http_port=http_port,
         grpc_port=grpc_port or 0,
         enable_grpc=grpc_port is not None,

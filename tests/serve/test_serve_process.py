@@ -1,5 +1,6 @@
 """The server process itself: an internal failure is a 500 naming the request and the server keeps serving;
---workers processes; a clean shutdown on SIGTERM that leaves no process behind; the bind address."""
+--workers processes; a clean shutdown on SIGTERM that leaves no process behind; access lines only with
+--access-log; the bind address."""
 
 from __future__ import annotations
 
@@ -46,6 +47,7 @@ def test_internal_failure_is_a_500_naming_the_request(artifacts: dict[str, Path]
         got = np.array(reply["outputs"][0]["data"], np.float32).reshape(reply["outputs"][0]["shape"])
         assert np.array_equal(got, exe(x=x))
         assert server.get("/v2/health/ready")[0] == 200
+        assert "POST /v2/models/mlp/infer" not in server.logs()  # no access lines unless asked
 
 
 def test_workers_and_a_clean_shutdown(artifacts: dict[str, Path], tmp_path: Path) -> None:
@@ -61,6 +63,7 @@ def test_workers_and_a_clean_shutdown(artifacts: dict[str, Path], tmp_path: Path
             got = np.array(reply["outputs"][0]["data"], np.float32).reshape(reply["outputs"][0]["shape"])
             assert np.array_equal(got, exe(x=x))
         assert "loaded 'mlp'" in server.logs()
+        assert "POST /v2/models/mlp/infer" not in server.logs()  # no access lines unless asked, in any worker
         start = time.monotonic()
         code = server.stop()
         assert code == 0, server.logs()[-3000:]
@@ -69,6 +72,17 @@ def test_workers_and_a_clean_shutdown(artifacts: dict[str, Path], tmp_path: Path
             time.sleep(0.1)
         assert not group_alive(server.proc.pid), [p.pid for p in children if p.is_running()]
         assert time.monotonic() - start < 15
+
+
+def test_access_lines_when_asked(artifacts: dict[str, Path], tmp_path: Path) -> None:
+    with running_server([artifacts["mlp"], "--access-log"], tmp_path / "server.log") as server:
+        x = np.ones((1, 32), np.float32)
+        status, _ = server.post("/v2/models/mlp/infer", infer_body(x), {"Content-Type": "application/json"})
+        assert status == 200
+        deadline = time.monotonic() + 10
+        while '"POST /v2/models/mlp/infer HTTP/1.1" 200' not in server.logs() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert '"POST /v2/models/mlp/infer HTTP/1.1" 200' in server.logs()
 
 
 def test_sigint_stops_a_single_process_server(artifacts: dict[str, Path], tmp_path: Path) -> None:
