@@ -9,7 +9,8 @@ runs at once (after waiting up to ``timeout_s`` for others to join it, 0 by defa
 the oldest request and every queued request with the same key (the non-batch dims and dtypes of each input),
 oldest first, while its rows fit the batch's cap and the model's guards (``Executable.check`` on the merged
 shapes). The cap is ``max_batch``, or with ``adaptive`` (the default) the size that has served the key's rows
-fastest, at most ``max_batch`` (``batch_size.BatchSizer``: on a CPU the largest batch is often not the fastest). Batched outputs equal the rows of separate calls up to floating-point rounding (a matmul over more rows
+fastest, at most ``max_batch`` (``batch_size.BatchSizer``: on a CPU the largest batch is often not the
+fastest). Batched outputs equal the rows of separate calls up to floating-point rounding (a matmul over more rows
 may sum in another order). When a batched call fails, each of its requests is run again alone, so a bad token id
 in one request fails that request only.
 

@@ -1,9 +1,9 @@
 """``AotcModel``: one artifact as a KServe model, served over the Open Inference Protocol (v2).
 
-It loads the artifact once with the slim runtime (``aotc.runtime.load``, with ``spin=False``; ``load_options`` are
-passed through, so an option such as trusted signing keys reaches the loader unchanged), describes it in v2 metadata (see
-``signature.py``), checks each request against the artifact before reading its data (``codec.py``) and runs it
-through the dynamic batcher (``batching.py``) or, with batching off, straight on a worker thread. Anything aotc
+It loads the artifact once with the slim runtime (``aotc.runtime.load``, with ``spin=False``; ``load_options``
+are passed through, so an option such as trusted signing keys reaches the loader unchanged), describes it in v2
+metadata (see ``signature.py``), checks each request against the artifact before reading its data (``codec.py``)
+and runs it through the dynamic batcher (``batching.py``) or, with batching off, straight on a worker thread. Anything aotc
 refuses (an ``AotcError``: unknown input, wrong dtype or rank, a dim outside its range or guard, a bad token id)
 becomes ``InvalidInput``, HTTP 400 / gRPC INVALID_ARGUMENT, carrying aotc's message on one line; anything else
 is an ``InternalError`` (HTTP 500 / gRPC INTERNAL) naming the model and the request, logged with its traceback,

@@ -46,7 +46,8 @@ class TritonPythonModel:
         gpu = args.get("model_instance_kind") == "GPU"
         device = f"cuda:{args['model_instance_device_id']}" if gpu else params.get("aotc_device") or "cpu"
         here = os.path.join(args["model_repository"], args["model_version"])
-        self.exe = load(os.path.join(here, params["aotc_artifact"]), device=device, spin=False)  # a server: see AotcModel
+        # spin=False: a server's cores belong to the next requests between calls (see aotc.serve.model)
+        self.exe = load(os.path.join(here, params["aotc_artifact"]), device=device, spin=False)
         self.signature = Signature.of(self.exe)
         self.max_batch = int(config.get("max_batch_size", 0))
         self.axes = BatchAxes.of(self.signature) if self.max_batch > 0 else None
