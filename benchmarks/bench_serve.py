@@ -170,13 +170,15 @@ def _client_share(port: int, name: str, feeds: dict[str, np.ndarray], clients: i
 
 
 def served_loop(
-    pool: ProcessPoolExecutor | None, port: int, name: str, feeds: dict[str, np.ndarray], clients: int, seconds: float
+    args: argparse.Namespace, port: int, name: str, feeds: dict[str, np.ndarray], clients: int
 ) -> tuple[int, float, list[float]]:
-    """``closed_loop`` through the server, its client threads spread over ``pool``'s processes (None: this one).
-    One Python process's client threads are bound by its GIL; on a many-core machine the server can outrun them."""
+    """``closed_loop`` through the server, its client threads spread over ``args.pool``'s ``args.client_procs``
+    processes (no pool: this one). One Python process's client threads are bound by its GIL; on a many-core
+    machine the server can outrun them."""
+    pool, seconds = args.pool, args.seconds
     if pool is None:
         return closed_loop(client_call(port, name, feeds), clients, seconds)
-    procs = min(clients, pool._max_workers)  # type: ignore[attr-defined]
+    procs = min(clients, args.client_procs)
     shares = [clients // procs + (i < clients % procs) for i in range(procs)]
     parts = list(pool.map(_client_share, *zip(*[(port, name, feeds, n, seconds) for n in shares])))
     rate = sum(n / elapsed for n, elapsed, _ in parts)
@@ -228,7 +230,7 @@ def bench_model(name: str, args: argparse.Namespace, work: Path) -> tuple[list[l
                 call()
             for c in args.concurrency:
                 start = server.cpu_seconds()
-                measured = served_loop(args.pool, server.port, name, feeds, c, args.seconds)
+                measured = served_loop(args, server.port, name, feeds, c)
                 record(mode, c, *measured, server.cpu_seconds() - start)
         finally:
             server.stop()

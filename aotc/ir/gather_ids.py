@@ -9,7 +9,8 @@ reference; a GPU kernel only sets an error flag, so the message builder takes th
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
+from functools import reduce
 
 import numpy as np
 
@@ -168,7 +169,7 @@ def _interval_of(
         return parts[0]
     if op is Op.CONCAT:
         lows, highs = zip(*parts)
-        return _fold(smin, lows), _fold(smax, highs)
+        return reduce(smin, lows), reduce(smax, highs)
     if len(parts) != 2:
         return None
     (a_low, a_high), (b_low, b_high) = parts
@@ -181,13 +182,6 @@ def _interval_of(
     if op is Op.MAXIMUM:
         return smax(a_low, b_low), smax(a_high, b_high)
     return None
-
-
-def _fold(f: Callable[[ShapeDim, ShapeDim], ShapeDim], items: Sequence[ShapeDim]) -> ShapeDim:
-    out = items[0]
-    for x in items[1:]:
-        out = f(out, x)
-    return out
 
 
 def _fits(interval: _Interval, v: Value, ctx: ShapeCtx) -> bool:

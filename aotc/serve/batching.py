@@ -89,24 +89,32 @@ def merged_standins(axes: BatchAxes, first: Feeds, rows: int) -> dict[str, np.nd
     return out
 
 
-def first_batch(axes: BatchAxes, items: Sequence[Feeds], max_batch: int, check: Callable[[Feeds], None]) -> list[int]:
-    """Indices of the batch that ``items[0]`` heads: the items with its key, oldest first, while their rows fit
-    ``max_batch`` and the merged shapes meet the model's guards (``check`` raises when they don't)."""
-    key = axes.key(items[0])
-    batch, total = [0], axes.rows(items[0])
-    for i in range(1, len(items)):
-        rows = axes.rows(items[i])
-        if axes.key(items[i]) == key and total + rows <= max_batch and _fits(check, axes, items[0], total + rows):
+def first_batch(
+    axes: BatchAxes,
+    head: Feeds,
+    keys: Sequence[tuple[Any, ...]],
+    rows: Sequence[int],
+    max_batch: int,
+    check: Callable[[Feeds], None],
+) -> list[int]:
+    """Indices of the batch that the first item (its feeds: ``head``) heads, given each item's key and rows: the
+    items with its key, oldest first, while their rows fit ``max_batch`` and the merged shapes meet the model's
+    guards (``check`` raises when they don't)."""
+    batch, total = [0], rows[0]
+    for i in range(1, len(keys)):
+        if keys[i] == keys[0] and total + rows[i] <= max_batch and _fits(check, axes, head, total + rows[i]):
             batch.append(i)
-            total += rows
+            total += rows[i]
     return batch
 
 
 def group(axes: BatchAxes, items: Sequence[Feeds], max_batch: int, check: Callable[[Feeds], None]) -> list[list[int]]:
     """``items``' indices in batches, each headed by the oldest item not yet in one."""
+    keys, rows = [axes.key(f) for f in items], [axes.rows(f) for f in items]
     left, batches = list(range(len(items))), []
     while left:
-        chosen = [left[i] for i in first_batch(axes, [items[i] for i in left], max_batch, check)]
+        picked = first_batch(axes, items[left[0]], [keys[i] for i in left], [rows[i] for i in left], max_batch, check)
+        chosen = [left[i] for i in picked]
         batches.append(chosen)
         left = [i for i in left if i not in chosen]
     return batches
@@ -196,7 +204,9 @@ class Batcher:
                 if not self._queue:
                     continue
             cap = self._cap(self._queue[0].key)
-            chosen = set(first_batch(self._axes, [i.feeds for i in self._queue], cap, self._check))
+            queue = self._queue  # each request's key and rows were taken once, on arrival
+            keys, rows = [i.key for i in queue], [i.rows for i in queue]
+            chosen = set(first_batch(self._axes, queue[0].feeds, keys, rows, cap, self._check))
             batch = [item for i, item in enumerate(self._queue) if i in chosen]
             self._queue = [item for i, item in enumerate(self._queue) if i not in chosen]
             await self._call(loop, batch, cap)
