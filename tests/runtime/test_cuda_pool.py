@@ -75,7 +75,7 @@ def test_a_pool_at_threshold_zero_gives_its_memory_back_at_each_synchronize() ->
     dev = Device(driver=fake)
     stream = dev.stream()
     for threshold, fresh in ((0, True), (2**64 - 1, False)):
-        err, pool = fake.cuMemPoolCreate(_props(fake))
+        _, pool = fake.cuMemPoolCreate(_props(fake))
         fake.cuMemPoolSetAttribute(pool, fake.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
                                    fake.cuuint64_t(threshold))  # fmt: skip
         _, first = fake.cuMemAllocFromPoolAsync(1 << 20, pool, stream)
