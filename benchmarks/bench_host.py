@@ -92,6 +92,11 @@ class Side:
         self.host = {n: rng.standard_normal(s).astype(self.np_dtype[n]) for n, s in self.shape.items()}
         self.cai = {n: fake.device_array(a, dlpack=True) for n, a in self.host.items()}
         self.torch = torch_like(fake, self.host)
+        if self.torch is not None:
+            from aotc.runtime.backends.cuda import arrays
+
+            if hasattr(arrays, "torch_stream"):  # torch here has no CUDA: its current stream is the legacy one
+                arrays.torch_stream = lambda device: 0
 
     def paths(self) -> dict[str, Callable[[], Any]]:
         exe, out = self.exe, {}
@@ -105,7 +110,7 @@ class Side:
             mine = [self.fake.device_array(o.numpy(), dlpack=True) for o in first]
             out["gpu in, out="] = lambda: exe.run(gpu, out=mine)
         if hasattr(exe, "prepare"):
-            call = exe.prepare(self.shape)
+            call = exe.prepare(self.shape, outputs="device")
             out["prepared, device out"] = lambda: call.run(gpu)
         return out
 

@@ -160,6 +160,11 @@ class FakeDriver(StreamsMixin, MemoryMixin):
         for name in names:
             setattr(self, name, partial(_failed, error))  # shadows the method on this instance
 
+    def settle(self) -> None:
+        """Run all queued work, as time passing does on a GPU (no synchronize call is made or counted)."""
+        with self._lock:
+            self._drain(None)
+
     def read(self, ptr: int, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         n = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
         return self._view(ptr, n).view(dtype).reshape(shape).copy()

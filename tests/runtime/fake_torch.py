@@ -21,7 +21,11 @@ class FakeCudaTensor(torch.Tensor):
     def __new__(cls, ptr: int, stand_in: torch.Tensor) -> FakeCudaTensor:
         t = torch.Tensor._make_subclass(cls, stand_in)
         t._ptr = ptr
+        t._contiguous = stand_in.is_contiguous()
         return t
+
+    def is_contiguous(self) -> bool:  # type: ignore[override]
+        return self._contiguous  # read once: a real tensor answers without __torch_function__ too
 
     def data_ptr(self) -> int:  # type: ignore[override]
         return self._ptr

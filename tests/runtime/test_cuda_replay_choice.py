@@ -44,7 +44,9 @@ def test_host_inputs_replay_from_the_second_call(monkeypatch: pytest.MonkeyPatch
     assert _stats(monkeypatch, gpu_inputs=False) == {"eager": 1, "replay": 3, "captures": 1}
 
 
-def test_gpu_inputs_replay_while_their_node_updates_cost_less_than_the_launches(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_gpu_inputs_replay_while_their_node_updates_cost_less_than_the_launches(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # 3 launches; x is read by one node and ids by another: a replay is 1 + 2 updates = 3 calls, no gain
     assert _stats(monkeypatch, gpu_inputs=True) == {"eager": 4, "replay": 0, "captures": 0}
     # were a launch dearer than a graph launch and its updates (the rule's own constants moved), it replays
@@ -80,4 +82,3 @@ def test_a_one_launch_plan_never_replays(monkeypatch: pytest.MonkeyPatch) -> Non
         for _ in range(3):
             prog.run(feeds, env, outputs="device", sync=True)
         assert prog.stats == {"eager": 3, "replay": 0, "captures": 0}
-

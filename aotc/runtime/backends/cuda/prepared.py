@@ -44,8 +44,9 @@ if TYPE_CHECKING:
 # Kernels are compiled assuming 16-byte-aligned pointers (kernel_writer.divisible_args): a GPU input less aligned
 # is copied into the call's staging first, and an ``out=`` tensor less aligned is refused.
 POINTER_ALIGN = 16
-# Numpy outputs up to this many bytes (per shape) download through page-locked staging; larger ones directly.
-PINNED_OUTPUTS = 64 << 20
+# Numpy outputs up to this many bytes (per shape) download through page-locked staging (asynchronous copies, then
+# one synchronize); larger ones straight into their arrays, where a host copy out of staging would cost more.
+PINNED_OUTPUTS = 1 << 20
 # What the replay-or-eager choice weighs (host seconds): a launch (or a graph node's update, a call of the same
 # kind) through cuda-bindings, and a copy: a fixed cost per copy plus its bytes read and written at ~3 TB/s.
 LAUNCH_SECONDS = 4e-6
@@ -131,6 +132,7 @@ class Prepared:
         self.bound_out = list(self.static_out)
         self.nodes: list[Any] = []  # per launch: its node in the graph (None: its pointers cannot be updated)
         self.node_stale = [False] * len(program.launches)
+        self.moved = set()
 
     # -- preparing ------------------------------------------------------------------------------------------
     def _alloc(self, nbytes: int, what: str) -> int:
@@ -204,6 +206,7 @@ class Prepared:
                 dev.record(ev, self.last_stream)
                 dev.wait_event(run, ev)
             self.last_stream = run
+            self.moved: set[int] = set()  # launches whose pointers this call changed
             self._bind_inputs(feeds, run)
             binding = bind_out(self, out) if out is not None else None
             if binding is not None:
@@ -268,6 +271,7 @@ class Prepared:
                 for li, j in self.in_slots[i]:
                     self.slots[li][j] = ptr
                     self.node_stale[li] = True
+                    self.moved.add(li)
 
     def _bind_outputs(self, ptrs: Sequence[int]) -> None:
         for i, ptr in enumerate(ptrs):
@@ -276,6 +280,7 @@ class Prepared:
                 for li, j in self.out_slots[i]:
                     self.slots[li][j] = ptr
                     self.node_stale[li] = True
+                    self.moved.add(li)
 
     def addr_now(self, root: int) -> int:
         """Where value group ``root`` lives in this call (an input read in place, an ``out=`` tensor, else its
@@ -326,13 +331,17 @@ class Prepared:
         """Bytes a replay would copy that an eager call does not: pointers the graph cannot take in place."""
         if self.exec is not None and all(n is not None for n in self.nodes):
             return []
+        if self.exec is None and self.program.node_updates:  # to be captured: its nodes will take the pointers
+            return []
         copies = [self.shape.inputs[i][1] for i, ptr in enumerate(self.bound_in) if ptr != self.staging[i]]
         if binding is not None:
             copies += [self.shape.out_nbytes[i] for i, ptr in enumerate(binding.ptrs) if ptr != self.static_out[i]]
         return copies
 
     def _updates(self) -> int:
-        return sum(1 for li, stale in enumerate(self.node_stale) if stale and self._node(li) is not None)
+        """Node updates a replay costs per call from now on: the nodes whose pointers this call moved (a node left
+        stale by an earlier call is updated once, which a steady caller pays only at its first replay)."""
+        return sum(1 for li in self.moved if self._node(li) is not None)
 
     def _node(self, li: int) -> Any:
         return self.nodes[li] if li < len(self.nodes) else None
@@ -347,7 +356,7 @@ class Prepared:
         launch, the node updates this call needs and its copies cost less than the launches."""
         if len(self.program.launches) < 2 or not self.program.graph_cache:
             return False
-        updates = sum(self.node_stale) if self.program.node_updates else 0
+        updates = len(self.moved) if self.program.node_updates else 0
         eager, replay = self._cost(updates, copies if self.program.node_updates else self._all_copies())
         return replay < eager
 
@@ -520,10 +529,20 @@ class Prepared:
             self.device.make_current()
             steps = []
             if self.last_stream is not None and self.device.fault is None:  # after a fault nothing runs any more
-                steps.append(lambda s=self.last_stream: self.device.sync(s))
+                steps.append(lambda s=self.last_stream: self._settle(s))
             steps.append(self.drop_graph)
             steps.append(self._release)
             release_all(steps)
+
+    def _settle(self, stream: int) -> None:
+        """Wait for the last call's work before its memory goes. A caller's stream may be gone by now (destroying
+        a stream lets its work finish): then waiting for our own stream is all that is left."""
+        try:
+            self.device.sync(stream)
+        except ExecError:
+            if stream == self.stream or self.device.fault is not None:
+                raise
+            self.device.sync(self.stream)
 
     def _release(self) -> None:
         dev = self.device
