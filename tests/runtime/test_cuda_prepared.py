@@ -156,7 +156,7 @@ def test_an_eager_call_with_index_checks_reads_its_flags_back_with_one_copy() ->
 
 
 def test_a_call_runs_on_the_callers_stream_in_order_after_its_producer(mlp) -> None:
-    fake, counted, exe = mlp
+    fake, _counted, exe = mlp
     x, gx = _x(fake, 4)
     stream = fake.cuStreamCreate(1)[1]
     handle = int(stream)
@@ -267,7 +267,7 @@ def test_out_tensors_are_written_in_place_and_each_bad_one_is_refused(mlp) -> No
 
 
 def test_an_explicit_prepared_call_binds_only_its_shapes(mlp) -> None:
-    fake, counted, exe = mlp
+    fake, _counted, exe = mlp
     x, gx = _x(fake, 5)
     with exe.prepare({"x": (5, 32)}, outputs="device") as call:
         static = call.outputs
