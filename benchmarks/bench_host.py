@@ -4,6 +4,7 @@ makes per call, counted. Not a test: it prints rows.
 
     python benchmarks/bench_host.py                       # this checkout
     python benchmarks/bench_host.py --before c9e2c8a      # and the same figures from another commit, alternated
+    python benchmarks/bench_host.py --gpu --jsonl out.jsonl   # on a GPU: the GPU check's host step (host_gpu.py)
 
 Per model (the example MLP, the overhead case's one-Linear model, a 3-input bf16 attention at seq 1024) and per
 path: GPU inputs (torch-like tensors when the path reads torch's attributes, else ``__cuda_array_interface__``)
@@ -241,6 +242,19 @@ def report(after: Mapping[str, Any], before: Mapping[str, Any] | None, rev: str 
         print(f"before: {rev}; ratio = before µs / after µs (above 1: this checkout is faster)")
 
 
+def record(result: Mapping[str, Any], jsonl: str | None) -> None:
+    """One row per model and path (the fake driver's figures: the GPU check's dry run writes these)."""
+    if not jsonl:
+        return
+    import benchlib
+
+    rec = benchlib.Recorder("bench_host", jsonl, out=open(os.devnull, "w"))
+    for model, rows in result.items():
+        for path, row in rows.items():
+            rec.add(f"{model}: {path}", "instant fake driver", dtype=None, aotc_ms=row["us"] / 1e3, ref_name=None,
+                    ref_ms=None, driver_calls=row["calls"], note=row["names"])  # fmt: skip
+
+
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("models", nargs="*", metavar="MODEL", help=f"of {', '.join(MODELS)} (default: all)")
@@ -249,6 +263,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--before", metavar="REV", help="also measure this git revision's aotc, in turns")
     p.add_argument("--rounds", type=int, default=2, help="turns each side takes with --before")
     p.add_argument("--json", action="store_true", help="print one JSON object (what --before reads)")
+    p.add_argument("--jsonl", metavar="PATH", help="append one JSON row per figure (the GPU check's results)")
+    p.add_argument("--gpu", action="store_true", help="time on the GPU instead (host_gpu.py; needs torch with CUDA)")
     args = p.parse_args(argv)
     args.models = args.models or list(MODELS)
     unknown = sorted(set(args.models) - set(MODELS))
@@ -262,11 +278,17 @@ def main(argv: list[str] | None = None) -> int:
 
     warnings.simplefilter("ignore")
     args = parse(argv)
+    if args.gpu:
+        from host_gpu import run_gpu
+
+        return run_gpu(args)
     if args.json:
         print(json.dumps(measure(args)))
         return 0
     if args.before is None:
-        report(measure(args), None, None)
+        result = measure(args)
+        report(result, None, None)
+        record(result, args.jsonl)
         return 0
     path = export(args.before)
     afters, befores = [], []
