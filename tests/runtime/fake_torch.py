@@ -22,10 +22,20 @@ class FakeCudaTensor(torch.Tensor):
         t = torch.Tensor._make_subclass(cls, stand_in)
         t._ptr = ptr
         t._contiguous = stand_in.is_contiguous()
+        t._shape, t._dtype = stand_in.shape, stand_in.dtype
         return t
 
+    # Read once: a plain torch tensor answers these without __torch_function__, and so does this one.
+    @property
+    def shape(self) -> torch.Size:  # type: ignore[override]
+        return self._shape
+
+    @property
+    def dtype(self) -> torch.dtype:  # type: ignore[override]
+        return self._dtype
+
     def is_contiguous(self) -> bool:  # type: ignore[override]
-        return self._contiguous  # read once: a real tensor answers without __torch_function__ too
+        return self._contiguous
 
     def data_ptr(self) -> int:  # type: ignore[override]
         return self._ptr
