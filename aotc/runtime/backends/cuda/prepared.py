@@ -133,6 +133,7 @@ class Prepared:
         self.nodes: list[Any] = []  # per launch: its node in the graph (None: its pointers cannot be updated)
         self.node_stale = [False] * len(program.launches)
         self.moved = set()
+        self.graphable = len(program.launches) > 1 and program.graph_cache > 0
 
     # -- preparing ------------------------------------------------------------------------------------------
     def _alloc(self, nbytes: int, what: str) -> int:
@@ -200,7 +201,14 @@ class Prepared:
                 self._raise_flags(earlier=True)  # an unsynchronized earlier call's bad index, now landed
             self.calls += 1
             dev = self.device
-            run = self._stream_for(feeds, stream)
+            run = stream
+            if run is None:  # the first GPU input's producer stream, else this shape's own
+                for x in feeds:
+                    if type(x) is DeviceInput and x.stream is not None:
+                        run = x.stream
+                        break
+                else:
+                    run = self.stream
             if self.last_stream is not None and run != self.last_stream:
                 ev = self.events[-2]  # this shape's memory is reused: wait for the previous call's work
                 dev.record(ev, self.last_stream)
@@ -213,14 +221,25 @@ class Prepared:
                 self._bind_outputs(binding.ptrs)
             elif self.bound_out != self.static_out:
                 self._bind_outputs(self.static_out)
-            self.program.note_call(self)
-            copies = self._replay_copies(feeds, binding)
-            if self.exec is None and self.calls >= 2 and self._worth_a_graph(copies):
-                self.program.capture(self)
-            if self.exec is not None and self._replay_pays(copies):
-                self._replay(run, feeds, binding)
+            if self.exec is not None:
+                self.program.note_call(self)
+            if not self.graphable:  # one launch, or no graphs: launched as it is
+                self.program.stats["eager"] += 1
+                if self.shape.streams.count == 1:
+                    for launch, args in zip(self.program.launches, self.launch_args):
+                        launch.launch_args(dev, run, args)
+                else:
+                    self._enqueue(run)
+                if self.flag_count:
+                    dev.download(self.flags_host.ctypes.data, self.flags, 4 * self.flag_count, run)
             else:
-                self._eager(run)
+                copies = self._replay_copies(feeds, binding)
+                if self.exec is None and self.calls >= 2 and self._worth_a_graph(copies):
+                    self.program.capture(self)
+                if self.exec is not None and self._replay_pays(copies):
+                    self._replay(run, feeds, binding)
+                else:
+                    self._eager(run)
             for i, root, _ in self.derived:
                 dst = binding.ptrs[i] if binding is not None else self.static_out[i]
                 dev.copy(dst, self.addr_now(root), self.shape.out_nbytes[i], run)
@@ -233,20 +252,16 @@ class Prepared:
                 self.pending = bool(self.flag_count)
             return list(binding.results) if binding is not None else list(self.outputs)
 
-    def _stream_for(self, feeds: Sequence[Any], stream: int | None) -> int:
-        """The caller's stream; else the stream the first GPU input was produced on; else this shape's own."""
-        if stream is not None:
-            return stream
-        for x in feeds:
-            if type(x) is DeviceInput and x.stream is not None:
-                return x.stream
-        return self.stream
-
     def _bind_inputs(self, feeds: Sequence[Any], run: int) -> None:
         dev, names, waited = self.device, self.program.graph.input_names, run
+        ordinal = self.program._ordinal
         for i, x in enumerate(feeds):
             off_n = self.shape.inputs[i]
-            if type(x) is not np.ndarray or not x.flags.c_contiguous:
+            kind = type(x)
+            if kind is DeviceInput:
+                if x.device_id != ordinal or x.strides is not None:  # else it is checked already: the common case
+                    x = self.program.device_input(i, x)
+            elif kind is not np.ndarray or not x.flags.c_contiguous:
                 x = self.program.device_input(i, x)
             if type(x) is DeviceInput:
                 if x.nbytes != off_n[1]:  # the guards checked this for Executable callers; never read past it

@@ -237,28 +237,36 @@ class CudaProgram:
 
     def capture(self, call: Prepared) -> None:
         """Capture ``call``'s graph (the caller holds its lock) if the cache has room, making room by dropping the
-        least recently used graph of a preparation no other call is using."""
-        victims: list[Prepared] = []
-        with self._lock:
-            if self._closed or self.graph_cache == 0:
-                return
-            if len(self._graphed) >= self.graph_cache:
-                victims = [c for c in self._graphed.values() if c is not call]
-        while victims and len(self._graphed) >= self.graph_cache:
-            old = victims.pop(0)
-            if not old.lock.acquire(blocking=False):
-                continue  # in use: try the next oldest
-            try:
-                with self._lock:
-                    self._graphed.pop(id(old), None)
-                old.drop_graph()
-            finally:
-                old.lock.release()
-        if len(self._graphed) >= self.graph_cache:
-            return  # every graph is in use: this call runs eagerly
-        call.capture()
-        with self._lock:
-            self._graphed[id(call)] = call
+        least recently used graph of a preparation no other call is using; its place is taken under the lock, so
+        that racing captures never hold more than ``graph_cache`` graphs."""
+        while True:
+            with self._lock:
+                if self._closed or self.graph_cache == 0:
+                    return
+                if len(self._graphed) < self.graph_cache:
+                    self._graphed[id(call)] = call  # the place is ours while we capture
+                    break
+                victims = [c for c in self._graphed.values() if c is not call and c.exec is not None]
+            for old in victims:
+                if not old.lock.acquire(blocking=False):
+                    continue  # in use: try the next oldest
+                try:
+                    with self._lock:
+                        mine = self._graphed.pop(id(old), None) is not None
+                    if mine:
+                        old.drop_graph()
+                finally:
+                    old.lock.release()
+                if mine:
+                    break
+            else:
+                return  # every graph is in use: this call runs eagerly
+        try:
+            call.capture()
+        except BaseException:
+            with self._lock:
+                self._graphed.pop(id(call), None)
+            raise
 
     def captured_node(self, stream: int) -> Any:
         """The graph node the launch just captured on ``stream`` (None where the driver does not say)."""
