@@ -221,6 +221,13 @@ def merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def calibration() -> float:
+    """ns of one call of an empty 3-argument Python function here and now: the unit a loaded machine stretches."""
+    import timeit
+
+    return min(timeit.repeat("f(1, 2, 3)", "def f(a, b, c): pass", number=200_000, repeat=5)) / 200_000 * 1e9
+
+
 def report(after: Mapping[str, Any], before: Mapping[str, Any] | None, rev: str | None) -> None:
     head = f"{'model':10} {'path':24} {'µs/call':>9} {'driver calls':>12}"
     if before is not None:
@@ -240,6 +247,7 @@ def report(after: Mapping[str, Any], before: Mapping[str, Any] | None, rev: str 
             print(line + (f"   [{row['names']}]" if row["names"] else ""))
     if before is not None:
         print(f"before: {rev}; ratio = before µs / after µs (above 1: this checkout is faster)")
+    print(f"calibration: an empty Python function call takes {calibration():.0f} ns here now (~40 ns on an idle core)")
 
 
 def record(result: Mapping[str, Any], jsonl: str | None) -> None:
