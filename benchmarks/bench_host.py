@@ -7,7 +7,8 @@ makes per call, counted. Not a test: it prints rows.
     python benchmarks/bench_host.py --gpu --jsonl out.jsonl   # on a GPU: the GPU check's host step (host_gpu.py)
 
 Per model (the example MLP, the overhead case's one-Linear model, a 3-input bf16 attention at seq 1024) and per
-path: GPU inputs (torch-like tensors when the path reads torch's attributes, else ``__cuda_array_interface__``)
+path: GPU inputs (torch-like tensors where the path reads torch's attributes, else ``__cuda_array_interface__``, or
+DLPack for bfloat16, whose capsule the fake tensor makes in Python: a cost torch's C++ export does not have)
 with device outputs, with numpy outputs, host inputs, ``out=``, an explicit prepared call, and the first call at a
 new shape. Each figure is the median over --repeats rounds of --calls calls (µs of wall time per call) and the
 driver calls one call makes (counted in a separate run). With --before REV the script exports REV's ``aotc``
@@ -91,7 +92,10 @@ class Side:
         rng = np.random.default_rng(0)
         self.np_dtype = {s.name: s.dtype.np for s in self.exe.inputs}
         self.host = {n: rng.standard_normal(s).astype(self.np_dtype[n]) for n, s in self.shape.items()}
-        self.cai = {n: fake.device_array(a, dlpack=True) for n, a in self.host.items()}
+        # What a GPU input is on a side without the torch path: the array interface (one attribute read per call),
+        # or DLPack for bfloat16, which the interface cannot name (a capsule made and parsed per call)
+        bf16 = any(a.dtype.name == "bfloat16" for a in self.host.values())
+        self.cai = {n: fake.device_array(a, dlpack=bf16) for n, a in self.host.items()}
         self.torch = torch_like(fake, self.host)
         if self.torch is not None:
             from aotc.runtime.backends.cuda import arrays
@@ -108,7 +112,8 @@ class Side:
         out["host in, numpy out"] = lambda: exe.run(self.host, outputs="numpy")
         if "out" in params:
             first = exe.run(gpu, outputs="device")
-            mine = [self.fake.device_array(o.numpy(), dlpack=True) for o in first]
+            hosts = [o.numpy() for o in first]
+            mine = [torch_like(self.fake, {"o": h})["o"] if self.torch else self.fake.device_array(h) for h in hosts]
             out["gpu in, out="] = lambda: exe.run(gpu, out=mine)
         if hasattr(exe, "prepare"):
             call = exe.prepare(self.shape, outputs="device")
