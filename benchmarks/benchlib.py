@@ -309,7 +309,8 @@ class DLPackOnly:
 def interleaved(calls: Mapping[str, Callable[[], object]], sync: Callable[[], None], runs: int) -> dict[str, float]:
     """Median milliseconds per call of each, timed round-robin so drift hits all alike. Every call is timed
     to completion: the GPU is synchronized before the clock starts and before it stops (an aotc call on the
-    cuda backend returns only once its stream is done; a torch call queues work, hence the synchronize)."""
+    GPU work queued by either side is inside the time: torch calls and aotc calls with device outputs return
+    while their streams run, hence the synchronize)."""
     for call in calls.values():
         for _ in range(3):  # warm-up: module loads, CUDA graph capture (aotc's second call), torch.compile
             call()

@@ -273,8 +273,8 @@ def bench_overhead(b: Bench) -> None:
                 want = torch.nn.functional.linear(x, w, bias)
                 err = float((torch.from_dlpack(exe.run(feeds)[0]) - want).abs().max())
                 share = replays(program)
-                # an aotc call returns once its stream is done: nothing more to wait for
-                wall = benchlib.per_call_ms(lambda: exe.run(feeds), lambda: None)
+                # a call with device outputs returns while its stream runs: each timed to completion
+                wall = benchlib.per_call_ms(lambda: exe.run(feeds), torch.cuda.synchronize)
                 replayed = share()
                 ref = benchlib.per_call_ms(lambda: torch.nn.functional.linear(x, w, bias), torch.cuda.synchronize)
             gpu, source = replay_gpu_ms(torch, program), "graph replays queued back to back"
@@ -296,14 +296,14 @@ def replay_gpu_ms(torch: Any, program: Any, repeats: int = 200) -> float | None:
     queued behind a spin kernel on torch's stream, so they run back to back with no host gap, between two
     events. None when there is no single graph to replay (or the runtime's internals moved)."""
     try:
-        (entry,) = program._graphs.values()
+        (entry,) = program._graphed.values()  # the one shape's preparation holding a graph
         dev, drv = program.device, program.device.drv
     except (AttributeError, ValueError):
         return None
-    if not entry.lock.acquire(blocking=False):
+    if entry.exec is None or not entry.lock.acquire(blocking=False):
         return None
     dev.make_current()
-    stream = entry.slot.stream
+    stream = entry.stream
     start, end = (dev.get("cuEventCreate", drv.cuEventCreate(0)) for _ in range(2))
     try:
         torch.cuda._sleep(50_000_000)  # tens of ms of spinning: time to queue every replay before any runs

@@ -18,6 +18,9 @@
 #                torch DLPack in and out with no copy)
 #   kernels      attention vs SDPA, bf16 matmul 8192^3 vs cuBLAS, 4095x4097x1000 padded vs unpadded
 #   e2e          GPT-2-small bf16 at 1x128 and 8x1024 vs torch.compile (graph replay), per-call overhead
+#   host         a call's host cost (issue 26): aotc's whole call, host and GPU time of the Linear, attention at
+#                seq 1k and the 8192^3 matmul beside the bare cuLaunchKernel / cuGraphLaunch floors and the
+#                reference's whole call, with each driver call's count and µs (benchmarks/bench_host.py --gpu)
 #   load         verified and signed loads of a GPT-2-small-size file on this machine's cores (bench_load.py)
 #   serve        aotc serve on cuda: throughput and p50/p99 for the MLP and BERT at concurrency 1, 8 and 64,
 #                direct calls vs the server with batching off and on (bench_serve.py over the carried files)
@@ -28,7 +31,7 @@ cd "$(dirname "$0")/.."
 out=${OUT:-gpu_out}
 carry=$(realpath -m "${CARRY:-.gpu_carry}")
 budget=${GPU_CHECK_BUDGET:-480}
-steps=${STEPS:-env smoke correctness kernels e2e load serve}
+steps=${STEPS:-env smoke correctness kernels e2e host load serve}
 dry=${GPU_CHECK_DRY:-0}
 py=${PYTHON:-python3}
 mkdir -p "$out"
@@ -120,6 +123,15 @@ if [ "$dry" = 1 ]; then
 else
     run kernels 140 "$py benchmarks/bench_kernels.py attention matmul --runs 20 --jsonl $jsonl"
     run e2e 140 "$py benchmarks/bench_kernels.py gpt2 overhead --runs 20 --jsonl $jsonl"
+fi
+
+# Host: issue 26's aims: host overhead <= 20 us per prepared call with device outputs, within 2x of the bare-launch
+# floor, attention seq 1k >= 1.0x SDPA's whole call, matmul 8192^3 >= 0.93x cuBLAS per call. Every kernel is in the
+# carried cache (bench_kernels' artifacts). A dry run times the same paths on the instant fake driver.
+if [ "$dry" = 1 ]; then
+    run host 60 "$py benchmarks/bench_host.py linear --calls 50 --repeats 2 --jsonl $jsonl"
+else
+    run host 120 "$py benchmarks/bench_host.py --gpu --calls 200 --jsonl $jsonl"
 fi
 
 # Load: verified and signed loads of a GPT-2-small-size file on this machine's cores (issue 15's aims: a signed load

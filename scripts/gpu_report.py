@@ -94,6 +94,8 @@ def report(out: Path) -> str:
             ],
         )  # fmt: skip
     bench = [r for r in data if r.get("bench") not in ("smoke", "models", "serve", "?")]
+    bench = [r for r in bench if r.get("bench") != "bench_host" or r.get("wall_us") is not None]  # not fake rows
+    lines += host_section([r for r in data if r.get("bench") == "bench_host"])
     if bench:
         lines += ["## Speed (ratio = reference ms / aotc ms: above 1, aotc is faster)", ""]
         lines += table(
@@ -125,6 +127,34 @@ def report(out: Path) -> str:
     return "\n".join(lines)
 
 
+def host_section(rows: list[dict[str, Any]]) -> list[str]:
+    """bench_host.py's rows: a call's host cost beside the driver's floors, and the driver calls it makes."""
+    if not rows:
+        return []
+    lines = ["## Host cost per call (benchmarks/bench_host.py; issue 26)", ""]
+    gpu = [r for r in rows if r.get("wall_us") is not None]
+    if gpu:
+        lines += table(
+            ["case", "whole call us", "host us", "prepared us", "GPU us", "overhead us (aim <= 20)",
+             "bare launch us", "bare graph us", "vs floor (aim <= 2x)", "reference", "ref us", "driver calls"],
+            [
+                [r["case"], r["wall_us"], r.get("host_us"), r.get("prepared_wall_us"), r.get("gpu_us"),
+                 r.get("overhead_us"), r.get("floor_launch_us"), r.get("floor_graph_us"), r.get("vs_floor"),
+                 r.get("ref_name"), None if r.get("ref_ms") is None else r["ref_ms"] * 1e3,
+                 " ".join(f"{k}:{v:g}x/{r.get('driver_us_per_call', {}).get(k, 0):.1f}us"
+                          for k, v in (r.get("driver_calls_per_call") or {}).items())]
+                for r in gpu
+            ],
+        )  # fmt: skip
+    fake = [r for r in rows if r.get("wall_us") is None and r.get("aotc_ms") is not None]
+    if fake:
+        lines += table(
+            ["path (instant fake driver)", "aotc Python us", "driver calls", "which"],
+            [[r["case"], r["aotc_ms"] * 1e3, r.get("driver_calls"), r.get("note")] for r in fake],
+        )
+    return lines
+
+
 def serve_section(served: list[dict[str, Any]]) -> list[str]:
     """bench_serve.py's rows, and issue 17's two aims read off them."""
     if not served:
@@ -154,7 +184,7 @@ def serve_section(served: list[dict[str, Any]]) -> list[str]:
     return lines + [""]
 
 
-STEPS = ("env", "smoke", "correctness", "kernels", "e2e", "serve")
+STEPS = ("env", "smoke", "correctness", "kernels", "e2e", "host", "serve")
 
 
 def verdict(out: Path) -> list[str]:

@@ -16,6 +16,7 @@ from aotc.runtime.guards import Binder, InputGatherer, InputSpec, input_specs
 
 if TYPE_CHECKING:
     from aotc.artifact.signing import KeySource
+    from aotc.runtime.prepared_call import PreparedCall
 
 # The most input shapes whose variant and bound symbols an Executable remembers (see Executable._select).
 CHOSEN_SHAPES = 1024
@@ -104,6 +105,9 @@ class Executable:
         self._inputs = input_specs(first)
         self._output_tree = first.output_tree
         self._gather_inputs = InputGatherer(self._inputs)
+        self._names = tuple(s.name for s in self._inputs)
+        self._wants = tuple((s.dtype.np, len(s.shape)) for s in self._inputs)
+        self._gpu = self._backend.name == "cuda"
         # input shapes -> the variant whose guards they meet and its bound symbols (see _select)
         self._chosen: dict[tuple[tuple[int, ...], ...], tuple[Program, dict[str, int]]] = {}
 
@@ -112,12 +116,49 @@ class Executable:
         """Inputs by position (in ``input_names`` order) or by name; returns the model's output structure."""
         return unflatten_tree(self._output_tree, self._run(*self._gather(args, kwargs)))
 
-    def run(self, feeds: Mapping[str, Any], *, outputs: str | None = None) -> list[Any]:
-        """Inputs by name; returns the flat list of outputs (``outputs``: "numpy" or "device" for this call)."""
+    def run(
+        self,
+        feeds: Mapping[str, Any],
+        *,
+        outputs: str | None = None,
+        out: Sequence[Any] | None = None,
+        stream: Any = None,
+        sync: bool | None = None,
+    ) -> list[Any]:
+        """Inputs by name; returns the flat list of outputs (``outputs``: "numpy" or "device" for this call).
+
+        GPU callers (cuda; see README, "Serving from a GPU"): ``out`` writes the outputs into the caller's own GPU
+        tensors (one per output, checked like inputs) and returns them; ``stream`` (a handle, a torch or CuPy
+        stream) is the stream to run on, else the stream the first GPU input was produced on; ``sync`` waits for
+        the call and raises its own errors (default: for numpy outputs only; device outputs return while the
+        GPU works, and an error flag of theirs is raised by a later call at the same shapes, ``synchronize()``
+        or a host copy of an output). Device outputs not given by ``out`` are static buffers of the shapes:
+        valid until the next call at the same shapes on the same thread."""
         if type(feeds) is not dict and not isinstance(feeds, Mapping):  # a dict skips the ABC check: every call pays
             raise GuardError(f"run() takes a mapping of input name to array, got {type(feeds).__name__}")
-        mode = self._outputs if outputs is None else self._check_outputs(outputs)
-        return self._run(*self._gather((), feeds), outputs=mode)
+        mode = (self._outputs if out is None else "device") if outputs is None else self._check_outputs(outputs)
+        if out is None and stream is None and sync is None:
+            return self._run(*self._gather((), feeds), outputs=mode)
+        if self._backend.name != "cuda":
+            raise AotcError(f"out=, stream= and sync= are for device='cuda'; this executable runs on {self.device}")
+        return self._run(*self._gather((), feeds), outputs=mode, out=out, stream=_stream_handle(stream), sync=sync)
+
+    def prepare(self, shapes: Mapping[str, Sequence[int]], *, outputs: str | None = None) -> PreparedCall:
+        """A call prepared once for inputs of these shapes (by input name): its variant chosen and guards
+        checked, and on cuda its memory, packed launches and CUDA graph made now, so that each call only binds
+        its tensors and launches (what a server does per request; TensorRT's execution context). A call through
+        ``exe.run`` at shapes seen before takes the same path implicitly. See ``PreparedCall``."""
+        from aotc.runtime.prepared_call import PreparedCall
+
+        return PreparedCall(self, shapes, self._outputs if outputs is None else self._check_outputs(outputs))
+
+    def synchronize(self) -> None:
+        """Wait for the GPU work of every call made so far and raise the ExecError of one whose error flags were
+        not read yet (an unsynchronized call with a bad index); a no-op off the GPU."""
+        for _, program in self._variants:
+            sync = getattr(program, "synchronize", None)
+            if sync is not None:
+                sync()
 
     def check(self, feeds: Mapping[str, Any]) -> None:
         """Raise GuardError unless some variant accepts inputs of these names, dtypes and shapes; runs nothing.
@@ -129,20 +170,43 @@ class Executable:
             raise GuardError(f"check() takes a mapping of input name to array, got {type(feeds).__name__}")
         self._select(self._gather((), feeds)[0])
 
-    def _run(self, arrays: list[np.ndarray], feeds: list[Any], outputs: str | None = None) -> list[Any]:
-        program, env = self._select(arrays)
+    def _run(self, arrays: list[Any], feeds: list[Any], outputs: str | None = None, **gpu: Any) -> list[Any]:
+        key = tuple([a.shape for a in arrays])
+        chosen = self._chosen.get(key)
+        if chosen is None:
+            chosen = self._remember(key, arrays)
+        program = chosen[0]
         mode = self._outputs if outputs is None else outputs
+        if self._gpu:  # the program keeps its own per-shape state: no copy of the bound symbols per call
+            return program.run(feeds, chosen[1], mode, key=key, **gpu)  # type: ignore[call-arg]
         if mode == "numpy":
-            return program.run(feeds, env)
-        return program.run(feeds, env, outputs=mode)  # type: ignore[call-arg]
+            return program.run(feeds, dict(chosen[1]))
+        return program.run(feeds, dict(chosen[1]), outputs=mode)  # type: ignore[call-arg]
 
-    def _gather(self, args: Any, kwargs: Mapping[str, Any]) -> tuple[list[np.ndarray], list[Any]]:
+    def _gather(self, args: Any, kwargs: Mapping[str, Any]) -> tuple[list[Any], list[Any]]:
         """Arrays for the guards, and what the program reads: a GPU tensor stays on the GPU when the backend
-        takes one (``adopt``), its guards checked through a zero-stride stand-in of its dtype and shape."""
+        takes one (``adopt``). The guards read only dtypes and shapes: a GPU input whose dtype and rank are the
+        input's goes as it is; any other call is checked through zero-stride stand-ins, for the messages."""
         adopt = getattr(self._backend, "adopt", None)
         if adopt is None:
             arrays = self._gather_inputs(args, kwargs)
             return arrays, arrays
+        values = None
+        if not kwargs:
+            if len(args) == len(self._wants):
+                values = args
+        elif not args and type(kwargs) is dict and len(kwargs) == len(self._wants):
+            values = [kwargs.get(name) for name in self._names]
+        if values is not None:
+            out = []
+            for v, (dtype, rank) in zip(values, self._wants):
+                d = adopt(v)
+                x = v if d is None else d
+                if (d is None and type(x) is not np.ndarray) or x.dtype != dtype or len(x.shape) != rank:
+                    break
+                out.append(x)
+            else:
+                return out, out
         on_device = [adopt(a) for a in args]
         named = {k: adopt(v) for k, v in kwargs.items()}
         arrays = self._gather_inputs(
@@ -183,11 +247,15 @@ class Executable:
         key = tuple([a.shape for a in arrays])
         chosen = self._chosen.get(key)
         if chosen is None:
-            chosen = self._bind(arrays)
-            if len(self._chosen) >= CHOSEN_SHAPES:
-                self._chosen.clear()
-            self._chosen[key] = chosen
+            chosen = self._remember(key, arrays)
         return chosen[0], dict(chosen[1])
+
+    def _remember(self, key: tuple[Any, ...], arrays: list[Any]) -> tuple[Program, dict[str, int]]:
+        chosen = self._bind(arrays)
+        if len(self._chosen) >= CHOSEN_SHAPES:
+            self._chosen.clear()
+        self._chosen[key] = chosen
+        return chosen
 
     def _bind(self, arrays: list[np.ndarray]) -> tuple[Program, dict[str, int]]:
         errors: list[GuardError] = []
@@ -226,3 +294,23 @@ class Executable:
     def __repr__(self) -> str:
         ins = ", ".join(str(s) for s in self._inputs)
         return f"<Executable {self._artifact.name!r} on {self.device}: ({ins})>"
+
+
+def _stream_handle(stream: Any) -> int | None:
+    """A caller's stream as the driver's handle: an int, a torch stream (``cuda_stream``), a CUDA Python
+    stream (``__cuda_stream__``), a CuPy stream (``ptr``) or a bindings CUstream (``int()``)."""
+    if stream is None or isinstance(stream, int):
+        return stream
+    protocol = getattr(stream, "__cuda_stream__", None)
+    if protocol is not None:
+        return int(protocol()[1])
+    for attr in ("cuda_stream", "ptr"):
+        handle = getattr(stream, attr, None)
+        if isinstance(handle, int):
+            return handle
+    try:
+        return int(stream)
+    except (TypeError, ValueError):
+        raise AotcError(
+            f"stream= takes a CUDA stream (a handle, or a torch/CuPy stream), got {type(stream).__name__}"
+        ) from None

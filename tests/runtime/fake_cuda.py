@@ -28,6 +28,7 @@ import numpy as np
 from fake_cuda_memory import MemoryMixin, Pool
 from fake_cuda_streams import StreamsMixin
 from fake_cuda_types import (
+    CUDA_KERNEL_NODE_PARAMS,
     CUdevice_attribute,
     CUevent_flags,
     CUfunction_attribute,
@@ -42,6 +43,7 @@ from fake_cuda_types import (
     CUresult,
     CUstream_flags,
     CUstreamCaptureMode,
+    DLPackTensor,
     FakeTensor,
     cuuint64_t,
     fake_binaries,
@@ -78,6 +80,7 @@ class FakeDriver(StreamsMixin, MemoryMixin):
     """One fake GPU. ``register(schedule, binaries)`` tells it each kernel's source (what the cubin would hold)."""
 
     CUresult = CUresult
+    CUDA_KERNEL_NODE_PARAMS = CUDA_KERNEL_NODE_PARAMS
     CUdevice_attribute = CUdevice_attribute
     CUfunction_attribute = CUfunction_attribute
     CUpointer_attribute = CUpointer_attribute
@@ -106,6 +109,7 @@ class FakeDriver(StreamsMixin, MemoryMixin):
         self.memory, self.devices, self.reject_cubins = memory, devices, reject_cubins
         self.kernels: dict[str, tuple[Kernel, KernelBinary]] = {}
         self.allocs: dict[int, np.ndarray] = {}
+        self.pinned: dict[int, np.ndarray] = {}  # page-locked host memory (cuMemHostAlloc)
         self.ctx_refs = 0
         self.modules: list[_Module] = []
         self.launches: list[tuple[str, tuple[int, int, int], int, int, int]] = []  # name, grid, block, shared, cluster
@@ -131,6 +135,7 @@ class FakeDriver(StreamsMixin, MemoryMixin):
     def live(self) -> dict[str, int]:
         return {
             "allocations": len(self.allocs),
+            "pinned": len(self.pinned),
             "modules": sum(m.loaded for m in self.modules),
             "streams": len(self.streams),
             "events": len(self.events),
@@ -139,12 +144,13 @@ class FakeDriver(StreamsMixin, MemoryMixin):
             "contexts": self.ctx_refs,
         }
 
-    def device_array(self, host: np.ndarray) -> Any:
-        """A GPU-resident copy of ``host`` exposing ``__cuda_array_interface__`` (like a torch CUDA tensor)."""
+    def device_array(self, host: np.ndarray, dlpack: bool = False) -> Any:
+        """A GPU-resident copy of ``host`` exposing ``__cuda_array_interface__`` (like a torch CUDA tensor), or with
+        ``dlpack`` only ``__dlpack__`` (what benchmarks hand over for torch's tensors)."""
         host = np.ascontiguousarray(host)
         ptr = self.cuMemAlloc(max(host.nbytes, 1))[1]
         ctypes.memmove(ptr, host.ctypes.data, host.nbytes)
-        return FakeTensor(ptr, host.shape, host.dtype)
+        return (DLPackTensor if dlpack else FakeTensor)(ptr, host.shape, host.dtype)
 
     def fail(self, error: CUresult, *calls: str) -> None:
         """From now on the named driver calls return ``error`` and do nothing. With no names every call does: the
@@ -154,9 +160,31 @@ class FakeDriver(StreamsMixin, MemoryMixin):
         for name in names:
             setattr(self, name, partial(_failed, error))  # shadows the method on this instance
 
+    def settle(self) -> None:
+        """Run all queued work, as time passing does on a GPU (no synchronize call is made or counted)."""
+        with self._lock:
+            self._drain(None)
+
     def read(self, ptr: int, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         n = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
         return self._view(ptr, n).view(dtype).reshape(shape).copy()
+
+    # -- pools: the release threshold, as CUDA applies it ------------------------------------------------------
+    def cuMemPoolGetAttribute(self, pool: Any, attr: Any) -> tuple[CUresult, Any]:
+        if id(pool) not in self.pools or attr != CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
+            return CUresult.CUDA_ERROR_INVALID_VALUE, None
+        return OK, cuuint64_t(pool.threshold)
+
+    def cuStreamSynchronize(self, handle: Any) -> tuple[CUresult]:
+        result = super().cuStreamSynchronize(handle)
+        with self._lock:  # a pool keeps no more unused memory than its release threshold past a synchronize
+            for pool in self.pools.values():
+                while pool.threshold < sum(pool.sizes[p] for ptrs in pool.free.values() for p in ptrs):
+                    ptrs = next(v for v in pool.free.values() if v)
+                    ptr = ptrs.pop()
+                    del pool.sizes[ptr]
+                    self.allocs.pop(ptr, None)
+        return result
 
     # -- bookkeeping --------------------------------------------------------------------------------
     def _handle(self, obj: Any) -> Any:
@@ -314,14 +342,20 @@ class FakeDriver(StreamsMixin, MemoryMixin):
         )
         if bad:
             return (CUresult.CUDA_ERROR_INVALID_VALUE,)
+        values = self._read_params(f, params)
+        with self._lock:
+            return self._enqueue(stream, ("launch", f, grid, cluster, values))
+
+    def _read_params(self, f: _Function, params: int) -> tuple[Any, ...]:
+        """The parameter values behind a ``void**`` kernelParams address, by the function's parameter types."""
+        m = f.meta
         slots = (ctypes.c_void_p * len(m.params)).from_address(params)
         values = []
         for p, t in zip(slots, m.params):
             values.append(
                 ctypes.c_uint64.from_address(p).value if t.startswith("*") else _SCALAR[t].from_address(p).value
             )
-        with self._lock:
-            return self._enqueue(stream, ("launch", f, grid, cluster, tuple(values)))
+        return tuple(values)
 
     def _execute(self, op: tuple[Any, ...]) -> tuple[CUresult]:
         """Run one queued item (see fake_cuda_streams for when). After a fault, nothing runs any more."""
@@ -330,7 +364,7 @@ class FakeDriver(StreamsMixin, MemoryMixin):
         kind = op[0]
         try:
             if kind == "memcpy":
-                _, dst, src, n = op
+                dst, src, n = op[1:4]
                 ctypes.memmove(dst, src, n)
             elif kind == "memset":
                 _, ptr, value, count = op

@@ -5,6 +5,7 @@ stream."""
 
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,7 +26,7 @@ class Pool:
 class MemoryMixin:
     """Needs ``self._lock`` (an RLock), ``self.allocs`` (base address -> block), ``self.memory`` (bytes),
     ``self.pools``, ``self._handle(obj)``, ``self._find(ptr, nbytes)`` and the streams' ``_stream``, ``_capturing``,
-    ``_enqueue`` and ``_drain``."""
+    ``_enqueue`` and ``_drain``; ``self.pinned`` (base address -> page-locked host block)."""
 
     _lock: Any
     allocs: dict[int, np.ndarray]
@@ -107,11 +108,34 @@ class MemoryMixin:
 
     def _copy(self, dst: int, src: int, n: int, stream: Any, dst_dev: bool, src_dev: bool) -> tuple[CUresult]:
         with self._lock:
-            if self._capturing(stream):
+            host = src if dst_dev and not src_dev else dst if src_dev and not dst_dev else None
+            pinned = host is not None and self._pinned_at(host, n)
+            if self._capturing(stream) and not pinned:  # a graph may copy to and from page-locked memory only
                 return (CUresult.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,)
             if (dst_dev and self._find(dst, n) is None) or (src_dev and self._find(src, n) is None):
                 return (CUresult.CUDA_ERROR_INVALID_VALUE,)
+            if dst_dev and not src_dev and not pinned:
+                # From pageable memory the driver stages the bytes before it returns: the caller may reuse them.
+                staged = np.frombuffer(ctypes.string_at(src, n), np.uint8).copy()
+                return self._enqueue(stream, ("memcpy", dst, staged.ctypes.data, n, staged))  # the op keeps it
             return self._enqueue(stream, ("memcpy", dst, src, n))
+
+    # -- page-locked host memory: copies to and from it are truly asynchronous, and may be captured --------------
+    def cuMemHostAlloc(self, nbytes: int, flags: int) -> tuple[CUresult, int]:
+        with self._lock:
+            if nbytes <= 0:
+                return CUresult.CUDA_ERROR_INVALID_VALUE, 0
+            block = np.zeros(nbytes, np.uint8)
+            self.pinned[block.ctypes.data] = block
+            return OK, block.ctypes.data
+
+    def cuMemFreeHost(self, ptr: int) -> tuple[CUresult]:
+        with self._lock:
+            self._drain(None)  # a copy still queued into it must not write freed memory
+            return (OK,) if self.pinned.pop(int(ptr), None) is not None else (CUresult.CUDA_ERROR_INVALID_VALUE,)
+
+    def _pinned_at(self, ptr: int, nbytes: int) -> bool:
+        return any(base <= ptr and ptr + nbytes <= base + b.size for base, b in self.pinned.items())
 
     def cuMemcpyHtoDAsync(self, dst: int, src: int, n: int, stream: Any) -> tuple[CUresult]:
         return self._copy(dst, src, n, stream, True, False)
@@ -122,7 +146,9 @@ class MemoryMixin:
         # may have freed it. So run the stream's queue now, the copy last.
         with self._lock:
             queued = self._copy(dst, src, n, stream, False, True)
-            return self._drain(self._stream(stream)) if queued[0] == OK else queued
+            if queued[0] != OK or self._pinned_at(dst, n):  # into page-locked memory: queued like any other copy
+                return queued
+            return self._drain(self._stream(stream))
 
     def cuMemcpyDtoDAsync(self, dst: int, src: int, n: int, stream: Any) -> tuple[CUresult]:
         return self._copy(dst, src, n, stream, True, True)

@@ -26,6 +26,18 @@ class FakeStream:
     order: int  # creation order: later streams run first when both can
     queue: deque = field(default_factory=deque)
     capturing: Capture | None = None
+    handle: int = 0  # what int(stream) gives, as for a real CUstream: callers may name a stream by it
+    last_node: int = -1  # while capturing: the position in the capture of the last op this stream added
+
+    def __int__(self) -> int:
+        return self.handle
+
+
+@dataclass(frozen=True)
+class FakeNode:
+    """A captured graph node: its position in the capture's ops (the same in the graph and its executables)."""
+
+    position: int
 
 
 @dataclass(eq=False)
@@ -60,16 +72,24 @@ class StreamsMixin:
         self.graphs: set[int] = set()
         self.execs: set[int] = set()
         self._order = 0
+        self._by_int: dict[int, FakeStream] = {}
         self._legacy = self._new_stream()  # handle 0 / 1: the legacy default stream
+        self._legacy.handle = 0
         self._all: list[FakeStream] = [self._legacy]
+        self.executed: list[tuple[int, str, str]] = []  # (stream handle, kind, what): the order work really ran
 
     def _new_stream(self) -> FakeStream:
         self._order += 1
-        return FakeStream(self._order)
+        s = FakeStream(self._order, handle=0x5000 + 16 * self._order)
+        self._by_int[s.handle] = s
+        return s
 
     def _stream(self, handle: Any) -> FakeStream | None:
-        if isinstance(handle, int) and handle in (0, 1, 2):
-            return self._legacy
+        if isinstance(handle, int):
+            if handle in (0, 1, 2):
+                return self._legacy
+            s = self._by_int.get(handle)
+            return s if s is not None and id(s) in self.streams else None
         s = self._objects.get(id(handle))
         return s if isinstance(s, FakeStream) and id(s) in self.streams else None
 
@@ -82,6 +102,7 @@ class StreamsMixin:
         if s is None:
             return (CUresult.CUDA_ERROR_INVALID_HANDLE,)
         if s.capturing is not None:
+            s.last_node = len(s.capturing.ops)
             s.capturing.ops.append((s.capturing.members[id(s)], op))
             return (OK,)
         if op[0] == "wait":
@@ -106,6 +127,7 @@ class StreamsMixin:
                 if op[0] == "record":
                     op[1].done = max(op[1].done, op[2])
                 elif op[0] != "wait":
+                    self.executed.append((s.handle, op[0], op[1].name if op[0] == "launch" else ""))
                     res = self._execute(op)  # type: ignore[attr-defined]
                     if res[0] != OK:
                         result = res
@@ -130,6 +152,7 @@ class StreamsMixin:
             self._drain(s)  # queued work still runs, as CUDA does
             self.streams.discard(id(s))
             self._all.remove(s)
+            self._by_int.pop(s.handle, None)
             return (OK,)
 
     def cuStreamSynchronize(self, handle: Any) -> tuple[CUresult]:
@@ -231,6 +254,31 @@ class StreamsMixin:
                     op[1].recorded += 1
                     op = ("record", op[1], op[1].recorded)
                 target.queue.append(op)
+            return (OK,)
+
+    def cuStreamGetCaptureInfo(self, handle: Any) -> tuple[Any, ...]:
+        """cuda-bindings 13's form: (result, status, id, graph, dependencies, edge data, count); the dependencies
+        are the node the stream's last captured op made (what the next op would follow)."""
+        with self._lock:
+            s = self._stream(handle)
+            if s is None:
+                return CUresult.CUDA_ERROR_INVALID_HANDLE, 0, 0, None, [], [], 0
+            if s.capturing is None:
+                return OK, 0, 0, None, [], [], 0
+            nodes = [FakeNode(s.last_node)] if s.last_node >= 0 else []
+            return OK, 1, id(s.capturing), None, nodes, [], len(nodes)
+
+    def cuGraphExecKernelNodeSetParams(self, exec_: Any, node: Any, params: Any) -> tuple[CUresult]:
+        """The kernel node's parameters (read from ``params.kernelParams`` now, as CUDA does) in that executable."""
+        with self._lock:
+            if id(exec_) not in self.execs or not isinstance(node, FakeNode) or node.position >= len(exec_.ops):
+                return (CUresult.CUDA_ERROR_INVALID_VALUE,)
+            index, op = exec_.ops[node.position]
+            grid = (params.gridDimX, params.gridDimY, params.gridDimZ)
+            if op[0] != "launch" or params.func is not op[1] or grid != op[2]:
+                return (CUresult.CUDA_ERROR_INVALID_VALUE,)  # not this kernel node, or a change we do not model
+            values = self._read_params(op[1], params.kernelParams)  # type: ignore[attr-defined]
+            exec_.ops[node.position] = (index, ("launch", op[1], grid, op[3], values))
             return (OK,)
 
     def cuGraphExecDestroy(self, exec_: Any) -> tuple[CUresult]:

@@ -82,6 +82,9 @@ class cuuint64_t:
             raise OverflowError(value)
         self.value = value
 
+    def __int__(self) -> int:
+        return self.value
+
 
 class _Location:
     def __init__(self) -> None:
@@ -108,6 +111,16 @@ class CUlaunchAttribute:
     def __init__(self) -> None:
         self.id = 0
         self.value = _AttrValue()
+
+
+class CUDA_KERNEL_NODE_PARAMS:
+    def __init__(self) -> None:
+        self.func: Any = None
+        self.gridDimX = self.gridDimY = self.gridDimZ = 0
+        self.blockDimX = self.blockDimY = self.blockDimZ = 0
+        self.sharedMemBytes = 0
+        self.kernelParams: Any = 0
+        self.extra: Any = 0
 
 
 class CUlaunchConfig:
@@ -167,3 +180,20 @@ class FakeTensor:
         """A non-contiguous view (2-D): swapped shape and strides."""
         s = self.dtype.itemsize
         return FakeTensor(self.ptr, self.shape[::-1], self.dtype, (s, s * self.shape[1]))
+
+
+class DLPackTensor(FakeTensor):
+    """A tensor on the fake GPU that hands itself over through DLPack alone, as benchmarks/benchlib.DLPackOnly
+    passes torch's: the consumer names its stream, and the capsule is parsed on each call."""
+
+    __cuda_array_interface__ = None  # type: ignore[assignment]
+
+    def __dlpack__(self, stream: Any = None, **_kwargs: Any) -> Any:
+        from aotc.runtime.backends.cuda import dlpack
+
+        self.streams_asked = getattr(self, "streams_asked", [])
+        self.streams_asked.append(stream)
+        return dlpack.export(self, self.ptr, self.shape, self.dtype, 0)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return 2, 0

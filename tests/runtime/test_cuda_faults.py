@@ -5,8 +5,9 @@ calls raise the fault and closing frees quietly, so the fault is what the caller
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 
 import numpy as np
 import pytest
@@ -41,37 +42,37 @@ def _call(program: CudaProgram, rows: int) -> list[np.ndarray]:
     return got
 
 
-def _returns(fn: Callable[[], object], timeout: float = 30.0) -> BaseException | None:
-    """What ``fn`` raised (None if nothing), run on a daemon thread so that a hang fails the test instead of
-    hanging it."""
-    raised: list[BaseException | None] = []
+_WORKER = ThreadPoolExecutor(1, thread_name_prefix="fault-test")  # one thread: its calls share their shapes
 
-    def body() -> None:
+
+def _returns(fn: Callable[[], object], timeout: float = 30.0) -> BaseException | None:
+    """What ``fn`` raised (None if nothing), run on one worker thread (the same for every call, so calls share
+    their prepared shapes) so that a hang fails the test instead of hanging it."""
+
+    def body() -> BaseException | None:
         try:
             fn()
         except BaseException as e:
-            raised.append(e)
-        else:
-            raised.append(None)
+            return e
+        return None
 
-    thread = threading.Thread(target=body, daemon=True)
-    thread.start()
-    thread.join(timeout)
-    assert not thread.is_alive(), f"{fn.__qualname__} did not return in {timeout} s: a lock was left held"
-    return raised[0]
+    try:
+        return _WORKER.submit(body).result(timeout)
+    except FutureTimeout:
+        raise AssertionError(f"{fn.__qualname__} did not return in {timeout} s: a lock was left held") from None
 
 
 def test_a_graph_destroy_failing_on_eviction_leaves_no_lock_held() -> None:
     fake, backend, program = _backend(graph_cache=1)
     for rows in (3, 3, 4):  # 3: eager, then captured; 4: eager
-        _call(program, rows)
+        assert _returns(lambda rows=rows: _call(program, rows)) is None
     fake.fail(CUresult.CUDA_ERROR_INVALID_VALUE, "cuGraphExecDestroy")
     # The call capturing shape 4 evicts shape 3's graph, whose destroy fails: that call raises ...
     error = _returns(lambda: _call(program, 4))
     assert isinstance(error, ExecError) and "cuGraphExecDestroy" in str(error)
     # ... and leaves shape 4's new graph cached and unlocked: the next call replays it.
     replays = program.stats["replay"]
-    _call(program, 4)
+    assert _returns(lambda: _call(program, 4)) is None
     assert program.stats["replay"] == replays + 1
 
     error = _returns(program.close)

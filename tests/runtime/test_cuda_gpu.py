@@ -2,8 +2,9 @@
 (when cuda-bindings and a GPU are present; skipped otherwise). Artifacts come from aotc.compile with real
 ahead-of-time kernels: every example model == the cpu backend at two values of each dynamic dim; graph replay
 == eager launches bit for bit; many calls leak no device memory (driver-reported free memory); 8 threads x
-many mixed-shape calls on one Executable; a bad token id raises and the next call is right; and on the real GPU,
-torch tensors in and out without copies (pointer equality)."""
+many mixed-shape calls on one Executable (200 each on the GPU); a bad token id raises and the next call is right;
+and on the real GPU, torch tensors in and out without copies (pointer equality), and a prepared call on a torch
+stream with out= tensors, node-updating replays and an unsynchronized bad id raised at synchronize() (issue 26)."""
 
 from __future__ import annotations
 
@@ -119,7 +120,7 @@ def test_eight_threads_share_one_executable(target: Target) -> None:
 
         def work(t: int) -> None:
             try:
-                for i in range(target.calls(50, 1)):
+                for i in range(target.calls(200, 1)):
                     k = (t + i) % len(cases)
                     for a, b in zip(exe.run(cases[k]), wants[k]):
                         np.testing.assert_allclose(a, b, **TOL)
@@ -160,3 +161,42 @@ def test_torch_tensors_in_and_out_without_copies() -> None:
         y = torch.from_dlpack(out)
         assert y.data_ptr() == out.ptr and y.is_cuda
         np.testing.assert_allclose(y.cpu().numpy(), Executable(art, "cpu")(x.cpu().numpy()), **TOL)
+
+
+def test_a_prepared_call_on_a_torch_stream_writes_out_tensors_and_raises_by_the_contract() -> None:
+    """Issue 26 on the GPU: a prepared call on a torch stream (no synchronize of its own), torch tensors read in
+    place, out= tensors written in place, a device output read through DLPack on another stream, replays that
+    update the graph's nodes, and a bad id raised at synchronize() with the next call right."""
+    if REAL is None:
+        pytest.skip("no GPU with cuda-bindings here")
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA here")
+    art = _artifact("mlp")
+    cpu = Executable(art, "cpu")
+    d_in = art.variants[0].graph.inputs[0].type.shape[1]
+    with Executable(art, CudaBackend(), outputs="device") as exe:
+        call = exe.prepare({"x": (4, d_in)})
+        stream = torch.cuda.Stream()
+        with torch.cuda.stream(stream):
+            for _ in range(4):  # eager, captured, replayed with a new tensor each time (node updates)
+                x = torch.randn(4, d_in, device="cuda")
+                (y,) = call.run({"x": x})
+                got = torch.from_dlpack(y).clone()  # ordered on the current (this) stream
+                np.testing.assert_allclose(got.cpu().numpy(), cpu(x.cpu().numpy()), **TOL)
+            out = torch.empty_like(got)
+            assert exe.run({"x": x}, out=[out])[0] is out
+            stream.synchronize()
+            np.testing.assert_allclose(out.cpu().numpy(), cpu(x.cpu().numpy()), **TOL)
+        assert exe._variants[0][1].stats["replay"] >= 2
+    gpt2 = _artifact("gpt2")
+    good = feeds("gpt2", gpt2.variants[0].graph, {"batch": 2, "seq": 5})[0]
+    bad = good.copy()
+    bad[0, 1] = 10**6
+    with Executable(gpt2, CudaBackend(), outputs="device") as exe:
+        exe.run({"input_ids": torch.from_numpy(bad).cuda()})
+        with pytest.raises(ExecError, match="outside the valid range"):
+            exe.synchronize()
+        got = exe.run({"input_ids": torch.from_numpy(good).cuda()}, sync=True)
+        for a, b in zip(got, Executable(gpt2, "cpu").run({"input_ids": good})):
+            np.testing.assert_allclose(a.numpy(), b, **TOL)

@@ -66,7 +66,7 @@ def test_the_hand_schedule_runs_its_gather_beside_the_chain() -> None:
         plan = program._shape((7,), env).streams
         assert plan.count == 2 and plan.stream_of == (0, 0, 1)
         assert program.stats["replay"] == 2
-        assert fake.live()["streams"] == 4  # main + aux, for the eager slot and for the graph's slot
+        assert fake.live()["streams"] == 2  # the shape's own stream and its auxiliary one, eager and replayed alike
 
 
 def test_a_missing_wait_is_caught_by_the_adversarial_fake() -> None:

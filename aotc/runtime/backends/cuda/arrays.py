@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import math
+import sys
 import threading
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,20 +50,34 @@ class DeviceMemory:
 
 
 class DeviceArray:
-    """A C-contiguous array in GPU memory that the caller owns (an output with ``outputs="device"``).
+    """A C-contiguous array in GPU memory (an output with ``outputs="device"``).
 
     Torch, CuPy and JAX take it without a copy: ``torch.from_dlpack(a)``, ``cupy.asarray(a)``. ``numpy()``
-    copies it to the host; ``free()`` returns its memory now instead of when it is garbage collected."""
+    copies it to the host. An output of a call is a view of that shape's static output buffer (``call`` set):
+    valid until the next call at the same shape on the same thread, ordered on the stream the call ran on (named
+    by ``__cuda_array_interface__``, waited for by ``__dlpack__(stream=...)``), its memory kept alive while any
+    view of it is. ``free()`` returns memory the array owns now instead of when it is garbage collected (a view
+    of a static buffer owns none)."""
 
-    def __init__(self, device: Device, memory: DeviceMemory, shape: tuple[int, ...], dtype: np.dtype) -> None:
+    def __init__(
+        self,
+        device: Device,
+        memory: DeviceMemory,
+        shape: tuple[int, ...],
+        dtype: np.dtype,
+        ptr: int | None = None,
+        call: Any = None,
+    ) -> None:
         self._device = device
         self._memory = memory
+        self._ptr = memory.ptr if ptr is None else ptr
+        self._call = None if call is None else weakref.ref(call)
         self.shape = shape
         self.dtype = dtype
 
     @property
     def ptr(self) -> int:
-        return self._memory.ptr
+        return self._ptr
 
     @property
     def size(self) -> int:
@@ -75,24 +91,38 @@ class DeviceArray:
     def ndim(self) -> int:
         return len(self.shape)
 
+    def _owner(self) -> Any:
+        return self._call() if self._call is not None else None
+
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
-        # The data is complete when the call returns (it synchronizes), so no stream is named.
+        # Version 3 names the stream the data is being written on (None: complete already); 1 for the legacy
+        # default stream, whose handle 0 the interface reserves.
+        call = self._owner()
+        stream = call.pending_stream() if call is not None else None
         return {
             "shape": self.shape,
             "typestr": self.dtype.str,
             "data": (self.ptr, False),
             "version": 3,
             "strides": None,
+            "stream": (stream or 1) if stream is not None else None,
         }
 
     def __dlpack__(self, stream: Any = None, **_kwargs: Any) -> Any:
+        call = self._owner()
+        if call is not None and stream != -1:  # -1: the consumer asks for no synchronization
+            call.order_before(1 if stream is None else int(stream))
         return dlpack.export(self, self.ptr, self.shape, self.dtype, self._device.info.ordinal)
 
     def __dlpack_device__(self) -> tuple[int, int]:
         return dlpack.KDL_CUDA, self._device.info.ordinal
 
     def numpy(self) -> np.ndarray:
+        """A host copy; waits for the call that wrote it and raises its pending ExecError, if any."""
+        call = self._owner()
+        if call is not None:
+            call.synchronize()
         out = np.empty(self.shape, self.dtype)
         if self.nbytes:
             self._device.make_current()
@@ -101,7 +131,8 @@ class DeviceArray:
         return out
 
     def free(self) -> None:
-        self._memory.free()
+        if self._call is None:
+            self._memory.free()
 
     def __repr__(self) -> str:
         return f"<DeviceArray {self.dtype.name}{list(self.shape)} on {self._device.info.name}>"
@@ -138,12 +169,70 @@ class DeviceInput:
         return True
 
 
-def adopt(value: Any) -> DeviceInput | None:
-    """A ``DeviceInput`` for a GPU tensor (``__cuda_array_interface__`` or a CUDA ``__dlpack__``), else None.
+# Per Python type: whether it is a torch tensor (read through its attributes), else the protocols decide.
+_TORCH_TYPES: dict[type, bool] = {}
+_TORCH_DTYPES: dict[Any, np.dtype] = {}
 
-    Host arrays (numpy, torch CPU tensors) give None: they take the ordinary numpy path."""
-    if isinstance(value, (np.ndarray, DeviceInput)):
-        return value if isinstance(value, DeviceInput) else None
+
+def torch_stream(device: int) -> int:
+    """torch's current stream on GPU ``device`` (its handle): what a torch caller's work is queued on."""
+    torch = sys.modules["torch"]
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # no Stream object made: a fraction of a µs
+    if raw is not None:
+        return int(raw(device))
+    return int(torch.cuda.current_stream(device).cuda_stream)
+
+
+def _is_torch(kind: type) -> bool:
+    torch = sys.modules.get("torch")
+    found = torch is not None and isinstance(getattr(torch, "Tensor", None), type) and issubclass(kind, torch.Tensor)
+    if torch is not None:  # once torch is imported the answer for this type is final
+        _TORCH_TYPES[kind] = found
+    return found
+
+
+def _from_torch(value: Any) -> DeviceInput | None:
+    """A torch CUDA tensor read through its attributes (one read each, no capsule); None for a CPU tensor, and
+    for a dtype aotc maps only through DLPack (the caller then takes the protocol path)."""
+    if not value.is_cuda:
+        return None
+    if not _TORCH_DTYPES:
+        import torch
+
+        from aotc.ir.dtypes import DType
+
+        for name in ("float32", "float16", "float64", "int64", "int32", "int16", "int8", "uint8", "bool"):
+            _TORCH_DTYPES[getattr(torch, name)] = np.dtype(name)
+        _TORCH_DTYPES[torch.bfloat16] = DType.bfloat16.np
+    dtype = _TORCH_DTYPES.get(value.dtype)
+    if dtype is None:
+        return None
+    device = value.get_device()
+    strides = None if value.is_contiguous() else tuple(s * dtype.itemsize for s in value.stride())
+    return DeviceInput(value.data_ptr(), tuple(value.shape), dtype, strides, device, torch_stream(device), value)
+
+
+def adopt(value: Any) -> DeviceInput | None:
+    """A ``DeviceInput`` for a GPU tensor (a torch CUDA tensor, ``__cuda_array_interface__`` or a CUDA
+    ``__dlpack__``), else None.
+
+    Host arrays (numpy, torch CPU tensors) give None: they take the ordinary numpy path. A torch tensor's
+    producer stream is torch's current stream; DLPack producers order their work before the legacy default
+    stream (the stream passed to them), and the array interface names its own (version 3)."""
+    kind = type(value)
+    if kind is np.ndarray:
+        return None
+    if kind is DeviceInput:
+        return value
+    torch_type = _TORCH_TYPES.get(kind)
+    if torch_type is None:
+        torch_type = _is_torch(kind)
+    if torch_type:
+        found = _from_torch(value)
+        if found is not None or not value.is_cuda:
+            return found
+    if isinstance(value, np.ndarray):
+        return None
     # DLPack first: it names every dtype (torch exports bfloat16 through __cuda_array_interface__ as '<V2',
     # raw bytes), and it is what torch, CuPy and JAX all speak.
     dev = getattr(value, "__dlpack_device__", None)

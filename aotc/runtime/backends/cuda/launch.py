@@ -61,24 +61,46 @@ class Launch:
         ctas = grid[0] * grid[1] * grid[2] * self.num_ctas
         return ctas * self.global_scratch[0], ctas * self.profile_scratch[0]
 
-    def launch(
-        self, device: Device, stream: Any, grid: tuple[int, int, int], params: Params, values: list[Any]
-    ) -> None:
-        if not grid[0] or not grid[1] or not grid[2]:
-            return
+    def pack(self, params: Params, values: list[Any]) -> None:
         try:
             self.packer.pack_into(params.raw, 0, *values)
         except struct.error as e:
             raise ExecError(f"kernel {self.kernel.name}: a parameter does not fit its type: {e}") from None
+
+    def args(self, grid: tuple[int, int, int], params: Params) -> tuple[Any, ...]:
+        """What ``launch_args`` passes for one prepared launch: its grid and parameter buffer (and, for a cluster
+        kernel, its launch config made once, given its stream per launch)."""
+        if self.num_ctas == 1:
+            return (self.function, grid[0], grid[1], grid[2], self.block, params.address, bool(grid[0] and grid[1]
+                    and grid[2]))  # fmt: skip
+        return (None, grid, params.address, bool(grid[0] and grid[1] and grid[2]))
+
+    def launch_args(self, device: Device, stream: Any, args: tuple[Any, ...]) -> bool:
+        """Launch with prepared ``args`` on ``stream``; False when its grid is empty (nothing launched)."""
+        if not args[-1]:
+            return False
         drv = device.drv
         if self.num_ctas == 1:
-            result = drv.cuLaunchKernel(
-                self.function, grid[0], grid[1], grid[2], self.block, 1, 1, self.shared, stream, params.address, 0
-            )
+            f, gx, gy, gz, block, address, _ = args
+            result = drv.cuLaunchKernel(f, gx, gy, gz, block, 1, 1, self.shared, stream, address, 0)
             if result[0] != device._success:
-                device.check(f"cuLaunchKernel({self.kernel.name}, grid={grid})", result)
+                device.check(f"cuLaunchKernel({self.kernel.name}, grid={(gx, gy, gz)})", result)
+            return True
+        self._cluster_launch(device, stream, args[1], args[2])
+        return True
+
+    def launch(
+        self, device: Device, stream: Any, grid: tuple[int, int, int], params: Params, values: list[Any]
+    ) -> None:
+        """Pack ``values`` into ``params`` and launch (profiling's per-kernel timing)."""
+        if not grid[0] or not grid[1] or not grid[2]:
             return
+        self.pack(params, values)
+        self.launch_args(device, stream, self.args(grid, params))
+
+    def _cluster_launch(self, device: Device, stream: Any, grid: tuple[int, int, int], address: int) -> None:
         # num_ctas > 1 was compiled as an explicit cluster of num_ctas CTAs along x.
+        drv = device.drv
         attr = drv.CUlaunchAttribute()
         attr.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
         attr.value.clusterDim.x = self.num_ctas
@@ -93,5 +115,5 @@ class Launch:
         cfg.numAttrs = 1
         device.check(
             f"cuLaunchKernelEx({self.kernel.name}, grid={grid}, cluster={self.num_ctas})",
-            drv.cuLaunchKernelEx(cfg, self.function, params.address, 0),
+            drv.cuLaunchKernelEx(cfg, self.function, address, 0),
         )

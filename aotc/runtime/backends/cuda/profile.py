@@ -37,39 +37,29 @@ class KernelTime:
 
 
 def profile(program: CudaProgram, feeds: Sequence[Any], env: Mapping[str, int], repeats: int = 10) -> list[KernelTime]:
-    """Time every launch of one call of ``program`` (run eagerly, in order, on one stream)."""
+    """Time every launch of one call of ``program`` (a warm-up call first, then each launch alone, in order, on one
+    stream), on a preparation of its own that is freed afterwards."""
     dev, drv = program.device, program.device.drv
     dev.make_current()
-    key = tuple(env.get(s, 0) for s in program._symbols)
-    shape = program._shape(key, env)
-    slot = program._pool.take()
+    call = program.prepare(env)
     start, end = dev.get("cuEventCreate", drv.cuEventCreate(0)), dev.get("cuEventCreate", drv.cuEventCreate(0))
-    ok = False
     try:
-        slot.reserve(shape.total)
-        slot.prepare_streams(shape.streams)  # the warm-up forks over the plan's streams, as a call does
-        ins = program._stage(slot, shape, [program._feed(i, x) for i, x in enumerate(feeds)], in_place=True)
-        addr = program._addresses(slot.base, shape, ins, {})
-        program._enqueue(slot, shape, addr)  # a warm-up call, which also fills every intermediate
+        call.run(list(feeds), "device", None, None, True)  # fills every intermediate, binds the inputs
+        stream = call.last_stream
         times: list[list[float]] = [[] for _ in program.launches]
-        base = slot.base
         for _ in range(repeats):
             for i, launch in enumerate(program.launches):
-                sizes = shape.sizes[i]
-                values = [addr[x] if k == 0 else sizes[x] if k == 1 else base for k, x in program.recipes[i]]
-                gs, ps = shape.scratch[i]
-                values += [base + gs if gs >= 0 else 0, base + ps if ps >= 0 else 0]
-                dev.record(start, slot.stream)
-                launch.launch(dev, slot.stream, shape.grids[i], slot.params[i], values)
-                dev.record(end, slot.stream)
+                dev.record(start, stream)
+                launch.launch_args(dev, stream, call.launch_args[i])
+                dev.record(end, stream)
                 dev.check("cuEventSynchronize", drv.cuEventSynchronize(end))
                 times[i].append(float(dev.get("cuEventElapsedTime", drv.cuEventElapsedTime(start, end))))
-        dev.sync(slot.stream)
-        ok = True
+        dev.sync(stream)
     finally:
         dev.destroy_event(start)
         dev.destroy_event(end)
-        program._give(slot, ok)  # as a call does: a slot whose work failed is kept only if its stream works
+        program.forget(call)
+        call.close()
     return [
         KernelTime(
             launch.kernel.name,

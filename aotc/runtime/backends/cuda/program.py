@@ -1,9 +1,9 @@
-"""One variant's (graph, Schedule) run on the GPU: its kernels loaded once, a slot per in-flight call, and a
-CUDA graph per concrete shape replayed from a bounded LRU cache (a shape's first call runs eagerly)."""
+"""One variant's (graph, Schedule) run on the GPU: its kernels loaded once, each concrete shape prepared once
+(``Prepared``: memory, packed parameters, a CUDA graph from its second call when replaying pays) per calling
+thread, from a bounded LRU, with at most ``graph_cache`` CUDA graphs alive."""
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -15,28 +15,27 @@ from aotc.errors import ExecError, GuardError, VerifyError
 from aotc.ir.gather_ids import index_error_message
 from aotc.ir.graph import Graph
 from aotc.ir.launch import KernelBinary
-from aotc.ir.schedule import ALIGN, Schedule
+from aotc.ir.schedule import Schedule
 from aotc.ir.symbolic_values import evaluate
-from aotc.runtime.backends.cuda.arrays import DeviceArray, DeviceInput, DeviceMemory, adopt
+from aotc.runtime.backends.cuda.arrays import DeviceInput, adopt
 from aotc.runtime.backends.cuda.launch import Launch
 from aotc.runtime.backends.cuda.model import DeviceModel
 from aotc.runtime.backends.cuda.modules import check_signature
-from aotc.runtime.backends.cuda.plan import BUFFER, SIZE, ShapePlan, Storage, plan_shape, recipe
-from aotc.runtime.backends.cuda.slots import GraphEntry, Slot, SlotPool, release_all
+from aotc.runtime.backends.cuda.plan import ShapePlan, Storage, plan_shape, recipe
+from aotc.runtime.backends.cuda.prepared import Prepared, Retired
+from aotc.runtime.backends.cuda.slots import release_all
 from aotc.runtime.backends.interpret import InterpretProgram
 
 OUTPUTS = ("numpy", "device")
-
-
-# What the replay-or-eager choice weighs: a launch from Python through cuda-bindings costs a few microseconds of
-# host time (KERNELS.md); a device-to-device copy moves ~3 TB/s on an H100, counting bytes read and written.
-LAUNCH_SECONDS = 4e-6
-INPUT_EVENT = -2  # the slot's event for waiting on the streams a call's GPU inputs were produced on
-COPY_SECONDS_PER_BYTE = 1 / 3e12
+# Device pointers whose GPU the driver confirmed (the array interface names none), remembered up to this many.
+KNOWN_POINTERS = 4096
 
 
 class CudaProgram:
-    """Raises VerifyError when the schedule or binaries do not fit the graph. Many threads may call ``run``."""
+    """Raises VerifyError when the schedule or binaries do not fit the graph. Many threads may call ``run``.
+
+    ``prepared``: how many (shape, thread) preparations to keep (each holds its memory); ``graph_cache``: how
+    many of them may hold a CUDA graph at once (0: never replay)."""
 
     def __init__(
         self,
@@ -46,6 +45,7 @@ class CudaProgram:
         binaries: Mapping[str, KernelBinary],
         graph_cache: int = 16,
         streams: int = 4,
+        prepared: int = 64,
     ) -> None:
         self.graph, self.schedule, self.model = graph, schedule, model
         self.device = model.device
@@ -64,19 +64,24 @@ class CudaProgram:
         self.weights = {
             root: model.weight(name, graph.constants[name]) for root, name in self.storage.constants.items()
         }
-        counts = [launch.count for launch in self.launches]
-        self._counts = counts
-        self._pool = SlotPool(self.device, counts, f"a call of {graph.name!r}")
         self._shapes: OrderedDict[tuple[int, ...], ShapePlan] = OrderedDict()
-        self._graph_cache = max(int(graph_cache), 0)
+        self.graph_cache = max(int(graph_cache), 0)
+        self._max_prepared = max(int(prepared), 1)
         self._max_streams = max(int(streams), 1)
-        self._graphs: OrderedDict[tuple[int, ...], GraphEntry] = OrderedDict()
-        self._seen: OrderedDict[tuple[int, ...], None] = OrderedDict()
-        self._capturing: set[tuple[int, ...]] = set()
+        self._prepared: OrderedDict[tuple[Any, int], Prepared] = OrderedDict()  # (shape key, thread) -> call
+        self._explicit: list[Prepared] = []  # prepared by the caller (exe.prepare): never evicted
+        self._graphed: OrderedDict[int, Prepared] = OrderedDict()  # preparations holding a graph, oldest first
+        self._known: set[int] = set()
         self._lock = threading.Lock()
         self._symbols = tuple(sorted(s.name for s in graph.symbols))
         self._checks = [(c, k) for k in schedule.kernels for c in k.checks]
+        self._ordinal = self.device.info.ordinal
         self._closed = False
+        # Whether the driver says which node a captured launch made and updates one (else a replay copies what
+        # moved into the graph's own buffers instead).
+        drv = self.device.drv
+        self.node_updates = all(callable(getattr(drv, n, None)) for n in ("cuStreamGetCaptureInfo",
+                                                                          "cuGraphExecKernelNodeSetParams"))  # fmt: skip
         self.stats = {"eager": 0, "replay": 0, "captures": 0}
 
     # -- per shape ------------------------------------------------------------------------------------
@@ -89,296 +94,218 @@ class CudaProgram:
         plan = plan_shape(self.graph, self.schedule, self.storage, self.launches, env, self._max_streams)
         with self._lock:
             self._shapes[key] = plan
-            while len(self._shapes) > max(4 * self._graph_cache, 64):
+            while len(self._shapes) > max(4 * self.graph_cache, 64):
                 self._shapes.popitem(last=False)
         return plan
 
+    def env_key(self, env: Mapping[str, int]) -> tuple[int, ...]:
+        return tuple(env.get(s, 0) for s in self._symbols)
+
+    def prepare(self, env: Mapping[str, int], fixed: Mapping[int, int] | None = None) -> Prepared:
+        """A preparation of this shape owned by the caller (``exe.prepare``): freed by its close() or this
+        program's; ``fixed`` binds storage roots to addresses that never change (a session's state)."""
+        if self._closed:
+            raise ExecError(f"variant {self.graph.name!r}: the executable was closed")
+        self.device.make_current()
+        call = Prepared(self, self._shape(self.env_key(env), env), env, fixed)
+        with self._lock:
+            self._explicit.append(call)
+        return call
+
+    def forget(self, call: Prepared) -> None:
+        with self._lock:
+            if call in self._explicit:
+                self._explicit.remove(call)
+            self._graphed.pop(id(call), None)
+
     # -- running --------------------------------------------------------------------------------------
-    def run(self, feeds: Sequence[Any], env: Mapping[str, int], outputs: str = "numpy") -> list[Any]:
+    def run(
+        self,
+        feeds: Sequence[Any],
+        env: Mapping[str, int],
+        outputs: str = "numpy",
+        *,
+        key: Any = None,
+        out: Sequence[Any] | None = None,
+        stream: int | None = None,
+        sync: bool | None = None,
+    ) -> list[Any]:
+        """Outputs of one call (see Prepared for what each path costs). ``key``: any hashable that determines
+        ``env`` (the Executable passes the input shapes it already looked up); ``out``: the caller's tensors to
+        write the outputs into; ``stream``: a stream handle to run on; ``sync``: wait for the call and raise its
+        error (default: for numpy outputs only)."""
         if self._closed:
             raise ExecError(f"variant {self.graph.name!r}: the executable was closed")
         if outputs not in OUTPUTS:
             raise ExecError(f"outputs must be 'numpy' or 'device', got {outputs!r}")
-        g = self.graph
-        if len(feeds) != len(g.inputs):
-            raise ExecError(f"graph {g.name} takes {len(g.inputs)} inputs, got {len(feeds)}")
+        if len(feeds) != len(self.graph.inputs):
+            raise ExecError(f"graph {self.graph.name} takes {len(self.graph.inputs)} inputs, got {len(feeds)}")
+        if out is not None and outputs == "numpy":
+            raise GuardError("out= writes the outputs on the GPU: it takes outputs='device' (or leave outputs unset)")
         self.device.make_current()
-        key = tuple(env.get(s, 0) for s in self._symbols)
-        shape = self._shape(key, env)
-        feeds = [self._feed(i, x) for i, x in enumerate(feeds)]
-        replay = self._graph_cache and self._replay_pays(shape, feeds, outputs)
-        entry = self._graph_entry(key, shape, env) if replay else None
-        if entry is not None:
+        slot = (self.env_key(env) if key is None else key, threading.get_ident())
+        while True:
+            call = self._prepared.get(slot)
+            if call is None:
+                call = self._new(slot, env)
             try:
-                return self._replay(entry, shape, feeds, env, outputs)
-            finally:
-                entry.lock.release()
-        slot = self._pool.take()
-        ok = False
-        try:
-            result = self._eager(slot, shape, feeds, env, outputs)
-            ok = True
-            return result
-        finally:
-            self._give(slot, ok)
+                return call.run(feeds, outputs, out, stream, sync)
+            except Retired:
+                with self._lock:
+                    if self._prepared.get(slot) is call:
+                        del self._prepared[slot]
 
-    def _replay_pays(self, shape: ShapePlan, feeds: Sequence[Any], outputs: str) -> bool:
-        """Whether replaying a CUDA graph beats launching eagerly for this call. A graph's buffers are fixed, so
-        replay copies GPU inputs into them and device outputs out of them, where an eager call reads the inputs
-        in place and writes the outputs straight into the caller's memory; a graph saves the host cost of each
-        launch. Big tensors and few launches (one attention, one large matmul, GPT-2's logits at 8x1024) go
-        eager; small calls with many launches replay."""
-        copied = sum(x.nbytes for x in feeds if isinstance(x, DeviceInput))
-        if outputs == "device":
-            copied += sum(shape.out_nbytes)
-        return 2 * copied * COPY_SECONDS_PER_BYTE <= len(self.launches) * LAUNCH_SECONDS
+    def _new(self, slot: tuple[Any, int], env: Mapping[str, int]) -> Prepared:
+        call = Prepared(self, self._shape(self.env_key(env), env), env)
+        evicted: list[Prepared] = []
+        with self._lock:
+            if self._closed:
+                closed = True
+            else:
+                closed = False
+                self._prepared[slot] = call
+                while len(self._prepared) > self._max_prepared:
+                    evicted.append(self._prepared.popitem(last=False)[1])
+        if closed:
+            call.close()
+            raise ExecError(f"variant {self.graph.name!r}: the executable was closed")
+        for old in evicted:  # waits for a call running on it; the evicted shape is prepared again when next used
+            self.forget(old)
+            old.close()
+        return call
 
-    def _give(self, slot: Slot, ok: bool) -> None:
-        if not ok:
-            try:  # a slot whose work failed is kept only if its stream still works
-                self.device.sync(slot.stream)
-            except ExecError:
-                # The call is already failing with the error that broke the slot: report that one, not an echo.
-                with contextlib.suppress(ExecError):
-                    slot.destroy()
-                return
-        self._pool.give(slot)
-
-    def _feed(self, index: int, x: Any) -> np.ndarray | DeviceInput:
-        name = self.graph.input_names[index]
-        d = x if isinstance(x, DeviceInput) else adopt(x)
+    def device_input(self, index: int, x: Any) -> DeviceInput | np.ndarray:
+        """A feed as a checked DeviceInput (a GPU tensor on this GPU, C-contiguous) or a C-contiguous array."""
+        d = x if type(x) is DeviceInput else adopt(x)
         if d is None:
-            return np.ascontiguousarray(x)  # staged into the slot (aligned) by _stage
-        ordinal = self.device.info.ordinal
-        where = d.device_id if d.device_id is not None else self.device.pointer_ordinal(d.ptr)
-        if where != ordinal and d.ptr:
-            found = "memory the CUDA driver does not know" if where is None else f"cuda:{where}"
-            raise GuardError(f"input {name!r} lives on {found}, expected a tensor on cuda:{ordinal} or a host array")
-        if not d.contiguous():
+            return np.ascontiguousarray(x)
+        what = f"input {self.graph.input_names[index]!r}"
+        self.check_device(what, d)
+        if d.strides is not None and not d.contiguous():
             raise GuardError(
-                f"input {name!r} on the GPU has strides {d.strides} (bytes) for shape {d.shape}, expected a "
+                f"{what} on the GPU has strides {d.strides} (bytes) for shape {d.shape}, expected a "
                 "C-contiguous tensor; pass x.contiguous()"
             )
         return d
 
-    def _addresses(self, base: int, shape: ShapePlan, ins: Sequence[int], outs: Mapping[int, int]) -> dict[int, int]:
-        addr = dict(self.weights)
-        for root, off in shape.buffers:
-            addr[root] = base + off
-        for root, ptr in zip(self.storage.inputs, ins):
-            addr[root] = ptr
-        for root, off in shape.outputs:
-            addr[root] = outs.get(root, base + off)
-        return addr
+    def adopt_out(self, value: Any) -> DeviceInput | None:
+        return adopt(value)
 
-    def _enqueue(self, slot: Slot, shape: ShapePlan, addr: Mapping[int, int]) -> None:
-        """Zero the flags and queue every launch: on the slot's stream, or forked over the stream plan's
-        streams (each waiting for the launches it depends on) and joined back into the slot's stream."""
-        dev, base, sp = self.device, slot.base, shape.streams
-        if self.schedule.flags:  # a schedule without index checks has no flags to clear or read back
-            dev.check("cuMemsetD32Async", dev.drv.cuMemsetD32Async(base, 0, self.schedule.flags, slot.stream))
-        streams = [slot.stream, *slot.aux[: sp.count - 1]]
-        if sp.count > 1:
-            dev.record(slot.events[-1], slot.stream)
-            for aux in streams[1:]:
-                dev.wait_event(aux, slot.events[-1])
-        for i, launch in enumerate(self.launches):
-            sizes = shape.sizes[i]
-            values = [addr[x] if kind == BUFFER else sizes[x] if kind == SIZE else base for kind, x in self.recipes[i]]
-            gs, ps = shape.scratch[i]
-            values.append(base + gs if gs >= 0 else 0)
-            values.append(base + ps if ps >= 0 else 0)
-            if sp.count == 1:
-                launch.launch(dev, slot.stream, shape.grids[i], slot.params[i], values)
-                continue
-            stream = streams[sp.stream_of[i]]
-            for j in sp.waits[i]:
-                dev.wait_event(stream, slot.events[j])
-            launch.launch(dev, stream, shape.grids[i], slot.params[i], values)
-            if i in sp.records:
-                dev.record(slot.events[i], stream)
-        for j in sp.tails:
-            dev.wait_event(slot.stream, slot.events[j])
+    def check_device(self, what: str, d: DeviceInput) -> None:
+        if d.device_id is not None:
+            if d.device_id == self._ordinal:
+                return
+            where: int | None = d.device_id
+        elif not d.ptr or d.ptr in self._known:
+            return
+        else:
+            where = self.device.pointer_ordinal(d.ptr)
+            if where == self._ordinal:
+                if len(self._known) >= KNOWN_POINTERS:
+                    self._known.clear()
+                self._known.add(d.ptr)
+                return
+        found = "memory the CUDA driver does not know" if where is None else f"cuda:{where}"
+        raise GuardError(f"{what} lives on {found}, expected a tensor on cuda:{self._ordinal} or a host array")
 
-    def _stage(self, slot: Slot, shape: ShapePlan, feeds: Sequence[Any], in_place: bool) -> list[int]:
-        """Each input's device address: a GPU input in place (when allowed), else copied to the slot's staging."""
-        dev, ptrs, waited = self.device, [], set()
-        for i, (x, (off, n)) in enumerate(zip(feeds, shape.inputs)):
-            have = x.nbytes
-            if have != n:  # the guards checked this for Executable callers; never read past a buffer
-                raise GuardError(f"input {self.graph.input_names[i]!r} holds {have} bytes, the bound shapes need {n}")
-            if isinstance(x, DeviceInput):
-                if x.stream is not None and x.stream not in waited:
-                    # One reused event per slot, and one wait per producer stream (usually all inputs share one).
-                    event = slot.events.get(INPUT_EVENT)
-                    if event is None:
-                        event = slot.events[INPUT_EVENT] = dev.event()
-                    dev.record(event, x.stream)
-                    dev.wait_event(slot.stream, event)
-                    waited.add(x.stream)
-                if in_place and x.ptr % ALIGN == 0:
-                    ptrs.append(x.ptr)
-                    continue
-                dev.copy(slot.base + off, x.ptr, n, slot.stream)
-            else:
-                dev.upload(slot.base + off, x.ctypes.data, n, slot.stream)
-            ptrs.append(slot.base + off)
-        return ptrs
+    def flag_message(self, flags: np.ndarray, env: Mapping[str, int], earlier: bool) -> str:
+        when = "an earlier call at these shapes (not synchronized) failed: " if earlier else ""
+        for c, _ in self._checks:
+            if flags[c.slot]:
+                return when + index_error_message(c.op, evaluate(c.low, env), evaluate(c.high, env), c.input or None)
+        return f"{when}graph {self.graph.name}: a kernel set error flag(s) {np.flatnonzero(flags).tolist()} that no check names"
 
-    def _eager(
-        self, slot: Slot, shape: ShapePlan, feeds: Sequence[Any], env: Mapping[str, int], outputs: str
-    ) -> list[Any]:
-        self.stats["eager"] += 1
-        slot.reserve(shape.total)
-        slot.prepare_streams(shape.streams)
-        ins = self._stage(slot, shape, feeds, in_place=True)
-        owned: dict[int, DeviceMemory] = {}
-        if outputs == "device":
-            for root, index in self.storage.outputs.items():
-                owned[root] = DeviceMemory(
-                    self.device, shape.out_nbytes[index], f"output {index} of {self.graph.name!r}", slot.stream
-                )
-        addr = self._addresses(slot.base, shape, ins, {r: m.ptr for r, m in owned.items()})
-        self._enqueue(slot, shape, addr)
-        return self._finish(slot, shape, addr, owned, env, outputs)
-
-    def _replay(
-        self, entry: GraphEntry, shape: ShapePlan, feeds: Sequence[Any], env: Mapping[str, int], outputs: str
-    ) -> list[Any]:
-        self.stats["replay"] += 1
-        slot = entry.slot
-        ins = self._stage(slot, shape, feeds, in_place=False)
-        self.device.check("cuGraphLaunch", self.device.drv.cuGraphLaunch(entry.exec, slot.stream))
-        return self._finish(slot, shape, self._addresses(slot.base, shape, ins, {}), {}, env, outputs)
-
-    def _finish(
-        self,
-        slot: Slot,
-        shape: ShapePlan,
-        addr: Mapping[int, int],
-        owned: dict[int, DeviceMemory],
-        env: Mapping[str, int],
-        outputs: str,
-    ) -> list[Any]:
-        dev, g = self.device, self.graph
-        flags = np.zeros(self.schedule.flags, np.int32)
-        dev.download(flags.ctypes.data, slot.base, flags.nbytes, slot.stream)  # nothing for no flags
-        result: list[Any] = []
-        for i, o in enumerate(g.outputs):
-            root = self.storage.group[o.id]
-            dtype, n = o.type.dtype.np, shape.out_nbytes[i]
-            if outputs == "numpy":
-                out = np.empty(shape.out_shapes[i], dtype)
-                dev.download(out.ctypes.data, addr[root], n, slot.stream)
-            else:
-                mem = owned.pop(root, None)
-                if mem is None:  # aliased or baked into a graph's slot: the caller gets its own copy
-                    mem = DeviceMemory(dev, n, f"output {i} of {g.name!r}", slot.stream)
-                    dev.copy(mem.ptr, addr[root], n, slot.stream)
-                out = DeviceArray(dev, mem, shape.out_shapes[i], dtype)
-            result.append(out)
-        dev.sync(slot.stream)
-        if flags.any():
-            for c, _ in self._checks:
-                if flags[c.slot]:
-                    raise ExecError(
-                        index_error_message(c.op, evaluate(c.low, env), evaluate(c.high, env), c.input or None)
-                    )
-            raise ExecError(
-                f"graph {g.name}: a kernel set error flag(s) {np.flatnonzero(flags).tolist()} that no check names"
-            )
-        return result
+    def synchronize(self) -> None:
+        """Wait for every call's queued work; raise the first pending ExecError (the rest are cleared too)."""
+        with self._lock:
+            calls = [*self._prepared.values(), *self._explicit]
+        first: ExecError | None = None
+        for call in calls:
+            try:
+                call.synchronize()
+            except ExecError as e:
+                first = first or e
+        if first is not None:
+            raise first
 
     # -- CUDA graphs ----------------------------------------------------------------------------------
-    def _graph_entry(self, key: tuple[int, ...], shape: ShapePlan, env: Mapping[str, int]) -> GraphEntry | None:
-        """The locked graph for this shape; None to run eagerly (first call, or busy, or being captured)."""
-        with self._lock:
-            entry = self._graphs.get(key)
-            if entry is not None:
-                self._graphs.move_to_end(key)
-            elif key not in self._seen:
-                self._seen[key] = None
-                while len(self._seen) > 4 * self._graph_cache:
-                    self._seen.popitem(last=False)
-                return None
-            elif key in self._capturing:
-                return None
+    def note_call(self, call: Prepared) -> None:
+        if call.exec is not None:
+            with self._lock:
+                if id(call) in self._graphed:
+                    self._graphed.move_to_end(id(call))
+
+    def capture(self, call: Prepared) -> None:
+        """Capture ``call``'s graph (the caller holds its lock) if the cache has room, making room by dropping the
+        least recently used graph of a preparation no other call is using; its place is taken under the lock, so
+        that racing captures never hold more than ``graph_cache`` graphs."""
+        while True:
+            with self._lock:
+                if self._closed or self.graph_cache == 0:
+                    return
+                if len(self._graphed) < self.graph_cache:
+                    self._graphed[id(call)] = call  # the place is ours while we capture
+                    break
+                victims = [c for c in self._graphed.values() if c is not call and c.exec is not None]
+            for old in victims:
+                if not old.lock.acquire(blocking=False):
+                    continue  # in use: try the next oldest
+                try:
+                    with self._lock:
+                        mine = self._graphed.pop(id(old), None) is not None
+                    if mine:
+                        old.drop_graph()
+                finally:
+                    old.lock.release()
+                if mine:
+                    break
             else:
-                self._capturing.add(key)
-        if entry is not None:
-            return entry if entry.lock.acquire(blocking=False) else None
+                return  # every graph is in use: this call runs eagerly
         try:
-            entry = self._capture(shape)
+            call.capture()
         except BaseException:
             with self._lock:
-                self._capturing.discard(key)
+                self._graphed.pop(id(call), None)
             raise
-        with self._lock:
-            self._capturing.discard(key)  # under the same lock as publishing: no second capture of this shape
-            published = not self._closed
-            evicted: list[GraphEntry] = []
-            if published:
-                self._graphs[key] = entry
-                while len(self._graphs) > self._graph_cache:
-                    evicted.append(self._graphs.popitem(last=False)[1])
-        # The entry came back from _capture locked, for this call's replay. Every way out that does not hand it
-        # to the caller must unlock it: close() and eviction destroy an entry under its lock, and would wait
-        # forever on one left locked.
-        if not published:  # closed meanwhile: nobody else will free it
-            entry.lock.release()
-            evicted.append(entry)
-        try:
-            release_all(old.destroy for old in evicted)
-        except BaseException:
-            if published:
-                entry.lock.release()
-            raise
-        return entry if published else None
 
-    def _capture(self, shape: ShapePlan) -> GraphEntry:
-        dev, drv = self.device, self.device.drv
-        entry = GraphEntry(Slot(dev, self._counts, f"a CUDA graph of {self.graph.name!r}"))
-        entry.lock.acquire()
-        slot = entry.slot
+    def captured_node(self, stream: int) -> Any:
+        """The graph node the launch just captured on ``stream`` (None where the driver does not say)."""
+        if not self.node_updates:
+            return None
         try:
-            slot.reserve(shape.total)
-            slot.prepare_streams(shape.streams)
-            addr = self._addresses(slot.base, shape, [slot.base + off for off, _ in shape.inputs], {})
-            mode = drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
-            dev.check("cuStreamBeginCapture", drv.cuStreamBeginCapture(slot.stream, mode))
-            try:
-                self._enqueue(slot, shape, addr)
-            except BaseException:
-                # End the broken capture without letting its error hide the one that broke it.
-                res = drv.cuStreamEndCapture(slot.stream)
-                if res[0] == dev._success and res[1] is not None:
-                    drv.cuGraphDestroy(res[1])
-                raise
-            entry.graph = dev.get("cuStreamEndCapture", drv.cuStreamEndCapture(slot.stream))
-            entry.exec = dev.get("cuGraphInstantiate", drv.cuGraphInstantiate(entry.graph, 0))
-        except BaseException:
-            entry.lock.release()
-            with contextlib.suppress(ExecError):  # the error that broke the capture is the one to report
-                entry.destroy()
-            raise
-        self.stats["captures"] += 1
-        return entry
+            res = self.device.drv.cuStreamGetCaptureInfo(stream)
+        except Exception:  # bindings without it: replays copy what moved instead of updating nodes
+            self.node_updates = False
+            return None
+        deps = res[4] if res[0] == self.device._success and len(res) > 4 else None
+        return deps[0] if deps is not None and len(deps) == 1 else None
+
+    def node_params(self, index: int, args: tuple[Any, ...]) -> Any:
+        """The kernel node parameters a replay updates launch ``index``'s node with: its function and geometry,
+        and its packed parameter buffer, which the driver reads at each update."""
+        launch, drv = self.launches[index], self.device.drv
+        p = drv.CUDA_KERNEL_NODE_PARAMS()
+        p.func = launch.function
+        p.gridDimX, p.gridDimY, p.gridDimZ = args[1], args[2], args[3]
+        p.blockDimX, p.blockDimY, p.blockDimZ = launch.block, 1, 1
+        p.sharedMemBytes = launch.shared
+        p.kernelParams = args[5]
+        return p
 
     # -- lifetime -------------------------------------------------------------------------------------
     def close(self) -> None:
-        """Free every graph and slot, each even when an earlier one fails, then raise the first error.
-
-        On a working GPU a failed free is a bug worth seeing, so it is raised (an ExecError). After a kernel
-        fault every later call fails; the call that met the fault raised it, and the follow-on errors of the
-        frees here are dropped by ``Device.check``, as PyTorch's teardown never raises. Either way close()
-        returns: no lock is left held that it would wait for."""
+        """Free every preparation (its graph, memory and streams), each even when an earlier one fails, then
+        raise the first error. After a kernel fault the follow-on errors of the frees are dropped by
+        ``Device.check``, as PyTorch's teardown never raises. No lock is left held that close() would wait for."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-            entries = list(self._graphs.values())
-            self._graphs.clear()
-        release_all([*(entry.destroy for entry in entries), self._pool.close])
+            calls = [*self._prepared.values(), *self._explicit]
+            self._prepared.clear()
+            self._explicit.clear()
+            self._graphed.clear()
+        release_all(call.close for call in calls)
 
 
 def _storage(graph: Graph, checked: InterpretProgram) -> Storage:
