@@ -13,10 +13,10 @@ from aotc.errors import AotcError, ArtifactError, GuardError
 from aotc.ir.graph import unflatten_tree
 from aotc.runtime.backends import Backend, CpuSettings, Program, default_backend, get_backend
 from aotc.runtime.guards import Binder, InputGatherer, InputSpec, input_specs
+from aotc.runtime.prepared_call import PreparedCall, stream_handle
 
 if TYPE_CHECKING:
     from aotc.artifact.signing import KeySource
-    from aotc.runtime.prepared_call import PreparedCall
 
 # The most input shapes whose variant and bound symbols an Executable remembers (see Executable._select).
 CHOSEN_SHAPES = 1024
@@ -141,15 +141,13 @@ class Executable:
             return self._run(*self._gather((), feeds), outputs=mode)
         if self._backend.name != "cuda":
             raise AotcError(f"out=, stream= and sync= are for device='cuda'; this executable runs on {self.device}")
-        return self._run(*self._gather((), feeds), outputs=mode, out=out, stream=_stream_handle(stream), sync=sync)
+        return self._run(*self._gather((), feeds), outputs=mode, out=out, stream=stream_handle(stream), sync=sync)
 
     def prepare(self, shapes: Mapping[str, Sequence[int]], *, outputs: str | None = None) -> PreparedCall:
         """A call prepared once for inputs of these shapes (by input name): its variant chosen and guards
         checked, and on cuda its memory, packed launches and CUDA graph made now, so that each call only binds
         its tensors and launches (what a server does per request; TensorRT's execution context). A call through
         ``exe.run`` at shapes seen before takes the same path implicitly. See ``PreparedCall``."""
-        from aotc.runtime.prepared_call import PreparedCall
-
         return PreparedCall(self, shapes, self._outputs if outputs is None else self._check_outputs(outputs))
 
     def synchronize(self) -> None:
@@ -294,23 +292,3 @@ class Executable:
     def __repr__(self) -> str:
         ins = ", ".join(str(s) for s in self._inputs)
         return f"<Executable {self._artifact.name!r} on {self.device}: ({ins})>"
-
-
-def _stream_handle(stream: Any) -> int | None:
-    """A caller's stream as the driver's handle: an int, a torch stream (``cuda_stream``), a CUDA Python
-    stream (``__cuda_stream__``), a CuPy stream (``ptr``) or a bindings CUstream (``int()``)."""
-    if stream is None or isinstance(stream, int):
-        return stream
-    protocol = getattr(stream, "__cuda_stream__", None)
-    if protocol is not None:
-        return int(protocol()[1])
-    for attr in ("cuda_stream", "ptr"):
-        handle = getattr(stream, attr, None)
-        if isinstance(handle, int):
-            return handle
-    try:
-        return int(stream)
-    except (TypeError, ValueError):
-        raise AotcError(
-            f"stream= takes a CUDA stream (a handle, or a torch/CuPy stream), got {type(stream).__name__}"
-        ) from None

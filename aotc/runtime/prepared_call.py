@@ -13,21 +13,18 @@ thread at a time calls it (a second waits); prepare one per serving thread.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from aotc.errors import ExecError, GuardError
+from aotc.errors import AotcError, ExecError, GuardError
 from aotc.ir.graph import unflatten_tree
-
-if TYPE_CHECKING:
-    from aotc.runtime.executable import Executable
 
 
 class PreparedCall:
     """See the module docstring. ``close()`` (or a ``with`` block) frees what it holds on the device."""
 
-    def __init__(self, exe: Executable, shapes: Mapping[str, Sequence[int]], outputs: str) -> None:
+    def __init__(self, exe: Any, shapes: Mapping[str, Sequence[int]], outputs: str) -> None:
         if not isinstance(shapes, Mapping):
             raise GuardError(f"prepare() takes a mapping of input name to shape, got {type(shapes).__name__}")
         names = exe.input_names
@@ -85,13 +82,12 @@ class PreparedCall:
                 return self._program.run(feeds, dict(self._env))
             return self._program.run(feeds, dict(self._env), outputs=self._outputs)  # type: ignore[call-arg]
         from aotc.runtime.backends.cuda.prepared import Retired
-        from aotc.runtime.executable import _stream_handle
 
         mode = "device" if out is not None else self._outputs
         if out is not None and self._outputs == "numpy":
             mode = "device"
         try:
-            return self._call.run(feeds, mode, out, _stream_handle(stream), sync)
+            return self._call.run(feeds, mode, out, stream_handle(stream), sync)
         except Retired:
             raise ExecError("this prepared call was closed") from None
 
@@ -114,3 +110,23 @@ class PreparedCall:
     def __repr__(self) -> str:
         shapes = ", ".join(f"{n}={list(s)}" for n, s in self.shapes.items())
         return f"<PreparedCall {self._exe.artifact.name!r} on {self._exe.device}: {shapes}>"
+
+
+def stream_handle(stream: Any) -> int | None:
+    """A caller's stream as the driver's handle: an int, a torch stream (``cuda_stream``), a CUDA Python
+    stream (``__cuda_stream__``), a CuPy stream (``ptr``) or a bindings CUstream (``int()``)."""
+    if stream is None or isinstance(stream, int):
+        return stream
+    protocol = getattr(stream, "__cuda_stream__", None)
+    if protocol is not None:
+        return int(protocol()[1])
+    for attr in ("cuda_stream", "ptr"):
+        handle = getattr(stream, attr, None)
+        if isinstance(handle, int):
+            return handle
+    try:
+        return int(stream)
+    except (TypeError, ValueError):
+        raise AotcError(
+            f"stream= takes a CUDA stream (a handle, or a torch/CuPy stream), got {type(stream).__name__}"
+        ) from None

@@ -17,7 +17,6 @@ from aotc.runtime.backends.cuda.plan import align
 if TYPE_CHECKING:
     from aotc.runtime.backends.cuda.driver import Device
     from aotc.runtime.backends.cuda.plan import ShapePlan
-    from aotc.runtime.backends.cuda.program import CudaProgram
 
 # Numpy outputs up to this many bytes (per shape) download through page-locked staging (asynchronous copies, then
 # one synchronize); larger ones straight into their arrays, where a host copy out of staging would cost more.
@@ -27,7 +26,7 @@ PINNED_OUTPUTS = 1 << 20
 class Delivery:
     """The results half of ``Prepared`` (which sets every attribute named here)."""
 
-    program: CudaProgram
+    program: Any  # the CudaProgram it belongs to (not imported: program.py imports this module)
     device: Device
     shape: ShapePlan
     env: dict[str, int]
@@ -40,6 +39,7 @@ class Delivery:
     flag_count: int
     flags_host: Any
     staged_host: int
+    bound_in: list[int]
     bound_out: list[int]
     events: dict[int, Any]
     _host: Callable[[int, str], int]  # page-locked memory kept until the preparation is closed

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aotc.errors import GuardError
 from aotc.runtime.backends.cuda.arrays import DeviceInput
-
-if TYPE_CHECKING:
-    from aotc.runtime.backends.cuda.prepared import Prepared
+from aotc.runtime.backends.cuda.delivery import Delivery
+from aotc.runtime.backends.cuda.plan import POINTER_ALIGN
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,8 +19,7 @@ class OutputBinding:
     results: tuple[Any, ...]  # what the call returns: the caller's own objects
 
 
-def bind_out(call: Prepared, out: Any) -> OutputBinding:
-    from aotc.runtime.backends.cuda.prepared import POINTER_ALIGN
+def bind_out(call: Delivery, out: Any) -> OutputBinding:
 
     program, shape = call.program, call.shape
     g = program.graph
@@ -63,7 +61,7 @@ def bind_out(call: Prepared, out: Any) -> OutputBinding:
     return OutputBinding(tuple(ptrs), tuple(out))
 
 
-def feeds_spans(call: Prepared) -> list[tuple[int, int, str]]:
+def feeds_spans(call: Delivery) -> list[tuple[int, int, str]]:
     """The device memory this call's inputs are read from (in place or staged)."""
     names = call.program.graph.input_names
     return [

@@ -21,6 +21,9 @@ from aotc.runtime.plan_bounds import check_shape
 
 # Arg sources in a launch's parameter recipe.
 BUFFER, SIZE, FLAG = 0, 1, 2
+# Kernels are compiled assuming 16-byte-aligned pointers (kernel_writer.divisible_args): a GPU input less aligned
+# is copied into the call's staging first, and an ``out=`` tensor less aligned is refused.
+POINTER_ALIGN = 16
 
 
 def align(n: int, to: int = ALIGN) -> int:

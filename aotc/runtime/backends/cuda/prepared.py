@@ -27,7 +27,7 @@ from __future__ import annotations
 import ctypes
 import threading
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -36,15 +36,9 @@ from aotc.runtime.backends.cuda.arrays import DeviceArray, DeviceInput, DeviceMe
 from aotc.runtime.backends.cuda.delivery import Delivery
 from aotc.runtime.backends.cuda.launch import Params
 from aotc.runtime.backends.cuda.outputs import OutputBinding, bind_out
-from aotc.runtime.backends.cuda.plan import BUFFER, SIZE, ShapePlan, align
+from aotc.runtime.backends.cuda.plan import BUFFER, POINTER_ALIGN, SIZE, ShapePlan, align
 from aotc.runtime.backends.cuda.slots import release_all
 
-if TYPE_CHECKING:
-    from aotc.runtime.backends.cuda.program import CudaProgram
-
-# Kernels are compiled assuming 16-byte-aligned pointers (kernel_writer.divisible_args): a GPU input less aligned
-# is copied into the call's staging first, and an ``out=`` tensor less aligned is refused.
-POINTER_ALIGN = 16
 # What the replay-or-eager choice weighs (host seconds): a launch (or a graph node's update, a call of the same
 # kind) through cuda-bindings, and a copy: a fixed cost per copy plus its bytes read and written at ~3 TB/s.
 LAUNCH_SECONDS = 4e-6
@@ -59,7 +53,7 @@ class Retired(Exception):
 class Prepared(Delivery):
     """One shape of one program, ready to call. One call at a time (``lock``); see the module docstring."""
 
-    def __init__(self, program: CudaProgram, shape: ShapePlan, env: Mapping[str, int],
+    def __init__(self, program: Any, shape: ShapePlan, env: Mapping[str, int],
                  fixed: Mapping[int, int] | None = None) -> None:  # fmt: skip
         self.program, self.shape, self.env = program, shape, dict(env)
         self.device = dev = program.device
