@@ -394,3 +394,27 @@ def test_the_compiler_imports_torch_only_for_a_torch_model() -> None:
     code = "import sys, aotc, aotc.compiler, aotc.torch_export; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_export_onnx_writes_no_initializer_that_no_node_reads(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Batch norm's num_batches_tracked buffer comes through as a weight no node reads: the exported file
+    leaves it out (onnxruntime warns about each unread initializer) and still computes what torch does."""
+    onnx = pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU()).eval()
+    graph = import_torch(net, {"input": TensorSpec((Dim("batch", min=1, max=4), 3, 8, 8))})
+    assert "1.num_batches_tracked" in graph.constants
+    aotc.onnx.export_graph(graph, tmp_path / "bn.onnx")
+    model = onnx.load(tmp_path / "bn.onnx")
+    read = {i for n in model.graph.node for i in n.input}
+    assert sorted(t.name for t in model.graph.initializer) == sorted(read & {t.name for t in model.graph.initializer})
+    assert "1.num_batches_tracked" not in {t.name for t in model.graph.initializer}
+    x = np.random.default_rng(1).standard_normal((2, 3, 8, 8)).astype(F32)
+    options = ort.SessionOptions()
+    options.log_severity_level = 2  # warnings, as an unread initializer gets
+    (y,) = ort.InferenceSession(str(tmp_path / "bn.onnx"), options).run(None, {"input": x})
+    np.testing.assert_allclose(y, _eager(net, input=x).numpy(), rtol=1e-5, atol=1e-5)
+    assert "It is not used by any node" not in capfd.readouterr().err
