@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from aotc.errors import AotcError, TraceError
-from aotc.frontend.context import Tracer, active_tracer
+from aotc.frontend.context import Tracer, active_tracer, source_loc
 from aotc.frontend.spec import Dim, TensorSpec
 from aotc.frontend.symint import as_dim
 from aotc.frontend.tensor import Tensor
@@ -180,7 +180,8 @@ def bind_symbols(ep: Any, tensors: Sequence[Tensor], names: Sequence[str], trace
 
     try:
         for expr, mine, where in deferred:
-            require(tracer, to_dim(expr, sym), "==", mine, f"{where} (torch: {expr})")
+            with source_loc(f"torch's {where}: {expr}"):
+                require(tracer, to_dim(expr, sym), "==", mine, f"{where} (torch: {expr})")
         for key, vr in ep.range_constraints.items():
             if any(s.name not in sym_of for s in key.free_symbols):
                 continue  # a data-dependent size: the node that makes it is refused, naming its line
@@ -190,15 +191,18 @@ def bind_symbols(ep: Any, tensors: Sequence[Tensor], names: Sequence[str], trace
             lo, hi = finite_int(vr.lower) or 0, finite_int(vr.upper)
             # torch floors every Dim.DYNAMIC size at 2 (it traces sizes 0 and 1 as "any size", as a named Dim's
             # min=1 says): a min of 2 is that floor, not a fact about the model
-            if lo > 2 or not e.is_symbol():
-                require(tracer, e, ">=", lo, f"torch's range for {to_infix(e)}")
-            if hi is not None:
-                require(tracer, e, "<=", hi, f"torch's range for {to_infix(e)}")
+            what = f"torch's range for {to_infix(e)}"
+            with source_loc(what):
+                if lo > 2 or not e.is_symbol():
+                    require(tracer, e, ">=", lo, what)
+                if hi is not None:
+                    require(tracer, e, "<=", hi, what)
         size_of = size_of_input(tensors, names)
         for code in dict.fromkeys(getattr(ep, "_guards_code", None) or ()):
             for lhs, rel, rhs in guard_facts(code, size_of, lambda alts: _alternative(tracer, alts)):
                 if not _holds_everywhere(tracer.ctx, lhs, rel, rhs):
-                    require(tracer, lhs, rel, rhs, f"torch guard {code}")
+                    with source_loc(f"torch guard {code}"):
+                        require(tracer, lhs, rel, rhs, f"torch guard {code}")
     except Untranslatable as e:
         raise TraceError(
             f"torch recorded a shape fact aotc cannot express ({e}); refusing rather than dropping it"
