@@ -7,11 +7,15 @@ translates the program onto the trace. ``aotc.compile(module, inputs)`` and ``ao
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import itertools
 import logging
 import math
+import os
 import re
+import sys
+import sysconfig
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -274,7 +278,9 @@ class _Log(logging.Handler):
         if msg.startswith("create_symbol") and len(args) >= 3:
             self.source_of[str(args[0])] = str(args[2])
         elif "[guard added]" in msg and len(args) >= 3:
-            self.guard_locs.append((str(args[1]), _sloc(args[2])))
+            # torch's own frame for the guard may be inside torch (an nn.GRU's aten call, torch/_ops.py): the
+            # model's line is the innermost frame on the stack that is not torch's, aotc's or the standard library's
+            self.guard_locs.append((str(args[1]), _model_frame() or _sloc(args[2])))
 
 
 def _sloc(sloc: Any) -> str:
@@ -285,6 +291,43 @@ def _sloc(sloc: Any) -> str:
         return f"{_short(frame.filename)}:{frame.lineno}"
     user = getattr(sloc, "maybe_user_loc", None)
     return str(user or "")
+
+
+@functools.cache
+def _not_model() -> tuple[str, ...]:
+    """Where no model code lives: torch, aotc and the standard library (a Hugging Face or torchvision modeling
+    file, in site-packages, is the model's)."""
+    torch = require_torch()
+    dirs = [os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
+    dirs.append(sysconfig.get_paths()["stdlib"])
+    return tuple(os.path.realpath(d) + os.sep for d in dirs)
+
+
+def _model_frame() -> str:
+    """``file:line`` of the innermost frame of the running stack in the model's code, or ""."""
+    from aotc.torch_export.translate import _short
+
+    skip = _not_model()
+    f = sys._getframe(1)
+    while f is not None:
+        path = f.f_code.co_filename
+        if not path.startswith("<") and not os.path.realpath(path).startswith(skip):
+            return f"{_short(path)}:{f.f_lineno}"
+        f = f.f_back
+    return ""
+
+
+def _model_line(frames: Sequence[tuple[str, str]]) -> str:
+    """``file:line`` of the innermost of a traceback's ``(file, line)`` frames in the model's code, else of the
+    innermost frame."""
+    from aotc.torch_export.translate import _short
+
+    if not frames:
+        return ""
+    skip = _not_model()
+    outside = [f for f in frames if not f[0].startswith("<") and not os.path.realpath(f[0]).startswith(skip)]
+    path, line = (outside or frames)[-1]
+    return f"{_short(path)}:{line}"
 
 
 @contextlib.contextmanager
@@ -316,7 +359,6 @@ _USER_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 
 def _export_error(e: Exception, sources: Mapping[str, str], log: _Log) -> AotcError:
     """torch.export's error as one aotc line naming the dim (by its aotc name) and the model's source line."""
-    from aotc.torch_export.translate import _short
 
     text = str(e)
     m = _SPECIALIZED.search(text)
@@ -339,7 +381,7 @@ def _export_error(e: Exception, sources: Mapping[str, str], log: _Log) -> AotcEr
         )
     if "data-dependent" in text or type(e).__name__ in ("GuardOnDataDependentSymNode", "DataDependentOutputException"):
         frames = _USER_FRAME.findall(text.split("The following call raised this error:")[-1])
-        at = f"{_short(frames[-1][0])}:{frames[-1][1]}: " if frames else ""
+        at = f"{_model_line(frames)}: " if frames else ""
         first = text.strip().splitlines()[0]
         return TraceError(f"{at}the model's shapes depend on tensor values (data-dependent: {first}); aotc compiles "
                           "shapes that follow from the input sizes")  # fmt: skip

@@ -511,3 +511,21 @@ def test_compile_help_names_torch_modules_and_saved_programs() -> None:
 
     text = CliRunner().invoke(cli, ["compile", "--help"]).output
     assert "torch.nn.Module" in text and ".pt2" in text and "--dim-name" in text and "torch.export.save" in text
+
+
+class Recurrent(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.gru = nn.GRU(4, 8, batch_first=True)
+
+    def forward(self, x: Any) -> Any:
+        return self.gru(x)[0]  # torch's GRU specializes the time axis inside torch
+
+
+def test_an_error_raised_inside_torch_code_names_the_models_line() -> None:
+    """torch records the guard inside its own code (torch/_ops.py, under nn.GRU): the message names the nearest
+    frame of the model's own file instead."""
+    line = next(i for i, t in enumerate(Path(__file__).read_text().splitlines(), 1) if "return self.gru(x)[0]" in t)
+    spec = {"x": TensorSpec((Dim("batch", min=1, max=8), Dim("seq", min=2, max=16), 4))}
+    with pytest.raises(aotc.TraceError, match=rf"^(.*/)?{HERE}:{line}: dim 'seq' .* specialized it to the constant"):
+        aotc.compile(Recurrent().eval(), spec)
