@@ -12,6 +12,7 @@ scanned from each end of the dim's range, within SCAN bindings per guard; a guar
 from __future__ import annotations
 
 import itertools
+import math
 import warnings
 from collections.abc import Iterator, Sequence
 
@@ -45,23 +46,29 @@ def warn_pinned(symbols: Sequence[Symbol], guards: Sequence[Guard], stacklevel: 
 
 def pinned(symbols: Sequence[Symbol], guards: Sequence[Guard]) -> list[tuple[Symbol, Guard, int, int]]:
     """Per dim, the first guard that narrows it and the least and greatest values that guard allows. A guard that
-    only makes the dim a multiple of something (``seq % 4 == 0``: a multiple_of) narrows nothing."""
+    only makes the dim a multiple of something (``seq % 4 == 0``: a multiple_of) narrows nothing, nor does one that
+    excludes only values off that stride (``b % (b // 4) == 0`` beside ``b % 4 == 0`` excludes 1, 2 and 3)."""
     by_name = {s.name: s for s in symbols}
     out = []
     for s in symbols:
         first, last = _aligned(s)
         if first >= last:
             continue  # static already (or empty): nothing to narrow
+        found = []
         for g in guards:
             names = _names(g)
-            if s.name not in names or not names <= by_name.keys():
-                continue
-            found = _ends(s, g, [by_name[n] for n in sorted(names - {s.name})])
-            if found is None:
-                continue
-            (lo, lo_next), (hi, hi_next) = found
-            # narrowed where a smaller (greater) value of the same stride would lie in the range, but fails
-            if lo == hi or lo - (lo_next - lo) >= s.min or hi + (hi - hi_next) <= s.max:
+            if s.name in names and names <= by_name.keys():
+                ends = _ends(s, g, [by_name[n] for n in sorted(names - {s.name})])
+                if ends is not None:
+                    found.append((g, ends))
+        # the stride the guards together keep the dim on: each guard's own, near both ends of the range
+        step = s.multiple_of
+        for _, ((lo, lo_next), (hi, hi_next)) in found:
+            for gap in (lo_next - lo, hi - hi_next):
+                step = math.lcm(step, gap) if gap > 0 else step
+        for g, ((lo, _), (hi, _)) in found:
+            # narrowed where a smaller (greater) value on that stride would lie in the range, but fails
+            if lo == hi or lo - step >= s.min or hi + step <= s.max:
                 out.append((s, g, lo, hi))
                 break
     return out
