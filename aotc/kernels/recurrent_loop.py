@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from aotc.ir.ops import Op
 from aotc.ir.symbolic import SymExpr, add, mul
@@ -30,7 +30,6 @@ from aotc.kernels.fusion_graph import FusionGraph
 
 if TYPE_CHECKING:
     from aotc.kernels.emit import KernelBuilder
-    from aotc.kernels.recurrent import Cell
 
 __all__ = ["Loop", "Stack", "TimeRead", "loop_of"]
 
@@ -40,6 +39,17 @@ Position = tuple[int, int]  # (node position in a step, output slot)
 # how a step's node reads an input: ("own", position) in its step, ("prev", position) in the step before, or
 # ("ext", value id) from outside the chain
 Source = tuple[str, Any]
+
+
+class Cell(Protocol):
+    """What a loop reads of a step (aotc/kernels/recurrent.py's Cell, which imports this module)."""
+
+    products: tuple[Node, ...]
+    gates: Node
+    slices: tuple[Node, ...]
+    pre: frozenset[int]
+    body: tuple[int, ...]
+    recurrent: Node | None
 
 
 @dataclass(frozen=True)
