@@ -15,10 +15,11 @@ import itertools
 import math
 import warnings
 from collections.abc import Iterator, Sequence
+from fractions import Fraction
 
 from aotc.errors import AotcError
 from aotc.ir.graph import Guard, Symbol
-from aotc.ir.symbolic import SymExpr
+from aotc.ir.symbolic import SymExpr, add, mul
 
 # At most this many bindings of a guard's dims are evaluated to bound one dim's values.
 SCAN = 1 << 14
@@ -92,7 +93,12 @@ def _values(s: Symbol, reverse: bool = False) -> Iterator[int]:
 def _ends(s: Symbol, g: Guard, others: Sequence[Symbol]) -> tuple[tuple[int, int], tuple[int, int]] | None:
     """From each end of ``s``'s range, the first two values for which some binding of ``others`` satisfies ``g``
     (one value twice where only one passes); None where SCAN evaluations do not find them, where ``others`` have
-    too many bindings to enumerate, or where no value passes (the guard's own message says so when called)."""
+    too many bindings to enumerate, or where no value passes (the guard's own message says so when called).
+    A guard linear in ``s`` alone (``seq <= 512`` over a range of 65536) is solved rather than scanned."""
+    if not others:
+        solved = _linear_ends(s, g)
+        if solved is not None:
+            return solved if solved != () else None
     count = 1
     for o in others:
         first, last = _aligned(o)
@@ -130,3 +136,30 @@ def _ends(s: Symbol, g: Guard, others: Sequence[Symbol]) -> tuple[tuple[int, int
             return None
         ends.append((two[0], two[-1]))
     return ends[0], ends[1]
+
+
+def _linear_ends(s: Symbol, g: Guard) -> tuple[tuple[int, int], tuple[int, int]] | tuple[()] | None:
+    """``_ends`` of a guard ``a*s + b rel 0`` (``()``: no value passes; None: not such a guard)."""
+    diff = add(g.lhs, mul(g.rhs, -1))
+    if not isinstance(diff, SymExpr) or len(diff.terms) != 1 or g.rel == "!=":
+        return None
+    (mono, a), b = diff.terms[0], diff.const
+    if len(mono) != 1 or mono[0].kind != "sym" or mono[0].name != s.name or not isinstance(a, int) or a == 0:
+        return None
+    first, last = _aligned(s)
+    lo, hi = first, last
+    rel = g.rel if a > 0 else {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "=="}[g.rel]
+    bound = Fraction(-b, a)  # a*s + b rel 0  <=>  s rel' -b/a
+    if rel in ("<", "<="):
+        hi = min(hi, math.floor(bound) - (1 if rel == "<" and bound.denominator == 1 else 0))
+    elif rel in (">", ">="):
+        lo = max(lo, math.ceil(bound) + (1 if rel == ">" and bound.denominator == 1 else 0))
+    else:  # ==
+        if bound.denominator != 1:
+            return ()
+        lo = hi = int(bound)
+    m = s.multiple_of
+    lo, hi = -(-lo // m) * m, hi // m * m
+    if lo > hi or lo > last or hi < first:
+        return ()
+    return (lo, min(lo + m, hi)), (hi, max(hi - m, lo))
