@@ -130,12 +130,15 @@ def compile(
     progress: Progress = None,
     precision: str | None = None,
     verbose: bool = False,
+    dim_names: Mapping[str, Mapping[int, str]] | None = None,
 ) -> CompiledModel:
     """Trace ``model`` over ``inputs``, lower it to primitives, write the artifact and load it on the cpu.
 
     ``model`` is an aotc ``nn.Module`` or function of tensors, a ``torch.nn.Module`` (captured with torch.export;
     ``inputs`` as for an aotc model) or a ``torch.export.ExportedProgram`` (no ``inputs``: its dims come from its
-    dynamic_shapes). ``options`` is an ``aotc.CompileOptions``; ``dump_ir`` a folder that receives every stage's graph;
+    dynamic_shapes; ``dim_names={"x": {0: "batch"}}`` names them where ``torch.export.save`` dropped the names,
+    else they read ``x_0``). ``options`` is an ``aotc.CompileOptions``; ``dump_ir`` a folder that receives every
+    stage's graph;
     ``progress(stage)`` is called as each compile stage starts and ``progress(stage, done, total)`` as kernels
     compile; ``verbose=True`` prints both to stderr (a live line on a terminal). ``precision`` ("fp32", "tf32", "bf16" or
     "fp16") overrides ``options.precision``.
@@ -144,15 +147,19 @@ def compile(
     if verbose and progress is None:
         timer = StageTimer(threshold_s=0.0)
         try:
-            return compile(model, inputs, options=options, dump_ir=dump_ir, name=name, progress=timer)
+            return compile(
+                model, inputs, options=options, dump_ir=dump_ir, name=name, progress=timer, dim_names=dim_names
+            )
         finally:
             timer.finish()
     if is_torch_model(model):
         from aotc.torch_export import import_torch
 
         _report(progress, "torch.export")
-        graph = import_torch(model, inputs, name=name, progress=progress)
+        graph = import_torch(model, inputs, name=name, progress=progress, dim_names=dim_names)
     else:
+        if dim_names:
+            raise ShapeError("dim_names names the dims of a torch.export.ExportedProgram; this model's are its Dims")
         if inputs is None:
             raise ShapeError("inputs must be a non-empty mapping of input name -> TensorSpec")
         _report(progress, "trace")

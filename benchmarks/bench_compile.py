@@ -1,6 +1,8 @@
-"""Ahead-of-time compile cost of every example model: cold (empty kernel cache) and warm (cached),
-kernel count, distinct kernels, kernels per layer where the model has layers, and artifact size.
-Not a test: it prints a table and asserts nothing; compare numbers only between runs on one machine.
+"""Ahead-of-time compile cost of every example model: cold (empty kernel cache) and warm (cached), in wall
+seconds and in CPU seconds (this process and its compile workers: what a busy machine does not inflate as it
+does the wall time), kernel count, distinct kernels, kernels per layer where the model has layers, and
+artifact size. Not a test: it prints a table and asserts nothing; compare numbers only between runs on one
+machine.
 
     python benchmarks/bench_compile.py [MODEL ...] [--target sm_80 --target sm_90]
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import resource
 import sys
 import tempfile
 import time
@@ -43,13 +46,20 @@ STAGE_COLUMNS |= {"compile kernels": "kernels", "autotune kernels": "kernels", "
 LAYERS = {"gpt2": 2, "bert": 2}
 
 
+def cpu_seconds() -> float:
+    """CPU time of this process and of the children it has waited for (the compile workers)."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def bench(name: str, options: CompileOptions) -> list[str]:
     model, inputs = load_model(MODELS / f"{name}.py")
-    times = []
+    times, cpu = [], []
     for _ in ("cold", "warm"):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), cpu_seconds()
         compiled = aotc.compile(model, inputs, options=options)
         times.append(time.perf_counter() - start)
+        cpu.append(cpu_seconds() - start_cpu)
     schedule = compiled.schedule
     kernels = len(schedule.kernels) if schedule is not None else 0
     distinct = len({k.name for k in schedule.kernels}) if schedule is not None else 0
@@ -58,6 +68,7 @@ def bench(name: str, options: CompileOptions) -> list[str]:
     return [
         name,
         f"{times[0]:.1f}",
+        f"{cpu[0]:.1f}",
         f"{times[1]:.2f}",
         str(kernels),
         str(distinct),
@@ -122,7 +133,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(NAMES)}")
     options = CompileOptions.from_env()
     options = dataclasses.replace(options, targets=parse_targets(",".join(args.target or ["sm_80", "sm_90"])))
-    rows = [["model", "cold s", "warm s", "kernels", "distinct", "per layer", "binaries", "artifact"]]
+    rows = [["model", "cold s", "cold cpu s", "warm s", "kernels", "distinct", "per layer", "binaries", "artifact"]]
     torch_rows = [
         ["torch model", "run", "export s", "import s", "lowering s", "kernels s", "total s", "kernels", "attn"]
     ]
@@ -136,7 +147,8 @@ def main(argv: list[str] | None = None) -> None:
             else:
                 rows.append(bench(name, options))
             print(f"{name}: done", file=sys.stderr)
-    print(f"{os.cpu_count()} cores; targets {', '.join(options.targets)}")
+    load = ", load average " + " ".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else ""
+    print(f"{os.cpu_count()} cores{load}; targets {', '.join(options.targets)}")
     if len(rows) > 1:
         print("\n".join(table(rows)))
     if len(torch_rows) > 1:

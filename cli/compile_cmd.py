@@ -1,4 +1,4 @@
-"""``aotc compile``: a model file or an ONNX file -> one artifact file."""
+"""``aotc compile``: a model file, an ONNX file or a saved torch.export program -> one artifact file."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from aotc.ir.graph import Graph
 from aotc.lowering.options import CompileOptions
 from aotc.lowering.precision import PRECISIONS
 from aotc.progress import StageTimer
-from aotc_cli.dims import parse_dim_ranges
+from aotc_cli.dims import parse_dim_names, parse_dim_ranges
 from aotc_cli.errors import UserError, debug_option
 from aotc_cli.loader import call_user_code, load_model
 from aotc_cli.paths import check_output_path, require_file
@@ -25,17 +25,23 @@ if TYPE_CHECKING:
 
 HELP = """Compile FILE into an artifact.
 
-FILE is a Python model file or an ONNX file (.onnx).
+FILE is a Python model file, an ONNX file (.onnx) or a torch.export program
+saved with torch.export.save (.pt2).
 
 A model file defines a function `build()` (no required arguments) returning
 `(model, inputs)`, or, when it has no `build`, module-level `model` and
-`inputs`. `model` is an aotc.nn.Module or a plain function of tensors;
+`inputs`. `model` is an aotc.nn.Module, a plain function of tensors or a
+torch.nn.Module (captured with torch.export: pip install 'aotc[torch]');
 `inputs` maps each forward argument name to an aotc.TensorSpec.
 `--model NAME` compiles `NAME` with the specs in `NAME_inputs` instead, or,
 when the file has no `NAME_inputs`, calls `NAME()` like `build()`.
 
 For ONNX files, each symbolic dimension (dim_param) gets its range from
 `--dim NAME=MIN:MAX` (repeatable).
+
+A .pt2 program brings its dims and their ranges, but torch.export.save keeps
+no dim names: each is named after its input and axis (`x_0`) unless
+`--dim-name INPUT:AXIS=NAME` (repeatable) names it, e.g. `--dim-name x:0=batch`.
 
 The artifact goes to -o, or to FILE's stem + `.aotc` in the current folder.
 """
@@ -66,6 +72,25 @@ def _trace_python(path: Path, model_name: str | None, timer: StageTimer) -> Grap
         return call_user_code(path.resolve(), "tracing the model", trace, model, inputs, name=model_name or path.stem)
 
 
+def _import_program(path: Path, dim_names: dict[str, dict[int, str]], timer: StageTimer) -> Graph:
+    """A program torch.export.save wrote, as a graph whose dims take ``dim_names``."""
+    from aotc.torch_export import import_torch
+    from aotc.torch_export._torch import require_torch
+
+    torch = require_torch()
+    with timer.stage("load program"):
+        try:
+            program = torch.export.load(str(path))
+        except Exception as e:  # a zip of something else, an AOTInductor package, a newer schema: say which
+            first = next((t.strip() for t in str(e).splitlines() if t.strip()), "")
+            raise UserError(
+                f"{path} is not a program torch.export.save wrote that this torch {torch.__version__} can load "
+                f"({type(e).__name__}: {first[:200]})"
+            ) from None
+    with timer.stage("translate"):
+        return import_torch(program, name=path.stem if path.stem.isidentifier() else None, dim_names=dim_names)
+
+
 def _import_onnx(path: Path, dims: dict[str, tuple[int, int]], timer: StageTimer) -> Graph:
     import aotc.onnx  # its names raise UnsupportedError, saying what to install, when onnx is missing
 
@@ -79,6 +104,13 @@ def _import_onnx(path: Path, dims: dict[str, tuple[int, int]], timer: StageTimer
 @click.option("-o", "--output", metavar="OUT", help="Artifact path.  [default: ./<FILE stem>.aotc]")
 @click.option("--model", "model_name", metavar="NAME", help="Compile NAME (and NAME_inputs) instead of build().")
 @click.option("--dim", "dims", multiple=True, metavar="NAME=MIN:MAX", help="ONNX only: range of a symbolic dim.")
+@click.option(
+    "--dim-name",
+    "dim_names",
+    multiple=True,
+    metavar="INPUT:AXIS=NAME",
+    help=".pt2 only: the name of a dynamic dim of a saved torch.export program (torch.export.save drops them).",
+)
 @click.option("--dump-ir", metavar="DIR", help="Write the graph before and after every lowering stage to DIR.")
 @click.option("-v", "--verbose", is_flag=True, help="Time every compile stage, not only those over a second.")
 @click.option(
@@ -139,6 +171,7 @@ def compile_command(
     output: str | None,
     model_name: str | None,
     dims: tuple[str, ...],
+    dim_names: tuple[str, ...],
     dump_ir: str | None,
     verbose: bool,
     precision: str,
@@ -170,7 +203,10 @@ def compile_command(
             raise UserError("--autotune records its winners per GPU target: drop --target none")
         options = dataclasses.replace(options, autotune=True, tune_dims=_parse_tune_dims(tune_dims))
     ranges = parse_dim_ranges(dims)
+    names = parse_dim_names(dim_names)
     path = require_file(file)
+    if names and path.suffix != ".pt2":
+        raise UserError("--dim-name applies to saved torch.export programs (.pt2); a model file names its aotc.Dims")
     out = check_output_path(output if output else path.stem + ".aotc")
     private_key = _load_signing_key(sign_key) if sign_key else None  # before the compile, so a bad key costs nothing
     timer = StageTimer(threshold_s=0.0 if verbose else 1.0)
@@ -183,8 +219,16 @@ def compile_command(
         if ranges:
             raise UserError("--dim applies to ONNX files; a model file declares its dims with aotc.Dim")
         graph = _trace_python(path, model_name, timer)
+    elif path.suffix == ".pt2":
+        if model_name:
+            raise UserError("--model applies to Python model files, not saved programs")
+        if ranges:
+            raise UserError("--dim applies to ONNX files; a saved program brings its dims' ranges")
+        graph = _import_program(path, names, timer)
     else:
-        raise UserError(f"{file}: expected a Python model file (.py) or an ONNX file (.onnx)")
+        raise UserError(
+            f"{file}: expected a Python model file (.py), an ONNX file (.onnx) or a saved torch.export program (.pt2)"
+        )
     compiled = compile_model(graph, dump_ir, timer, options)
     data = compiled.artifact_bytes
     if private_key is not None:

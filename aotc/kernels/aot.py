@@ -10,6 +10,7 @@ release that changes the launch ABI fails here instead of at launch.
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import contextlib
 import dataclasses
@@ -223,29 +224,37 @@ def _run_jobs(
     # interpret backend) patches triton.language process-wide, after which an in-process compile
     # fails. Not multiprocessing either: spawn would re-run an unguarded user script that called the
     # compiler, and fork would copy the parent's threads mid-state.
-    order = sorted(range(len(specs)), key=lambda i: -len(specs[i]["source"]))  # big kernels spread first
-    chunks = [order[w::workers] for w in range(workers)]
+    # Each worker takes the next job when it finishes one, the biggest first: a few slow kernels (a long
+    # recurrence, a wide matmul) spread over the workers instead of queueing behind one.
+    todo = collections.deque(sorted(range(len(specs)), key=lambda i: -len(specs[i]["source"])))
     results: list[Compiled | str] = [""] * len(specs)
     lock = threading.Lock()
     finished = 0
 
-    def one_done() -> None:
+    def take() -> int | None:
+        with lock:
+            return todo.popleft() if todo else None
+
+    def one_done(i: int, result: Compiled | str) -> None:
         nonlocal finished
         with lock:
+            results[i] = result
             finished += 1
             if on_done is not None:
                 on_done(finished)
 
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-        for chunk, out in zip(chunks, pool.map(lambda c: _run_worker([specs[i] for i in c], one_done), chunks)):
-            for i, r in zip(chunk, out):
-                results[i] = r
+        for f in [pool.submit(_run_worker, specs, take, one_done) for _ in range(workers)]:
+            f.result()
+    for i in todo:  # every worker died before taking these
+        results[i] = f"kernel {specs[i]['name']}: no compile worker was left to compile it for {specs[i]['arch']}"
     return results
 
 
-def _run_worker(specs: list[dict[str, Any]], one_done: Callable[[], None]) -> list[Compiled | str]:
-    """One worker process over ``specs``: it answers one JSON line per spec as each compile ends (so progress
-    shows while it works), in order."""
+def _run_worker(
+    specs: list[dict[str, Any]], take: Callable[[], int | None], one_done: Callable[[int, Compiled | str], None]
+) -> None:
+    """One worker process: it is sent one JSON line per job it takes (``take``) and answers one JSON line each."""
     package_root = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
@@ -260,31 +269,38 @@ def _run_worker(specs: list[dict[str, Any]], one_done: Callable[[], None]) -> li
         ) as proc,
     ):
         assert proc.stdin is not None and proc.stdout is not None
-        proc.stdin.write(json.dumps(specs).encode())
-        proc.stdin.close()
-        out: list[Compiled | str] = []
+        i = take()
         try:
-            for line in proc.stdout:
+            while i is not None:
+                proc.stdin.write(json.dumps(specs[i]).encode() + b"\n")
+                proc.stdin.flush()
+                line = proc.stdout.readline()
+                if not line:
+                    raise ValueError("it stopped answering")
                 r = json.loads(line)
-                out.append(from_json(r["ok"]) if "ok" in r else str(r["error"]))
-                one_done()
+                one_done(i, from_json(r["ok"]) if "ok" in r else str(r["error"]))
+                i = take()
+            proc.stdin.close()
             code = proc.wait()
-            if code != 0 or len(out) != len(specs):
-                raise ValueError(f"exit status {code}, {len(out)} of {len(specs)} answers")
-            return out
-        except (ValueError, KeyError, TypeError) as e:
+            if code != 0:
+                raise ValueError(f"exit status {code}")
+        except (OSError, ValueError, KeyError, TypeError) as e:
             proc.kill()
-            proc.wait()
+            code = proc.wait()
             err.seek(0)
             tail = err.read().decode(errors="replace").strip()[-2000:]
-            return [f"kernel {s['name']}: the compile worker for {s['arch']} failed ({e}): {tail}" for s in specs]
+            if i is not None:  # the job it died on; the other workers take the rest
+                s = specs[i]
+                one_done(
+                    i, f"kernel {s['name']}: the compile worker for {s['arch']} failed ({e}, status {code}): {tail}"
+                )
 
 
 def worker_main() -> None:
-    """A compile worker's body: compile the JSON list of job specs on stdin, answer one JSON line per spec."""
-    specs = json.loads(sys.stdin.buffer.read())
-    for spec in specs:
-        r = compile_one(spec)
+    """A compile worker's body: compile each JSON job spec read from stdin (one a line), answering one JSON line
+    each as it ends."""
+    for line in sys.stdin.buffer:
+        r = compile_one(json.loads(line))
         sys.stdout.write(json.dumps({"error": r} if isinstance(r, str) else {"ok": to_json(r)}) + "\n")
         sys.stdout.flush()
 

@@ -10,7 +10,7 @@ computed once.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from aotc.errors import UnsupportedError
@@ -63,6 +63,8 @@ class KernelBuilder(KernelWriter):
         self.space = IndexSpace(graph.ranges, graph.multiples)
         self._atoms: dict[tuple[str, int | SymExpr, bool], SymExpr] = {}
         self._atom_text: dict[str, str] = {}
+        # values a template reads elsewhere: value id -> (index -> the value and index the element comes from)
+        self.redirects: dict[int, Callable[[Index], tuple[Value, Index]]] = {}
 
     def names_of(self, e: int | SymExpr) -> int | SymExpr:
         """Index expression ``e`` as its printed text computes it, over the kernel's own names: each symbol its
@@ -161,6 +163,9 @@ class KernelBuilder(KernelWriter):
         if value.id in env:
             return env[value.id]
         idx = self._index(value, index)
+        if value.id in self.redirects:
+            base, at = self.redirects[value.id](idx)
+            return self.compute(base, at, mask, env, other)
         key = (value.id, idx, mask)
         for scope in reversed(self._scopes):
             if key in scope.cache:

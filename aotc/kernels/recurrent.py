@@ -20,8 +20,12 @@ tiles made ptxas take minutes on an 8-step kernel.
 Not fused (the general rules then apply): a lone cell (no recurrence: a gated linear layer stays a matmul and
 its epilogue), a state wider than MAX_H, a product's K above MAX_K, a weight that is not a view of a constant,
 products that are not float, a gate slice read by anything but its step's elementwise ops, a step whose
-elementwise ops read another step than the one before. A chain longer than MAX_STEPS is cut into launches of
-MAX_STEPS steps, so the unrolled source stays a size Triton compiles in seconds.
+elementwise ops read another step than the one before.
+
+A chain whose steps are one computation at moving time offsets (the usual unrolled ``for t in range(T)``) is
+one launch looping over its steps (aotc/kernels/recurrent_loop.py): Triton compiles the step once, however
+many there are. Any other chain is unrolled, cut into launches of MAX_STEPS steps, so the unrolled source stays
+a size Triton compiles in seconds.
 """
 
 from __future__ import annotations
@@ -33,13 +37,14 @@ from typing import TYPE_CHECKING, Any
 from aotc.ir.dtypes import DType
 from aotc.ir.ops import ELEMENTWISE, VIEWS, Op
 from aotc.ir.symbolic import add, floordiv, mul, sym
-from aotc.ir.symbolic_values import bounds
 from aotc.ir.types import Node, Value
+from aotc.kernels import view_rules
 from aotc.kernels.config import next_pow2
 from aotc.kernels.contraction_emit import full_tile, size_text
 from aotc.kernels.fusion_graph import FusionGraph, needs_compute
-from aotc.kernels.pointwise_ops import TL_DTYPE
+from aotc.kernels.pointwise_ops import TL_DTYPE, is_literal
 from aotc.kernels.reach import GRID_X
+from aotc.kernels.recurrent_loop import Loop, loop_of
 
 if TYPE_CHECKING:
     from aotc.ir.schedule import Kernel
@@ -52,8 +57,11 @@ __all__ = ["Cell", "cells_and_chains", "emit_plan", "node_groups"]
 MAX_H = 128  # the state's columns one program holds (BLOCK_H)
 MAX_K = 256  # a product's inner dim, loaded whole
 MAX_STEPS = 4  # Triton (3.9, sm_80) compiles 4 unrolled LSTM steps of width 32 in ~10 s, 8 in ~25 s
-# Rows per program: tl.dot's smallest tile, up to 32 (each row more is registers for every gate tile).
-MIN_BLOCK_M, MAX_BLOCK_M = 16, 32
+# Rows per program: tl.dot's smallest tile. A recurrence is latency-bound (its steps run one after another), so
+# more programs of fewer rows spread a batch over more SMs; and each dot's FMA loop, unrolled per row, is half what
+# 32 rows make, so Triton compiles the kernel in about half the time (the example LSTM's second layer: 5.7 s per
+# target at 32 rows, 3.1 s at 16).
+BLOCK_M = 16
 _DOT = (DType.float32, DType.float16, DType.bfloat16)
 
 
@@ -80,11 +88,17 @@ class Cell:
 
 
 def node_groups(g: FusionGraph) -> list[tuple[frozenset[int], Any]]:
-    """The template table's group hook: each chain of at least two cells, in launches of at most MAX_STEPS, as
-    (its nodes, its cells). A lone cell is no recurrence: a gated linear layer is left to the matmul template."""
-    out = []
+    """The template table's group hook: each chain of at least two cells as (its nodes, its Loop) where its steps
+    are one loop's (aotc/kernels/recurrent_loop.py), else in launches of at most MAX_STEPS unrolled steps, as
+    (their nodes, their cells). A lone cell is no recurrence: a gated linear layer is left to the matmul
+    template."""
+    out: list[tuple[frozenset[int], Any]] = []
     for chain in cells_and_chains(g):
         if len(chain) < 2:
+            continue
+        loop = loop_of(g, chain)
+        if loop is not None:
+            out.append((loop.nodes, loop))
             continue
         for start in range(0, len(chain), MAX_STEPS):
             part = chain[start : start + MAX_STEPS]
@@ -306,19 +320,11 @@ class _Axes:
 def emit_plan(b: KernelBuilder, kp: KernelPlan, name: str, config: KernelConfig, tiles: Any = None) -> Kernel:
     """The template table's emitter (aotc/ir/templates.py): the chain of ``kp.group``, storing ``kp.outputs``."""
     assert kp.group is not None
+    if isinstance(kp.group.detail, Loop):
+        return _emit_loop(b, kp, kp.group.detail, name)
     cells: tuple[Cell, ...] = kp.group.detail
-    rows, h = cells[0].slices[0].outputs[0].type.shape
-    block_m = max(MIN_BLOCK_M, min(MAX_BLOCK_M, next_pow2(bounds(rows, b.graph.ranges, b.graph.multiples)[1])))
-    ks = len({p.inputs[1].type.shape[0] for c in cells for p in c.products})
-    b.reserve("pid", *(f"{s}_{d}" for s in ("offs", "mask") for d in ("m", "h", *(f"k{j}" for j in range(ks)))))
-    b.line("pid = tl.program_id(0)")
-    b.line("offs_m = pid * BLOCK_M + tl.arange(0, BLOCK_M)")
-    b.line(f"mask_m = offs_m < {size_text(b, rows, 'M')}")
-    b.reach.bound("offs_m", mul(GRID_X, sym("BLOCK_M")))
-    b.reach.guard("mask_m[:, None]", "offs_m", 0, b.arg(rows))
-    constexprs = [("BLOCK_M", block_m)]
-    axes = _Axes(b, constexprs)
-    axes.declare("h", h)
+    axes, rows, h, block_m = _head(b, cells)
+    constexprs = axes.constexprs
     stored = {v.id for v in kp.outputs}
     carry = _Carry({})
     for t, cell in enumerate(cells):
@@ -329,6 +335,79 @@ def emit_plan(b: KernelBuilder, kp: KernelPlan, name: str, config: KernelConfig,
     grid = (floordiv(add(rows, block_m - 1), block_m), 1, 1)
     extra = [b.producers[n.outputs[0].id][0] for c in cells for n in (*c.products, *c.slices)]
     return b.finish(name, kp.kind, grid, tuple(constexprs), num_warps=4, num_stages=1, extra_nodes=extra)
+
+
+def _head(b: KernelBuilder, cells: tuple[Cell, ...], *names: str) -> tuple[_Axes, Any, int, int]:
+    """The rows and state columns of a chain's program: its axes (with the constexprs), rows, width and BLOCK_M."""
+    rows, h = cells[0].slices[0].outputs[0].type.shape
+    block_m = BLOCK_M
+    ks = len({p.inputs[1].type.shape[0] for c in cells for p in c.products})
+    b.reserve("pid", *names, *(f"{s}_{d}" for s in ("offs", "mask") for d in ("m", "h", *(f"k{j}" for j in range(ks)))))
+    b.line("pid = tl.program_id(0)")
+    b.line("offs_m = pid * BLOCK_M + tl.arange(0, BLOCK_M)")
+    b.line(f"mask_m = offs_m < {size_text(b, rows, 'M')}")
+    b.reach.bound("offs_m", mul(GRID_X, sym("BLOCK_M")))
+    b.reach.guard("mask_m[:, None]", "offs_m", 0, b.arg(rows))
+    axes = _Axes(b, [("BLOCK_M", block_m)])
+    axes.declare("h", h)
+    return axes, rows, h, block_m
+
+
+def _emit_loop(b: KernelBuilder, kp: KernelPlan, loop: Loop, name: str) -> Kernel:
+    """The chain as ``for step in range(0, T)`` over its template step (``loop.cells[1]``): the state and the
+    other carried values in loop-carried tiles from their first values, each step's moving inputs read at its
+    offset, its state stored into the stack (if any), the last step's values read elsewhere stored after."""
+    cells, cell = loop.cells, loop.cells[1]
+    axes, rows, h, block_m = _head(b, cells, "step", "state")
+    for p in cell.products:  # each K axis declared before the loop, once
+        if p is not cell.recurrent:
+            axes.k(p.inputs[1].type.shape[0])
+    step = b.index_var("step", len(cells))
+    b.reach.bound("step", len(cells))
+    for vid, read in loop.time.items():
+        b.redirects[vid] = read.at(b, step)
+    names: dict[int, str] = {}
+    for k, vid in enumerate(loop.carried):
+        first = loop.initial[vid]
+        var = b.compute(first, [_ROW, _COL], _TILE, {})
+        names[vid] = "state" if k == 0 else b.fresh("carried")
+        b.reserve(names[vid])
+        if is_literal(var) and (k > 0 or float(var) == 0.0):
+            b.line(f"{names[vid]} = tl.full((BLOCK_M, BLOCK_H), {var}, {TL_DTYPE[first.type.dtype]})")
+            continue
+        var = full_tile(b, var, "(BLOCK_M, BLOCK_H)", first.type.dtype, b.fresh("first"))
+        b.line(f"{names[vid]} = " + (f"tl.where({_TILE}, {var}, 0.0)" if k == 0 else var))
+    with b.block(f"for step in range(0, {len(cells)})"):
+        env = dict(names)
+        carry = _Carry(env, names[loop.carried[0]])
+        col = b.index_var(_COL, h)
+        for s in cell.slices:
+            at = add(col, s.attrs["starts"][1])
+            products = {p.outputs[0].id: _product_tile(b, p, cell, carry, axes, at) for p in cell.products}
+            env[s.outputs[0].id] = b.compute(cell.gates.outputs[0], [_ROW, at], _TILE, products)
+        new = {vid: b.compute(loop.handed[vid], [_ROW, _COL], _TILE, env) for vid in loop.carried}
+        if loop.stack is not None:
+            state = new[loop.carried[0]]
+            at_step = loop.stack.index(b, step, b.index_var(_ROW, rows), col)
+            b.store(loop.stack.concat.outputs[0], at_step, state, _TILE)
+        # every new value first (one may read a carried value another replaces), then the carried values
+        tiles = {}
+        for vid, var in new.items():
+            dtype = loop.handed[vid].type.dtype
+            tiles[vid] = var if b.is_tile(var) else full_tile(b, var, "(BLOCK_M, BLOCK_H)", dtype, b.fresh("new"))
+            if tiles[vid] in names.values():  # a carried value handed on as it is
+                tiles[vid] = b.fresh("new")
+                b.line(f"{tiles[vid]} = {var}")
+        for k, vid in enumerate(loop.carried):
+            b.line(f"{names[vid]} = " + (f"tl.where({_TILE}, {tiles[vid]}, 0.0)" if k == 0 else tiles[vid]))
+    stack = loop.stack.concat.outputs[0].id if loop.stack is not None else None
+    for v in kp.outputs:
+        if v.id != stack:
+            carried, view = loop.last[v.id]
+            at = [_ROW, _COL] if view is None else view_rules.forward(b, view, [b.index_var(_ROW, rows), col])
+            b.store(v, at, names[carried], _TILE)
+    grid = (floordiv(add(rows, block_m - 1), block_m), 1, 1)
+    return b.finish(name, kp.kind, grid, tuple(axes.constexprs), num_warps=4, num_stages=1, extra_nodes=kp.nodes)
 
 
 def _step(

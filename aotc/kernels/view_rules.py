@@ -81,35 +81,33 @@ def _regroup(b: KernelBuilder, have: Sequence[ShapeDim], want: Sequence[ShapeDim
     return out
 
 
-def reshape(b: KernelBuilder, node: Node, index: Index, mask: str | None, env: Mapping[int, str]) -> str:
-    src, dst = node.inputs[0].type.shape, node.outputs[0].type.shape
-    return b.compute(node.inputs[0], _regroup(b, dst, src, index), mask, env)
-
-
-def permute(b: KernelBuilder, node: Node, index: Index, mask: str | None, env: Mapping[int, str]) -> str:
-    perm = node.attrs["perm"]
-    src: list[int | SymExpr] = [0] * len(perm)
-    for k, p in enumerate(perm):
-        src[p] = index[k]
-    return b.compute(node.inputs[0], src, mask, env)
-
-
-def broadcast(b: KernelBuilder, node: Node, index: Index, mask: str | None, env: Mapping[int, str]) -> str:
+def source_index(b: KernelBuilder, node: Node, index: Sequence, starts: Sequence | None = None) -> list:
+    """The index into a reshape's, permute's, broadcast's, slice's or flip's input that the element at ``index`` of
+    its output comes from. ``starts`` stands in for a slice's own starts (a recurrence reads step t's slice at
+    ``start + t * stride``: aotc/kernels/recurrent_loop.py)."""
     x = node.inputs[0]
-    return b.compute(x, broadcast_index(x.type.shape, node.outputs[0].type.shape, index), mask, env)
+    src, dst = x.type.shape, node.outputs[0].type.shape
+    if node.op is Op.RESHAPE:
+        return _regroup(b, dst, src, index)
+    if node.op is Op.PERMUTE:
+        perm = node.attrs["perm"]
+        out: list[int | SymExpr] = [0] * len(perm)
+        for k, p in enumerate(perm):
+            out[p] = index[k]
+        return out
+    if node.op is Op.BROADCAST:
+        return list(broadcast_index(src, dst, index))
+    if node.op is Op.SLICE:
+        a = node.attrs
+        return [add(mul(i, step), start) for i, start, step in zip(index, starts or a["starts"], a["steps"])]
+    if node.op is Op.FLIP:
+        axes = {ax % len(src) for ax in node.attrs.get("axes", ())}
+        return [add(add(d, -1), mul(i, -1)) if k in axes else i for k, (i, d) in enumerate(zip(index, src))]
+    raise ValueError(f"{node.op.value} is not a view with one source element per element")
 
 
-def slice_(b: KernelBuilder, node: Node, index: Index, mask: str | None, env: Mapping[int, str]) -> str:
-    a = node.attrs
-    src = [add(mul(i, step), start) for i, start, step in zip(index, a["starts"], a["steps"])]
-    return b.compute(node.inputs[0], src, mask, env)
-
-
-def flip(b: KernelBuilder, node: Node, index: Index, mask: str | None, env: Mapping[int, str]) -> str:
-    shape = node.inputs[0].type.shape
-    axes = {ax % len(shape) for ax in node.attrs.get("axes", ())}
-    src = [add(add(d, -1), mul(i, -1)) if k in axes else i for k, (i, d) in enumerate(zip(index, shape))]
-    return b.compute(node.inputs[0], src, mask, env)
+def _view(b: KernelBuilder, node: Node, index: Index, mask: str | None, env: Mapping[int, str]) -> str:
+    return b.compute(node.inputs[0], source_index(b, node, index), mask, env)
 
 
 def pad(b: KernelBuilder, node: Node, index: Index, mask: str | None, env: Mapping[int, str]) -> str:
@@ -224,11 +222,11 @@ def broadcast_index(src: tuple, dst: tuple, index: Sequence) -> tuple:
 
 Rule = Callable[["KernelBuilder", Node, Index, "str | None", Mapping[int, str]], str]
 RULES: dict[Op, Rule] = {
-    Op.RESHAPE: reshape,
-    Op.PERMUTE: permute,
-    Op.BROADCAST: broadcast,
-    Op.SLICE: slice_,
-    Op.FLIP: flip,
+    Op.RESHAPE: _view,
+    Op.PERMUTE: _view,
+    Op.BROADCAST: _view,
+    Op.SLICE: _view,
+    Op.FLIP: _view,
     Op.PAD: pad,
     Op.CONCAT: concat,
     Op.GATHER: gather,

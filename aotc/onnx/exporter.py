@@ -17,6 +17,7 @@ import numpy as np
 from aotc.errors import UnsupportedError
 from aotc.ir.graph import Graph
 from aotc.ir.onnx_form import OnnxForm, build_model
+from aotc.ir.ops import Op
 from aotc.onnx._common import require_onnx
 
 # Initializers above this many bytes in total go to an external data file (protobuf can't serialize 2 GiB).
@@ -48,6 +49,7 @@ def export_graph(graph: Graph, path: str | os.PathLike | None = None, *, weights
     model's own, named in the model's metadata (``aotc.weights``), for whoever runs it to bind arrays it already
     holds."""
     onnx = require_onnx()
+    graph = _without_unread_constants(graph)
     external = None
     weight_bytes = sum(int(np.asarray(a).nbytes) for a in graph.constants.values())
     if not weights_as_inputs and weight_bytes > EXTERNAL_DATA_THRESHOLD:
@@ -58,6 +60,17 @@ def export_graph(graph: Graph, path: str | os.PathLike | None = None, *, weights
     if path is not None:
         _save(form, Path(path), external)
     return onnx.load_model_from_string(form.model)
+
+
+def _without_unread_constants(graph: Graph) -> Graph:
+    """``graph`` less the constants nothing reads: a torch module's ``num_batches_tracked`` buffers come through
+    the importer as weights, and each would be an initializer no node reads, which onnxruntime warns about."""
+    read = {v.id for n in graph.nodes for v in n.inputs} | {v.id for v in graph.outputs}
+    nodes = tuple(n for n in graph.nodes if n.op is not Op.CONSTANT or n.outputs[0].id in read)
+    if len(nodes) == len(graph.nodes):
+        return graph
+    names = {n.attrs["name"] for n in nodes if n.op is Op.CONSTANT}
+    return graph.replace(nodes=nodes, constants={k: v for k, v in graph.constants.items() if k in names})
 
 
 def _version() -> str:

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from aotc.errors import AotcError, ModelError, ShapeError, UnsupportedError
+from aotc.frontend.pinned import warn_pinned
 from aotc.ir.builder import Builder
 from aotc.ir.dtypes import DType
 from aotc.ir.graph import Graph, Guard, Symbol
@@ -338,6 +339,7 @@ class Importer:
             name=self.name,
         )
         verify(graph, stage="onnx import")
+        warn_pinned(graph.symbols, graph.guards, stacklevel=3)
         return graph
 
     def _add_initializers(self, g: Any, env: dict[str, Operand]) -> None:

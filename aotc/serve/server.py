@@ -10,9 +10,14 @@ multi-process REST workers and graceful shutdown. On top of it, aotc:
   request's framing (``codec.parse_request``);
 * answers ``GET /v2/models/{name}`` with the model's full metadata, tensor and model parameters included (the
   SDK's response model keeps name, datatype and shape only);
-* maps a malformed request to 400 (FastAPI's default is 422) and an ``InternalError`` to 500 with its message;
+* maps a malformed request to 400 (FastAPI's default is 422) and an ``InternalError`` to 500 with its message, and
+  answers a request for a model it does not serve with 404 and one log line (the SDK logs a traceback);
 * writes no line per request unless asked (``access_log``; the SDK writes uvicorn's), and leaves out the SDK's
-  per-request timing middleware, whose log lines aotc silences.
+  per-request timing middleware, whose log lines aotc silences;
+* stops cleanly: the tasks still pending on its event loop (each model's batcher) are cancelled and awaited before
+  the loop closes, and with ``workers`` > 1 the listening socket the worker processes shared is closed; a worker
+  process is given START_GRACE_S to start before the SDK's liveness ping applies (it counts a worker that has
+  not answered within 5 s as hung, which restarts every worker forever on a loaded machine).
 """
 
 from __future__ import annotations
@@ -22,12 +27,14 @@ import contextlib
 import inspect
 import json
 import logging
+import time
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, ORJSONResponse
+from fastapi.responses import JSONResponse
 
 from aotc.serve import codec
 from aotc.serve._sdk import (
@@ -39,17 +46,19 @@ from aotc.serve._sdk import (
     InferInput,
     InferRequest,
     InvalidInput,
+    ModelNotFound,
     RequestedOutput,
     RESTServer,
+    RESTServerMultiProcess,
     grpc_predict_v2_pb2_grpc,
 )
 from aotc.serve._sdk import model_server as _ms
 from aotc.serve.model import InternalError
-from aotc.serve.workers import Workers
 
 log = logging.getLogger("kserve.aotc")  # under the SDK's logger: its format, level and handlers
 
 DEFAULT_MAX_BODY_BYTES = 64 << 20  # as Triton Inference Server's --http-max-input-size
+START_GRACE_S = 120.0  # a REST worker process's time to import, load its models and answer the first ping
 
 
 # -- requests --------------------------------------------------------------------------------------------------
@@ -139,6 +148,11 @@ async def _internal(_request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(status_code=500, content={"error": str(exc)})
 
 
+async def _not_found(request: Request, exc: Exception) -> JSONResponse:
+    log.info("404: %s (%s %s)", exc, request.method, request.url.path)
+    return JSONResponse(status_code=404, content={"error": str(exc)})
+
+
 # -- servers ---------------------------------------------------------------------------------------------------
 class _RESTServer(RESTServer):
     def __init__(self, *args: Any, host: str, max_body_bytes: int, access_log: bool, **kwargs: Any) -> None:
@@ -147,6 +161,9 @@ class _RESTServer(RESTServer):
         self.access_log, self.max_body_bytes = access_log, max_body_bytes
 
     def create_application(self) -> None:
+        # The SDK answers with FastAPI's ORJSONResponse, which FastAPI deprecates with a warning in each serving
+        # process: nothing a user of aotc serve can act on. This runs in every serving process.
+        warnings.filterwarnings("ignore", message="ORJSONResponse is deprecated", category=UserWarning)
         super().create_application()
         if not self.access_log:
             # uvicorn writes a request's access line only while "uvicorn.access" has a handler (it asks per
@@ -163,7 +180,7 @@ class _RESTServer(RESTServer):
             if describe is None:
                 return await dataplane.model_metadata(model_name)
             meta = describe()
-            return ORJSONResponse(await meta if inspect.isawaitable(meta) else meta)
+            return JSONResponse(await meta if inspect.isawaitable(meta) else meta)
 
         # Ahead of the SDK's route for the same path, whose response model drops the parameters.
         app.add_api_route("/v2/models/{model_name}", model_metadata, methods=["GET"])
@@ -174,12 +191,51 @@ class _RESTServer(RESTServer):
         app.add_exception_handler(InvalidInput, _invalid_input)
         app.add_exception_handler(RequestValidationError, _malformed)
         app.add_exception_handler(InternalError, _internal)
+        app.add_exception_handler(ModelNotFound, _not_found)
 
     def _add_middlewares(self, app: FastAPI) -> None:
         # Not the SDK's: its TimingMiddleware times each request's CPU for a log line that configure_logging()
         # silences (kserve.trace), ~6% of the server's CPU per request; its access-log format middleware is for an
         # option aotc does not take.
         app.add_middleware(BodyLimit, max_bytes=self.max_body_bytes)
+
+
+class _RESTServerMultiProcess(RESTServerMultiProcess):
+    """The SDK's multi-process REST server, closing the socket its workers shared when it stops, and pinging a
+    worker for liveness only once it has had START_GRACE_S to start."""
+
+    async def start(self) -> None:
+        log.info("REST server with %d worker processes", self._rest_server.config.workers)
+        sockets = [self._rest_server.config.bind_socket()]
+        self._started = {}
+        try:
+            self.init_processes(sockets)
+            self._started = {id(p): time.monotonic() for p in self._processes}
+            while not self.should_exit.is_set():
+                await asyncio.sleep(0.5)
+                await self.keep_subprocess_alive(sockets)
+            await self.terminate_all()
+        finally:
+            for s in sockets:
+                s.close()
+
+    async def keep_subprocess_alive(self, sockets: list[Any]) -> None:
+        if self.should_exit.is_set():
+            return
+        for idx, process in enumerate(self._processes):
+            if process._process.is_alive():
+                young = time.monotonic() - self._started.get(id(process), 0.0) < START_GRACE_S
+                if young or process.is_alive():
+                    continue
+            process.kill()  # exited, or hung past its start
+            await process.wait_for_termination()
+            if self.should_exit.is_set():
+                return
+            log.warning("REST worker process %s stopped answering; starting another", process.pid)
+            fresh = type(process)(sockets, self._rest_server.run)
+            fresh.start()
+            self._processes[idx] = fresh
+            self._started[id(fresh)] = time.monotonic()
 
 
 class _GRPCServer(GRPCServer):
@@ -231,7 +287,7 @@ class AotcModelServer(_ms.ModelServer):
         )
         server = _RESTServer(host=self.host, max_body_bytes=self.max_body_bytes, access_log=self.access_log, **rest)
         if self.workers > 1:
-            multi = Workers(**rest)
+            multi = _RESTServerMultiProcess(**rest)
             multi._rest_server = server
             self._rest_multiprocess_server = multi
             self.servers.append(multi.start())
@@ -259,8 +315,19 @@ class AotcModelServer(_ms.ModelServer):
         try:
             loop.run_until_complete(self._serve())
         finally:
+            _cancel_pending(loop)
             loop.run_until_complete(loop.shutdown_asyncgens())
             loop.close()
+
+
+def _cancel_pending(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel the tasks still pending on ``loop`` (a batcher waiting for requests) and let each finish, as
+    ``asyncio.run`` does, so that closing the loop destroys no pending task."""
+    pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+    for t in pending:
+        t.cancel()
+    if pending:
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
 
 
 def _new_event_loop(kind: str) -> asyncio.AbstractEventLoop:

@@ -4,6 +4,11 @@ An ExportedProgram brings its own symbols: each torch symbol of a user input's s
 as the user named its ``torch.export.Dim`` (``batch``, never ``s72``), with torch's range; a derived dim (``2*b``)
 becomes that expression over its root. A dim without a finite max is refused, saying how to give one. Then the
 graph is translated like a module's (``module``), at the example sizes torch traced with.
+
+A program ``torch.export.save`` wrote and ``torch.export.load`` read back has lost those names (torch keeps only
+``s0``-style symbols): its dims are named after their input and axis (``x_0``) unless ``dim_names`` names them,
+as ``{"x": {0: "batch"}}`` (the shape of torch's ``dynamic_shapes``; ``aotc compile model.pt2 --dim-name
+x:0=batch``).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from typing import Any
 from aotc.errors import ShapeError, TraceError
 from aotc.frontend.context import Tracer, TraceShapeCtx
 from aotc.frontend.elementwise import wrap
+from aotc.frontend.pinned import warn_pinned
 from aotc.frontend.spec import TensorSpec
 from aotc.frontend.tensor import Tensor
 from aotc.ir.graph import Graph, Symbol
@@ -35,16 +41,20 @@ def import_torch(
     *,
     name: str | None = None,
     progress: Callable[[str], None] | None = None,
+    dim_names: Mapping[str, Mapping[int, str]] | None = None,
 ) -> Graph:
     """The high-level Graph of a torch.nn.Module (``inputs``: an aotc.TensorSpec per forward argument, as for an
-    aotc.nn model) or of a ``torch.export.ExportedProgram`` (no ``inputs``: dims come from its dynamic_shapes).
+    aotc.nn model) or of a ``torch.export.ExportedProgram`` (no ``inputs``: dims come from its dynamic_shapes;
+    ``dim_names`` names them where a saved program lost the names, see the module docstring).
     ``progress("translate")`` is called when torch.export is done and the ATen graph's translation starts."""
     if is_exported_program(model):
         if inputs:
             raise ShapeError("an ExportedProgram brings its own input shapes: pass no inputs")
         if progress is not None:
             progress("translate")
-        return import_exported_program(model, name=name)
+        return import_exported_program(model, name=name, dim_names=dim_names)
+    if dim_names:
+        raise ShapeError("dim_names names the dims of an ExportedProgram; a module's dims are its inputs' aotc.Dims")
     if not is_torch_module(model):
         raise TraceError(f"expected a torch.nn.Module or ExportedProgram, got {type(model).__name__}")
     if inputs is None:
@@ -56,13 +66,15 @@ def import_torch(
     return _refined(graph)
 
 
-def import_exported_program(ep: Any, *, name: str | None = None) -> Graph:
+def import_exported_program(
+    ep: Any, *, name: str | None = None, dim_names: Mapping[str, Mapping[int, str]] | None = None
+) -> Graph:
     """The high-level Graph of an ExportedProgram (see the module docstring)."""
     require_torch()
     ep = decompose(ep)
     users = user_placeholders(ep)
     names = [n.name for n in users]
-    symbols, sym_of, hints = _symbols(ep, users)
+    symbols, sym_of, hints = _symbols(ep, users, _given_names(users, dim_names or {}))
     ctx = TraceShapeCtx({s.name: (s.min, s.max) for s in symbols}, {s.name: s.multiple_of for s in symbols}, hints)
     tracer = Tracer(ctx, Tensor)
     values = []
@@ -94,6 +106,9 @@ def import_exported_program(ep: Any, *, name: str | None = None) -> Graph:
 
 
 def _refined(graph: Graph) -> Graph:
+    """Single-symbol guards folded into their dims' ranges and divisors, after a warning for each declared dim
+    a guard pins or narrows (aotc/frontend/pinned.py)."""
+    warn_pinned(graph.symbols, graph.guards, stacklevel=4)
     symbols, guards = single_symbol_refinements(graph.symbols, graph.guards)
     return graph.replace(symbols=tuple(symbols), guards=tuple(guards))
 
@@ -104,8 +119,43 @@ def _dim(expr: Any, sym_of: Mapping[str, Any]) -> Any:
     return to_dim(expr, lambda s: sym_of[s])
 
 
-def _symbols(ep: Any, users: list[Any]) -> tuple[list[Symbol], dict[str, Any], dict[str, int]]:
-    """One aotc Symbol per torch root symbol of the input shapes, named after the user's torch Dim."""
+def _given_names(users: list[Any], dim_names: Mapping[str, Mapping[int, str]]) -> dict[str, str]:
+    """``dim_names`` ({input: {axis: name}}) as torch symbol -> aotc name, each checked: a known input, an axis of
+    it that is a dynamic dim of its own (not derived from another: name its root), one name per dim and per name."""
+    by_input = {n.name: n for n in users}
+    given: dict[str, str] = {}
+    where: dict[str, str] = {}
+    for input_name, axes in dim_names.items():
+        node = by_input.get(input_name)
+        if node is None:
+            raise ShapeError(f"dim names: the program has no input {input_name!r}; its inputs are {list(by_input)}")
+        shape = tuple(getattr(node.meta.get("val"), "shape", ()))
+        for axis, dim_name in axes.items():
+            at = f"{input_name}:{axis}"
+            if isinstance(axis, bool) or not isinstance(axis, int) or not -len(shape) <= axis < len(shape):
+                raise ShapeError(f"dim names: {at}: input {input_name!r} has {len(shape)} dims")
+            if not isinstance(dim_name, str) or not dim_name.isidentifier() or dim_name in ("min", "max"):
+                raise ShapeError(f"dim names: {at}={dim_name!r}: a dim name must be a Python identifier")
+            d = shape[axis]
+            if isinstance(d, int):
+                raise ShapeError(f"dim names: {at} is static ({d}) in the program: only a dynamic dim takes a name")
+            expr = d.node.expr
+            if not expr.is_Symbol:
+                raise ShapeError(f"dim names: {at} is {expr}, derived from another dim: name that dim instead")
+            if given.get(expr.name, dim_name) != dim_name:
+                raise ShapeError(f"dim names: {at} is the dim {where[expr.name]} named {given[expr.name]!r} already")
+            if dim_name in given.values() and given.get(expr.name) != dim_name:
+                raise ShapeError(f"dim names: {dim_name!r} names two different dims")
+            given[expr.name], where[expr.name] = dim_name, at
+    return given
+
+
+def _symbols(
+    ep: Any, users: list[Any], given: Mapping[str, str] | None = None
+) -> tuple[list[Symbol], dict[str, Any], dict[str, int]]:
+    """One aotc Symbol per torch root symbol of the input shapes, named after the user's torch Dim (or as
+    ``given``: torch symbol -> name)."""
+    given = given or {}
     shape_env = next(
         (d.node.shape_env for n in users for d in getattr(n.meta.get("val"), "shape", ()) if not isinstance(d, int)),
         None,
@@ -114,7 +164,7 @@ def _symbols(ep: Any, users: list[Any]) -> tuple[list[Symbol], dict[str, Any], d
     values = dict(getattr(shape_env, "backed_var_to_val", None) or getattr(shape_env, "var_to_val", None) or {})
     ranges = {str(k): v for k, v in ep.range_constraints.items()}
     named: dict[str, str] = {}  # torch symbol -> aotc name
-    taken: set[str] = set()
+    taken: set[str] = set(given.values())
     where: dict[str, str] = {}
     # plain symbols first: their position names them; roots seen only inside derived dims after
     for plain in (True, False):
@@ -131,7 +181,7 @@ def _symbols(ep: Any, users: list[Any]) -> tuple[list[Symbol], dict[str, Any], d
                         continue
                     idents = _IDENT.findall(label)
                     want = idents[0] if len(idents) == 1 else f"{node.name}_{axis}"
-                    name = want if want not in taken else f"{want}_{len(taken)}"
+                    name = given.get(s.name) or (want if want not in taken else f"{want}_{len(taken)}")
                     named[s.name] = name
                     taken.add(name)
                     where[s.name] = f"input {node.name!r} dim {axis}"

@@ -7,17 +7,21 @@ translates the program onto the trace. ``aotc.compile(module, inputs)`` and ``ao
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import itertools
 import logging
 import math
+import os
 import re
+import sys
+import sysconfig
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from aotc.errors import AotcError, TraceError
-from aotc.frontend.context import Tracer, active_tracer
+from aotc.frontend.context import Tracer, active_tracer, source_loc
 from aotc.frontend.source_paths import source_path
 from aotc.frontend.spec import Dim, TensorSpec
 from aotc.frontend.symint import as_dim
@@ -181,7 +185,8 @@ def bind_symbols(ep: Any, tensors: Sequence[Tensor], names: Sequence[str], trace
 
     try:
         for expr, mine, where in deferred:
-            require(tracer, to_dim(expr, sym), "==", mine, f"{where} (torch: {expr})")
+            with source_loc(f"torch's {where}: {expr}"):
+                require(tracer, to_dim(expr, sym), "==", mine, f"{where} (torch: {expr})")
         for key, vr in ep.range_constraints.items():
             if any(s.name not in sym_of for s in key.free_symbols):
                 continue  # a data-dependent size: the node that makes it is refused, naming its line
@@ -191,15 +196,18 @@ def bind_symbols(ep: Any, tensors: Sequence[Tensor], names: Sequence[str], trace
             lo, hi = finite_int(vr.lower) or 0, finite_int(vr.upper)
             # torch floors every Dim.DYNAMIC size at 2 (it traces sizes 0 and 1 as "any size", as a named Dim's
             # min=1 says): a min of 2 is that floor, not a fact about the model
-            if lo > 2 or not e.is_symbol():
-                require(tracer, e, ">=", lo, f"torch's range for {to_infix(e)}")
-            if hi is not None:
-                require(tracer, e, "<=", hi, f"torch's range for {to_infix(e)}")
+            what = f"torch's range for {to_infix(e)}"
+            with source_loc(what):
+                if lo > 2 or not e.is_symbol():
+                    require(tracer, e, ">=", lo, what)
+                if hi is not None:
+                    require(tracer, e, "<=", hi, what)
         size_of = size_of_input(tensors, names)
         for code in dict.fromkeys(getattr(ep, "_guards_code", None) or ()):
             for lhs, rel, rhs in guard_facts(code, size_of, lambda alts: _alternative(tracer, alts)):
                 if not _holds_everywhere(tracer.ctx, lhs, rel, rhs):
-                    require(tracer, lhs, rel, rhs, f"torch guard {code}")
+                    with source_loc(f"torch guard {code}"):
+                        require(tracer, lhs, rel, rhs, f"torch guard {code}")
     except Untranslatable as e:
         raise TraceError(
             f"torch recorded a shape fact aotc cannot express ({e}); refusing rather than dropping it"
@@ -271,7 +279,9 @@ class _Log(logging.Handler):
         if msg.startswith("create_symbol") and len(args) >= 3:
             self.source_of[str(args[0])] = str(args[2])
         elif "[guard added]" in msg and len(args) >= 3:
-            self.guard_locs.append((str(args[1]), _sloc(args[2])))
+            # torch's own frame for the guard may be inside torch (an nn.GRU's aten call, torch/_ops.py): the
+            # model's line is the innermost frame on the stack that is not torch's, aotc's or the standard library's
+            self.guard_locs.append((str(args[1]), _model_frame() or _sloc(args[2])))
 
 
 def _sloc(sloc: Any) -> str:
@@ -280,6 +290,39 @@ def _sloc(sloc: Any) -> str:
         return f"{source_path(frame.filename)}:{frame.lineno}"
     user = getattr(sloc, "maybe_user_loc", None)
     return str(user or "")
+
+
+@functools.cache
+def _not_model() -> tuple[str, ...]:
+    """Where no model code lives: torch, aotc and the standard library (a Hugging Face or torchvision modeling
+    file, in site-packages, is the model's)."""
+    torch = require_torch()
+    dirs = [os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
+    dirs.append(sysconfig.get_paths()["stdlib"])
+    return tuple(os.path.realpath(d) + os.sep for d in dirs)
+
+
+def _model_frame() -> str:
+    """``file:line`` of the innermost frame of the running stack in the model's code, or ""."""
+    skip = _not_model()
+    f = sys._getframe(1)
+    while f is not None:
+        path = f.f_code.co_filename
+        if not path.startswith("<") and not os.path.realpath(path).startswith(skip):
+            return f"{source_path(path)}:{f.f_lineno}"
+        f = f.f_back
+    return ""
+
+
+def _model_line(frames: Sequence[tuple[str, str]]) -> str:
+    """``file:line`` of the innermost of a traceback's ``(file, line)`` frames in the model's code, else of the
+    innermost frame."""
+    if not frames:
+        return ""
+    skip = _not_model()
+    outside = [f for f in frames if not f[0].startswith("<") and not os.path.realpath(f[0]).startswith(skip)]
+    path, line = (outside or frames)[-1]
+    return f"{source_path(path)}:{line}"
 
 
 @contextlib.contextmanager
@@ -332,7 +375,7 @@ def _export_error(e: Exception, sources: Mapping[str, str], log: _Log) -> AotcEr
         )
     if "data-dependent" in text or type(e).__name__ in ("GuardOnDataDependentSymNode", "DataDependentOutputException"):
         frames = _USER_FRAME.findall(text.split("The following call raised this error:")[-1])
-        at = f"{source_path(frames[-1][0])}:{frames[-1][1]}: " if frames else ""
+        at = f"{_model_line(frames)}: " if frames else ""
         first = text.strip().splitlines()[0]
         return TraceError(f"{at}the model's shapes depend on tensor values (data-dependent: {first}); aotc compiles "
                           "shapes that follow from the input sizes")  # fmt: skip

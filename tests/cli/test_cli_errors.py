@@ -172,3 +172,21 @@ def test_bad_inputs_value(tmp_path: Path) -> None:
     path = tmp_path / "specs.py"
     path.write_text("def model(x):\n    return x\ninputs = {'x': (4, 3)}\n")
     assert_one_line_error(invoke("compile", path), EXIT_USER, "must be an aotc.TensorSpec")
+
+
+@pytest.mark.parametrize(
+    ("spec", "said"),
+    [
+        ('aotc.Dim("seq", min=10, max=2)', "Dim 'seq' needs 0 <= min <= max, got min=10, max=2"),
+        ('aotc.TensorSpec((2, 3), "float33")', "TensorSpec dtype:"),
+    ],
+)
+def test_a_bad_spec_names_the_model_files_line(spec: str, said: str, tmp_path: Path) -> None:
+    model = tmp_path / "bad_spec.py"
+    model.write_text(
+        "import aotc\n\n\ndef f(x):\n    return x\n\n\ndef build():\n"
+        f"    spec = {spec}\n"
+        '    return f, {"x": aotc.TensorSpec((2, 3))}\n'
+    )
+    result = invoke("compile", model, "--target", "none", "-o", tmp_path / "m.aotc")
+    assert_one_line_error(result, EXIT_USER, f"bad_spec.py:9: {said}")

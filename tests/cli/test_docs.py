@@ -63,3 +63,30 @@ def test_readme_python_api_example(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     exec(compile(code, "README.md", "exec"), namespace)
     assert namespace["y"].shape == (2, 7, 256) and namespace["y2"].shape == (3, 100, 256)
     assert (tmp_path / "block.aotc").is_file()
+
+
+def _extra(extras: dict[str, list[str]], name: str) -> set[str]:
+    """The requirement names an extra installs, through the extras it names (``aotc[compiler]``)."""
+    out: set[str] = set()
+    for req in extras[name]:
+        nested = re.fullmatch(r"aotc\[([\w,]+)\]", req)
+        if nested:
+            for n in nested.group(1).split(","):
+                out |= _extra(extras, n)
+        else:
+            out.add(re.split(r"[<>=!~\[ ;]", req, maxsplit=1)[0].lower())
+    return out
+
+
+def test_the_quick_start_installs_the_cpu_engine_and_the_torch_extra_leaves_torchvision_out() -> None:
+    """The quick start's `aotc run` picks device='cpu' on a machine without a GPU: with onnxruntime installed it
+    runs there without the warning that it fell back to the numpy references. The torch extra installs torch
+    alone: a torchvision there broke transformers (it imports torchvision whenever one is installed)."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    install = re.search(r"pip install -e '\.\[([\w,]+)\]'", marked_command("quickstart-command"))
+    assert install, marked_command("quickstart-command")
+    installed = set().union(*(_extra(extras, n) for n in install.group(1).split(",")))
+    assert {"onnxruntime", "triton", "onnx"} <= installed
+    assert "torch" in _extra(extras, "torch") and "torchvision" not in _extra(extras, "torch")
+    assert "torchvision" in _extra(extras, "test")

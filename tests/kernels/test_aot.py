@@ -245,6 +245,31 @@ def test_a_kernel_that_does_not_compile_names_itself(tmp_path: Path) -> None:
         compile_kernels([_add(), _add(warps=8)], ("sm_80",), AotOptions(cache=False))
 
 
+def test_a_dead_worker_fails_its_own_job_and_the_others_carry_on(tmp_path: Path) -> None:
+    """Workers take jobs one at a time: one that dies (here, while defining its kernel) fails the job it held;
+    the other compiles the rest, and the error names the kernel and the worker's last words."""
+    dies = _add(
+        ADD.replace("def add_kernel", "def dies").replace(
+            "import triton\n", "import os\nimport triton\nos._exit(3)\n", 1
+        ),
+        "dies",
+    )
+    kernels = [dies, _add(), _add(ADD.replace("def add_kernel", "def add_two"), "add_two")]
+    done: list[tuple[int, int]] = []
+    opts = AotOptions(cache_dir=str(tmp_path), jobs=2)
+    with pytest.raises(
+        KernelCompileError, match=r"kernel dies: the compile worker for sm_80 failed \(it stopped answering, status 3\)"
+    ) as e:
+        compile_kernels(kernels, ("sm_80",), opts, on_done=lambda *c: done.append(c))
+    assert "more failures" not in str(e.value)
+    assert done[-1] == (3, 3)
+    # the two that compiled are cached: only the one that died is left
+    hits: list[tuple[int, int]] = []
+    with pytest.raises(KernelCompileError):
+        compile_kernels(kernels, ("sm_80",), opts, on_done=lambda *c: hits.append(c))
+    assert hits[0] == (2, 3)
+
+
 @pytest.mark.slow
 def test_worker_processes_report_each_failure(tmp_path: Path) -> None:
     bad = [

@@ -235,7 +235,8 @@ def test_configs():
     assert small.block_m == 16
     big80, big90 = matmul_config(4096, 4096, 4096, F16, "sm_80"), matmul_config(4096, 4096, 4096, F16, "sm_90")
     assert big80.block_n < big90.block_n and big80.num_warps == 8
-    assert matmul_config(4096, 4096, 4096, F32, "sm_80").block_k == big80.block_k // 2
+    # IEEE fp32 is an FMA loop unrolled per K step: the least K step tl.dot takes keeps its code small
+    assert matmul_config(4096, 4096, 4096, F32, "sm_80").block_k == 16 < big80.block_k
     tiny = matmul_config(17, 9, 5, F32)
     assert (tiny.block_m, tiny.block_n, tiny.block_k) == (32, 16, 16)
     with pytest.raises(UnsupportedError, match="power of two"):

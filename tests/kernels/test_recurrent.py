@@ -1,9 +1,11 @@
-"""The recurrent-cell template (aotc/kernels/recurrent.py): an LSTM's time loop as a few launches, computing what
-the cpu backend computes under the Triton interpreter at two batch sizes, in plans the artifact's reader
-verifies; and the cells it leaves to the general rules."""
+"""The recurrent-cell template (aotc/kernels/recurrent.py, recurrent_loop.py): an LSTM's time loop as one launch
+per direction (a loop over its steps) or, where the steps differ, a few unrolled launches, computing what the cpu
+backend computes under the Triton interpreter at two batch sizes, in plans the artifact's reader verifies; and
+the cells it leaves to the general rules."""
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from pathlib import Path
 
@@ -74,49 +76,84 @@ def test_the_lstm_ensembles_launches_fall_at_least_threefold(monkeypatch: pytest
     assert len(before.kernels) == 352  # a matmul for each product, a pointwise kernel for each step's state
     assert 3 * len(after.kernels) <= len(before.kernels), [k.name for k in after.kernels]
     cells = [k for k in after.kernels if k.kind is KernelKind.RECURRENT_CELL]
-    # each of the 12 directions: 10 steps in launches of at most MAX_STEPS; then one kernel sums the members
-    assert len(cells) == 12 * -(-10 // MAX_STEPS) and len(after.kernels) == len(cells) + 1
+    # each of the 12 directions: its 10 steps as one loop, its states stacked; then one kernel sums the members
+    assert len(cells) == 12 and len(after.kernels) == len(cells) + 1
+    assert all("for step in range(0, 10):" in k.source for k in cells)
+    # one code per layer and direction, whatever the number of members
+    assert len({k.name for k in cells}) == 4
     assert not any(k.kind is KernelKind.MATMUL for k in after.kernels)
 
 
-@pytest.mark.parametrize(
-    "graph",
-    [
-        pytest.param(lambda: ensemble(members=2, steps=6, hidden_size=12), id="ensemble-h12-6steps"),
-        pytest.param(lambda: torch_style(10, 5), id="nn.LSTM-h10-5steps"),
-    ],
-)
-def test_chains_compute_what_the_cpu_backend_does(graph) -> None:
-    g = graph()
-    s = schedule_graph(g)
-    assert any(k.kind is KernelKind.RECURRENT_CELL for k in s.kernels)
-    for i, dims in enumerate(BATCHES):
-        check(g, feeds("lstm", g, dims, seed=i), dims, tol=TOL, schedule=s)
+def _loop_body(k) -> str:
+    return k.source[k.source.index("for step in range(") :].split("\n", 1)[1]
 
 
-@pytest.mark.parametrize("graph", [lambda: ensemble(members=1, steps=6), lambda: torch_style(10, 5)])
-def test_the_reader_verifies_the_plans(graph) -> None:
-    """Launch digests, each pointer's extents inside its value and the sources' allow-list (aotc/artifact)."""
-    g = graph()
-    s = schedule_graph(g)
-    art = read_artifact(write_artifact([Variant(g, s)]))
-    assert art.plans_bound and art.variants[0].plan == s
+def test_a_loops_code_does_not_grow_with_the_steps() -> None:
+    """The chain's steps are one loop body (what Triton compiles once): ten steps or three, the same code but for
+    the strides of the time axis."""
+    sources = {}
+    for steps in (3, 10):
+        g = ensemble(members=1, num_layers=1, steps=steps)
+        cells = [k for k in schedule_graph(g).kernels if k.kind is KernelKind.RECURRENT_CELL]
+        assert len(cells) == 2 and all(f"for step in range(0, {steps}):" in k.source for k in cells)
+        sources[steps] = [re.sub(r"\d+", "N", _loop_body(k)) for k in cells]
+        # each step's two products per gate, once
+        assert [k.source.count("tl.dot(") for k in cells] == [8, 8]
+    assert sources[3] == sources[10]
 
 
-def test_a_chain_is_cut_every_max_steps() -> None:
-    g = ensemble(members=1, num_layers=1, steps=MAX_STEPS + 2)
+def test_steps_that_differ_are_cut_every_max_steps() -> None:
+    """Layers stepped together (the upper cell reads each new state of the lower) cannot be a loop each: every
+    state is read elsewhere. Their chains stay unrolled, in launches of at most MAX_STEPS."""
+    spec = {"x": TensorSpec((Dim("batch", min=1, max=8), MAX_STEPS + 2, 5), "float32")}
+    g = lower(trace(Stacked(), spec, "stacked"), CompileOptions())
     cells = [k for k in schedule_graph(g).kernels if k.kind is KernelKind.RECURRENT_CELL]
+    assert not any("for step in range(" in k.source for k in cells)
     per_launch = sorted(sum(g.nodes[i].op.value == "matmul" for i in k.nodes) for k in cells)
-    # two directions; each step has two products (x_t @ W_ih, h @ W_hh)
+    # two layers; each step has two products (x_t @ W_ih, h @ W_hh)
     assert per_launch == [4, 4, 2 * MAX_STEPS, 2 * MAX_STEPS]
 
 
 def test_the_nn_lstm_input_projection_stays_one_matmul() -> None:
-    """aotc.nn.LSTM projects every step's input at once: that matmul enters each chain as a loaded value."""
+    """aotc.nn.LSTM projects every step's input at once: that matmul enters each loop, read at the step's row."""
     s = schedule_graph(torch_style(10, 5))
     kinds = [k.kind for k in s.kernels]
     assert kinds.count(KernelKind.MATMUL) == 4 + 1  # per layer and direction, and the head
-    assert kinds.count(KernelKind.RECURRENT_CELL) == 4 * -(-5 // MAX_STEPS)
+    assert kinds.count(KernelKind.RECURRENT_CELL) == 4
+
+
+class GivenState(nn.Module):
+    """nn.LSTM from a given (h0, c0): each loop's carried state starts from memory, not zeros."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lstm = nn.LSTM(5, 8, num_layers=1, batch_first=True, bidirectional=True)
+
+    def forward(self, x, h0, c0):
+        out, (h, c) = self.lstm(x, (h0, c0))
+        return out, h, c
+
+
+def test_a_loop_starts_from_a_given_state() -> None:
+    batch = Dim("batch", min=1, max=16)
+    spec = {
+        "x": TensorSpec((batch, 4, 5), "float32"),
+        "h0": TensorSpec((2, batch, 8), "float32"),
+        "c0": TensorSpec((2, batch, 8), "float32"),
+    }
+    model = GivenState()
+    rng = np.random.default_rng(3)
+    model.load_state_dict(
+        {k: rng.uniform(-0.5, 0.5, v.shape).astype(np.float32) for k, v in model.state_dict().items()}
+    )
+    g = lower(trace(model, spec, "given_state"), CompileOptions())
+    s = schedule_graph(g)
+    cells = [k for k in s.kernels if k.kind is KernelKind.RECURRENT_CELL]
+    assert len(cells) == 2 and all("for step in range(0, 4):" in k.source for k in cells)
+    assert all("h0_ptr" in k.source and "c0_ptr" in k.source for k in cells)
+    for i, dims in enumerate(BATCHES):
+        check(g, feeds("given_state", g, dims, seed=i), dims, tol=TOL, schedule=s)
+    read_artifact(write_artifact([Variant(g, s)]))
 
 
 def test_a_state_wider_than_a_program_holds_is_left_to_matmuls() -> None:
@@ -174,7 +211,8 @@ def test_layers_stepped_together_make_a_chain_each() -> None:
     spec = {"x": TensorSpec((Dim("batch", min=1, max=8), 6, 5), "float32")}
     g = lower(trace(Stacked(), spec, "stacked"), CompileOptions())
     s = schedule_graph(g)
-    assert [k.kind for k in s.kernels] == [KernelKind.RECURRENT_CELL] * 4  # 2 layers x 6 steps in launches of 4, 2
+    # 2 layers x 6 steps in unrolled launches of 4, 2 (each state is read by the other layer: no loop)
+    assert [k.kind for k in s.kernels] == [KernelKind.RECURRENT_CELL] * 4
     for i, dims in enumerate(BATCHES):
         check(g, feeds("stacked", g, dims, seed=i), dims, tol=TOL, schedule=s)
     read_artifact(write_artifact([Variant(g, s)]))

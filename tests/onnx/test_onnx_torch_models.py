@@ -157,3 +157,34 @@ def test_exported_model_matches_onnxruntime_at_two_shapes(name: str, exports: di
         np.testing.assert_array_equal(keyed["last_hidden_state"], out)
         assert out.shape == expected.shape and out.dtype == expected.dtype
         np.testing.assert_allclose(out, expected, rtol=RTOL, atol=ATOL, err_msg=f"{name} at input shape {shape}")
+
+
+def test_a_guard_pinning_a_declared_dynamic_dim_is_a_warning_at_import() -> None:
+    """nn.MultiheadAttention through the TorchScript exporter reshapes by the traced sequence length (17): the
+    file runs at seq = 17 only. The import says so, naming the dim, the guard and the node it came from."""
+    from aotc.frontend.pinned import PinnedDimWarning
+
+    torch = torch_module()
+
+    class Attend(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.mha = torch.nn.MultiheadAttention(16, 2, batch_first=True)
+
+        def forward(self, x: Any) -> Any:
+            return self.mha(x, x, x, need_weights=False)[0]
+
+    torch.manual_seed(0)
+    f = io.BytesIO()
+    with warnings.catch_warnings():  # with grad enabled: under no_grad torch takes its fused path, not exportable
+        warnings.simplefilter("ignore")
+        torch.onnx.export(Attend().eval(), (torch.randn(2, 17, 16),), f, dynamo=False, input_names=["x"],
+                          output_names=["y"], dynamic_axes={"x": {0: "batch", 1: "seq"}}, opset_version=17)  # fmt: skip
+    data = f.getvalue()
+    with pytest.warns(PinnedDimWarning) as warned:
+        graph = import_onnx(data, dims={"batch": (1, 8), "seq": (1, 64)})
+    (w,) = warned
+    text = str(w.message)
+    assert "dim 'seq' is declared dynamic over [1, 64]" in text and "pins it to one size" in text, text
+    assert "it runs only at seq = 17" in text and "(from onnx node '/mha/Reshape" in text, text
+    assert [(s.name, s.min, s.max) for s in graph.symbols] == [("batch", 1, 8), ("seq", 1, 64)]

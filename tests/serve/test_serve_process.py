@@ -1,6 +1,6 @@
 """The server process itself: an internal failure is a 500 naming the request and the server keeps serving;
---workers processes; a clean shutdown on SIGTERM that leaves no process behind; access lines only with
---access-log; the bind address."""
+--workers processes; a clean shutdown on SIGTERM that leaves no process behind and logs no error or warning; an
+unknown model a 404 with no traceback; access lines only with --access-log; the bind address."""
 
 from __future__ import annotations
 
@@ -50,6 +50,26 @@ def test_internal_failure_is_a_500_naming_the_request(artifacts: dict[str, Path]
         assert "POST /v2/models/mlp/infer" not in server.logs()  # no access lines unless asked
 
 
+def problems(logs: str) -> list[str]:
+    """Log lines a clean run has none of: errors, warnings, tracebacks, a destroyed pending task, an unclosed
+    socket (uvicorn's own INFO lines come from a logger named ``uvicorn.error``)."""
+    bad = ("ERROR", "WARNING", "Traceback", "Task was destroyed", "unclosed", "warning:", "Warning:")
+    return [t for t in logs.splitlines() if any(b in t for b in bad) and "uvicorn.error INFO" not in t]
+
+
+def test_an_unknown_model_is_a_404_and_a_served_one_stops_cleanly(artifacts: dict[str, Path], tmp_path: Path) -> None:
+    with running_server([artifacts["mlp"]], tmp_path / "server.log") as server:
+        x = np.ones((2, 32), np.float32)
+        status, _ = server.post("/v2/models/mlp/infer", infer_body(x), {"Content-Type": "application/json"})
+        assert status == 200
+        status, reply = server.post("/v2/models/nope/infer", infer_body(x), {"Content-Type": "application/json"})
+        assert (status, reply) == (404, {"error": "Model with name nope does not exist."})
+        assert server.get("/v2/models/nope")[0] == 404
+        assert server.stop() == 0
+    assert "404: Model with name nope does not exist. (POST /v2/models/nope/infer)" in server.logs()
+    assert problems(server.logs()) == [], server.logs()[-4000:]
+
+
 def test_workers_and_a_clean_shutdown(artifacts: dict[str, Path], tmp_path: Path) -> None:
     """Two REST worker processes (each loads the artifact) behind one port; SIGTERM stops them all."""
     exe = aotc.load(artifacts["mlp"], device="cpu")
@@ -72,6 +92,7 @@ def test_workers_and_a_clean_shutdown(artifacts: dict[str, Path], tmp_path: Path
             time.sleep(0.1)
         assert not group_alive(server.proc.pid), [p.pid for p in children if p.is_running()]
         assert time.monotonic() - start < 15
+    assert problems(server.logs()) == [], server.logs()[-4000:]  # no unclosed socket, no worker restarted
 
 
 def test_access_lines_when_asked(artifacts: dict[str, Path], tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -116,7 +117,11 @@ def test_a_relational_guard_torch_records_is_kept() -> None:
         def forward(self, x: Any) -> Any:
             return x * 2 if x.shape[0] > 16 else x + 1
 
-    compiled = aotc.compile(Branch(), ROWS)  # traced at batch 8: the "x + 1" side holds for batch <= 16
+    from aotc.frontend.pinned import PinnedDimWarning
+
+    # traced at batch 8: the "x + 1" side holds for batch <= 16, narrower than declared, which compile says
+    with pytest.warns(PinnedDimWarning, match=r"dim 'batch' is declared dynamic over \[1, 64\], but .* batch <= 16"):
+        compiled = aotc.compile(Branch(), ROWS)
     assert [(s.name, s.max) for s in compiled.graph.symbols] == [("batch", 16)]
     np.testing.assert_array_equal(compiled(x=np.zeros((3, 8), F32)), np.ones((3, 8), F32))
     with pytest.raises(aotc.GuardError, match=r"batch\) = 17 is outside \[1, 16\]"):
@@ -394,3 +399,137 @@ def test_the_compiler_imports_torch_only_for_a_torch_model() -> None:
     code = "import sys, aotc, aotc.compiler, aotc.torch_export; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_export_onnx_writes_no_initializer_that_no_node_reads(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Batch norm's num_batches_tracked buffer comes through as a weight no node reads: the exported file
+    leaves it out (onnxruntime warns about each unread initializer) and still computes what torch does."""
+    onnx = pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU()).eval()
+    graph = import_torch(net, {"input": TensorSpec((Dim("batch", min=1, max=4), 3, 8, 8))})
+    assert "1.num_batches_tracked" in graph.constants
+    aotc.onnx.export_graph(graph, tmp_path / "bn.onnx")
+    model = onnx.load(tmp_path / "bn.onnx")
+    read = {i for n in model.graph.node for i in n.input}
+    assert sorted(t.name for t in model.graph.initializer) == sorted(read & {t.name for t in model.graph.initializer})
+    assert "1.num_batches_tracked" not in {t.name for t in model.graph.initializer}
+    x = np.random.default_rng(1).standard_normal((2, 3, 8, 8)).astype(F32)
+    options = ort.SessionOptions()
+    options.log_severity_level = 2  # warnings, as an unread initializer gets
+    (y,) = ort.InferenceSession(str(tmp_path / "bn.onnx"), options).run(None, {"input": x})
+    np.testing.assert_allclose(y, _eager(net, input=x).numpy(), rtol=1e-5, atol=1e-5)
+    assert "It is not used by any node" not in capfd.readouterr().err
+
+
+class Positions(nn.Module):
+    """A learned table of 64 positions sliced by the sequence length: only seq <= 64 can run."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pos = nn.Parameter(torch.randn(64, 8))
+
+    def forward(self, x: Any) -> Any:
+        return x + self.pos[: x.shape[1]]
+
+
+def test_a_guard_narrowing_a_declared_dim_is_a_warning_and_the_range_follows_it() -> None:
+    from aotc.frontend.pinned import PinnedDimWarning
+
+    spec = {"x": TensorSpec((Dim("batch", min=1, max=8), Dim("seq", min=1, max=128), 8))}
+    with pytest.warns(PinnedDimWarning) as warned:
+        graph = import_torch(Positions().eval(), spec)
+    (w,) = warned
+    text = str(w.message)
+    assert "dim 'seq' is declared dynamic over [1, 128], but the model's guard seq <= 64" in text, text
+    assert "(from torch's range for seq) narrows it: it runs only at seq in [1, 64]" in text, text
+    assert [(s.name, s.min, s.max) for s in graph.symbols] == [("batch", 1, 8), ("seq", 1, 64)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        import_torch(Positions().eval(), {"x": TensorSpec((Dim("batch", min=1, max=8), Dim("seq", min=1, max=64), 8))})
+
+
+def _saved_pair(tmp_path: Path) -> Path:
+    """A program saved with torch.export.save, which keeps no dim names: ``rows`` comes back as ``s0``-style."""
+    from torch.export import Dim as TDim
+    from torch.export import export
+
+    class Pair(nn.Module):
+        def forward(self, x: Any, y: Any) -> Any:
+            return torch.cat([x, y], 0).sum(0)
+
+    b = TDim("rows", min=1, max=32)
+    ep = export(Pair(), (torch.randn(8, 3), torch.randn(16, 3)), dynamic_shapes={"x": {0: b}, "y": {0: 2 * b}})
+    torch.export.save(ep, tmp_path / "pair.pt2")
+    return tmp_path / "pair.pt2"
+
+
+def test_a_saved_program_compiles_from_the_cli_with_its_dims_named(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from aotc.artifact import read_artifact
+    from aotc_cli.main import cli
+
+    path = _saved_pair(tmp_path)
+    loaded = torch.export.load(path)
+    assert [
+        (s.name, s.min, s.max) for s in aotc.compile(loaded, options=aotc.CompileOptions(targets=())).graph.symbols
+    ] == [("x_0", 1, 32)]
+    named = aotc.compile(loaded, dim_names={"x": {0: "rows"}}, options=aotc.CompileOptions(targets=()))
+    assert [str(v.type) for v in named.graph.inputs] == ["float32[rows, 3]", "float32[2*rows, 3]"]
+    x, y = np.ones((3, 3), F32), np.full((6, 3), 2.0, F32)
+    np.testing.assert_allclose(named(x=x, y=y), loaded.module()(torch.from_numpy(x), torch.from_numpy(y)).numpy())
+
+    def compile_cli(*args: str) -> Any:
+        return CliRunner().invoke(
+            cli, ["compile", str(path), "-o", str(tmp_path / "pair.aotc"), "--target", "none", *args]
+        )
+
+    result = compile_cli("--dim-name", "x:0=rows")
+    assert result.exit_code == 0, result.output
+    art = read_artifact(tmp_path / "pair.aotc")
+    assert [(s.name, s.min, s.max) for s in art.variants[0].graph.symbols] == [("rows", 1, 32)]
+    for args, said in (
+        (("--dim-name", "y:0=rows"), "y:0 is 2*s"),  # derived: name its root
+        (("--dim-name", "z:0=rows"), "no input 'z'; its inputs are ['x', 'y']"),
+        (("--dim-name", "x:1=rows"), "x:1 is static (3)"),
+        (("--dim-name", "x:0=2rows"), "a dim name must be a Python identifier"),
+        (("--dim", "x_0=1:8"), "--dim applies to ONNX files"),
+    ):
+        result = compile_cli(*args)
+        assert result.exit_code == 1 and said in result.stderr and "Traceback" not in result.stderr, result.output
+    result = compile_cli("--dim-name", "x0=rows")
+    assert result.exit_code == 2 and "INPUT:AXIS=NAME" in result.stderr
+    (tmp_path / "junk.pt2").write_bytes(b"not a zip")
+    result = CliRunner().invoke(cli, ["compile", str(tmp_path / "junk.pt2"), "-o", str(tmp_path / "j.aotc")])
+    assert result.exit_code == 1 and "is not a program torch.export.save wrote" in result.stderr, result.output
+
+
+def test_compile_help_names_torch_modules_and_saved_programs() -> None:
+    from click.testing import CliRunner
+
+    from aotc_cli.main import cli
+
+    text = CliRunner().invoke(cli, ["compile", "--help"]).output
+    assert "torch.nn.Module" in text and ".pt2" in text and "--dim-name" in text and "torch.export.save" in text
+
+
+class Recurrent(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.gru = nn.GRU(4, 8, batch_first=True)
+
+    def forward(self, x: Any) -> Any:
+        return self.gru(x)[0]  # torch's GRU specializes the time axis inside torch
+
+
+def test_an_error_raised_inside_torch_code_names_the_models_line() -> None:
+    """torch records the guard inside its own code (torch/_ops.py, under nn.GRU): the message names the nearest
+    frame of the model's own file instead."""
+    line = next(i for i, t in enumerate(Path(__file__).read_text().splitlines(), 1) if "return self.gru(x)[0]" in t)
+    spec = {"x": TensorSpec((Dim("batch", min=1, max=8), Dim("seq", min=2, max=16), 4))}
+    with pytest.raises(aotc.TraceError, match=rf"^(.*/)?{HERE}:{line}: dim 'seq' .* specialized it to the constant"):
+        aotc.compile(Recurrent().eval(), spec)
