@@ -28,6 +28,8 @@ from aotc.ir.graph import Graph
 from aotc.ir.schedule import Schedule
 
 GRAPH_FEATURES = ("graph",)
+# Named by files whose graphs have states (schema >= 10), after "graph": a reader that does not know it refuses them.
+STATE_FEATURE = "state"
 # "kernels": launch plans and kernel code; "binaries": cubins and PTX (absent when compiled with no targets)
 KERNEL_FEATURES = ("kernels", "binaries")
 # Named by files whose launches carry arch launches (schema >= 4); the name predates the word.

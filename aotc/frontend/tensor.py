@@ -314,7 +314,19 @@ class Tensor(TensorBase):
 
     def __setitem__(self, idx: Any, value: Any) -> NoReturn:
         raise trace_error(
-            "in-place assignment (tensor[...] = ...) is not supported; build the value with aotc.where or cat"
+            "in-place assignment (tensor[...] = ...) is only for a module's state (self.state(...)); "
+            "build the value with aotc.where, cat or index_copy"
+        )
+
+    def index_copy(self, dim: int, index: Any, source: Any) -> Tensor:
+        from aotc.frontend.state import index_copy
+
+        return index_copy(self, dim, index, source)  # type: ignore[return-value]
+
+    def index_copy_(self, dim: int, index: Any, source: Any) -> NoReturn:
+        raise trace_error(
+            "in-place index_copy_ is only for a module's state (self.state(...)); use index_copy, which returns "
+            "the new tensor"
         )
 
     # -- reductions ---------------------------------------------------------------------------------

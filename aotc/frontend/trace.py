@@ -15,6 +15,7 @@ from aotc.frontend.module import Module
 from aotc.frontend.spec import Dim, TensorSpec
 from aotc.frontend.tensor import Tensor
 from aotc.ir.graph import Graph, Symbol
+from aotc.ir.graph import State as GraphState
 from aotc.ir.symbolic import sym
 from aotc.ir.types import TensorType, Value
 from aotc.ir.verify import verify
@@ -65,6 +66,7 @@ def trace(model: Module | Callable[..., Any], inputs: Mapping[str, TensorSpec], 
     if not callable(model):
         raise TraceError(f"model must be an nn.Module or a function, got {type(model).__name__}")
     dims = collect_dims(specs)
+    states = _states(model, dims, specs)
     hints = pick_hints(dims)
     ctx = TraceShapeCtx(
         {n: (d.min, d.max) for n, d in dims.items()}, {n: d.multiple_of for n, d in dims.items()}, hints
@@ -79,6 +81,11 @@ def trace(model: Module | Callable[..., Any], inputs: Mapping[str, TensorSpec], 
     for spec in specs.values():
         shape = tuple(sym(d.name) if isinstance(d, Dim) else d for d in spec.shape)
         values.append(tracer.builder.new_value(TensorType(spec.dtype, shape)))
+    state_inputs = []
+    for state_name, st in states:
+        shape = tuple(sym(d.name) if isinstance(d, Dim) else d for d in st.spec)
+        state_inputs.append(tracer.builder.new_value(TensorType(st.state_dtype, shape)))
+        tracer.open_state(st, state_name, state_inputs[-1])
 
     with tracer.active():
         tensors = {n: Tensor(v, tracer) for n, v in zip(specs, values)}
@@ -92,19 +99,43 @@ def trace(model: Module | Callable[..., Any], inputs: Mapping[str, TensorSpec], 
         tree = _flatten(out, leaves, tracer)
     if not leaves:
         raise TraceError(f"{_name(model)} returned no tensors")
+    opened = tracer.state_values()
+    graph_states = []
+    for state_name, _, st in opened:
+        init = tracer.fresh_constant_name(f"{state_name}.init")
+        tracer.constants[init] = st.init
+        graph_states.append(GraphState(state_name, init))
     graph = Graph(
-        inputs=tuple(values),
-        input_names=tuple(specs),
+        inputs=(*values, *state_inputs),
+        input_names=(*specs, *(s for s, _, _ in opened)),
         nodes=tuple(tracer.builder.nodes),
-        outputs=tuple(leaves),
+        outputs=(*leaves, *(v for _, v, _ in opened)),
         output_tree=tree,
         symbols=tuple(Symbol(n, d.min, d.max, d.multiple_of) for n, d in dims.items()),
         guards=tuple(ctx.guards),
         constants=tracer.constants,
         name=name,
+        states=tuple(graph_states),
     )
     verify(graph, stage="trace")
     return graph
+
+
+def _states(model: Any, dims: Mapping[str, Dim], specs: Mapping[str, TensorSpec]) -> list[tuple[str, Any]]:
+    """The model's states (``Module.state``) by path; each Dim in a state's shape must be one an input declares."""
+    if not isinstance(model, Module):
+        return []
+    states = list(model.named_states())
+    for path, st in states:
+        if path in specs:
+            raise TraceError(f"state {path!r} has the name of an input; rename one of them")
+        for d in st.spec:
+            if isinstance(d, Dim) and (d.name not in dims or dims[d.name].key() != d.key()):
+                raise TraceError(
+                    f"state {path!r} has the dynamic dim {d!r}, which no input declares: a call binds a dim from "
+                    "its inputs' shapes, so give some input that Dim"
+                )
+    return states
 
 
 def _name(model: Any) -> str:

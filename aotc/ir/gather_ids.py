@@ -101,9 +101,14 @@ def op_where(node: Node) -> str:
 def index_source(graph: Graph, node: Node, operand: int = 1) -> tuple[str | None, bool]:
     """The name of the graph input that operand ``operand`` of ``node`` carries ids from, or None when they are
     computed; and whether each id still sits at the same position as in that input."""
+    return value_source(graph, node.inputs[operand])
+
+
+def value_source(graph: Graph, v: Value) -> tuple[str | None, bool]:
+    """index_source for the ids ``v`` carries."""
     producers = {o.id: n for n in graph.nodes for o in n.outputs}
     inputs = {v.id: name for v, name in zip(graph.inputs, graph.input_names)}
-    v, same_place = node.inputs[operand], True
+    same_place = True
     while v.id not in inputs:
         src = producers.get(v.id)
         if src is None or src.op not in _VALUE_PRESERVING:
@@ -114,6 +119,29 @@ def index_source(graph: Graph, node: Node, operand: int = 1) -> tuple[str | None
         same_place = same_place and src.op is Op.CAST
         v = x
     return inputs[v.id], same_place
+
+
+def coordinate_sources(graph: Graph, node: Node) -> list[str | None]:
+    """Per coordinate column of a SCATTER's indices, the graph input its ids come from unchanged in value (through
+    the moves and widening casts of index_source), or None: the columns of indices a write builds with a concat of
+    ``(..., 1)`` parts along its last axis, as every state write does (aotc/frontend/state.py), or the one column of
+    indices that are themselves such a value."""
+    producers = {o.id: n for n in graph.nodes for o in n.outputs}
+    idx = node.inputs[1]
+    k = idx.type.shape[-1] if idx.type.rank else 0
+    src = producers.get(idx.id)
+    if (
+        src is not None
+        and src.op is Op.CONCAT
+        and len(src.inputs) == k
+        and src.attrs.get("axis") in (-1, idx.type.rank - 1)
+    ):
+        columns = list(src.inputs)
+    elif k == 1:
+        columns = [idx]
+    else:
+        return [None] * (k if isinstance(k, int) else 0)
+    return [value_source(graph, col)[0] for col in columns]
 
 
 # -- ids the graph proves valid -------------------------------------------------------------------------------------

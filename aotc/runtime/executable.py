@@ -13,9 +13,11 @@ from aotc.errors import AotcError, ArtifactError, GuardError
 from aotc.ir.graph import unflatten_tree
 from aotc.runtime.backends import Backend, CpuSettings, Program, default_backend, get_backend
 from aotc.runtime.guards import Binder, InputGatherer, InputSpec, input_specs
+from aotc.runtime.state import StateMemory, StateSpec, position_checks, state_specs, state_symbols
 
 if TYPE_CHECKING:
     from aotc.artifact.signing import KeySource
+    from aotc.runtime.session import Session
 
 # The most input shapes whose variant and bound symbols an Executable remembers (see Executable._select).
 CHOSEN_SHAPES = 1024
@@ -106,6 +108,10 @@ class Executable:
         self._gather_inputs = InputGatherer(self._inputs)
         # input shapes -> the variant whose guards they meet and its bound symbols (see _select)
         self._chosen: dict[tuple[tuple[int, ...], ...], tuple[Program, dict[str, int]]] = {}
+        # states that live across calls (a KV cache): a Session holds them (exe.session())
+        self._state_specs = state_specs(first)
+        self._state_symbols = state_symbols(self._state_specs)
+        self._position_checks = position_checks(first) if first.states else ()
 
     # -- calling ---------------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -130,6 +136,11 @@ class Executable:
         self._select(self._gather((), feeds)[0])
 
     def _run(self, arrays: list[np.ndarray], feeds: list[Any], outputs: str | None = None) -> list[Any]:
+        if self._state_specs:
+            raise AotcError(
+                f"artifact {self._artifact.name!r} keeps state across calls ({', '.join(str(s) for s in self._state_specs)}): "
+                "call it through a session, which owns that state: s = exe.session(); s(...) or s.run(feeds)"
+            )
         program, env = self._select(arrays)
         mode = self._outputs if outputs is None else outputs
         if mode == "numpy":
@@ -158,6 +169,37 @@ class Executable:
         if outputs == "device" and self._backend.name != "cuda":
             raise AotcError(f"outputs='device' needs device='cuda'; this executable runs on {self._backend.name}")
         return outputs
+
+    # -- state -----------------------------------------------------------------------------------------
+    def session(self) -> Session:
+        """A new Session: one sequence of calls with its own copy of the model's states (a KV cache), which its
+        calls update in place. Sessions of one Executable run concurrently; one session's calls run in order."""
+        if not self._state_specs:
+            raise AotcError(
+                f"artifact {self._artifact.name!r} has no state to keep across calls; call the executable itself"
+            )
+        from aotc.runtime.session import Session
+
+        return Session(self)
+
+    @property
+    def state_specs(self) -> tuple[StateSpec, ...]:
+        """Name, type and initial value of each state (empty for a model without state)."""
+        return self._state_specs
+
+    @property
+    def stateful(self) -> bool:
+        return bool(self._state_specs)
+
+    def _new_state_memory(self, env: dict[str, int], dims: tuple[int, ...]) -> StateMemory:
+        make = getattr(self._backend, "state_memory", None)
+        if make is not None:
+            return make(self._state_specs, env, dims)
+        return StateMemory(self._state_specs, env, dims)
+
+    def _read_state(self, memory: StateMemory, index: int) -> np.ndarray:
+        read = getattr(self._backend, "read_state", None)
+        return read(memory, index) if read is not None else memory.arrays[index].copy()
 
     # -- lifetime ------------------------------------------------------------------------------------
     def close(self) -> None:
