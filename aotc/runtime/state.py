@@ -67,10 +67,13 @@ class StateMemory:
     state and whatever it keeps per session to bind them. Not thread-safe: its session serializes its calls.
     """
 
-    def __init__(self, specs: Sequence[StateSpec], env: Mapping[str, int], dims: tuple[int, ...]) -> None:
+    def __init__(
+        self, specs: Sequence[StateSpec], env: Mapping[str, int], dims: tuple[int, ...], widen: bool = False
+    ) -> None:
         self.specs = tuple(specs)
         self.dims = dims
-        self.arrays = [np.empty(s.shape(env), s.type.dtype.np) for s in self.specs]
+        # widen: half-precision states held as float32 (for onnxruntime, whose model computes in float32)
+        self.arrays = [np.empty(s.shape(env), _held_dtype(s, widen)) for s in self.specs]
         self.spare: list[np.ndarray] | None = None
         self.binding: Any = None
         self.reset()
@@ -87,6 +90,10 @@ class StateMemory:
 
     def close(self) -> None:
         self.arrays, self.spare, self.binding = [], None, None
+
+
+def _held_dtype(s: StateSpec, widen: bool) -> np.dtype:
+    return np.dtype(np.float32) if widen and s.type.dtype.value in ("float16", "bfloat16") else s.type.dtype.np
 
 
 @dataclass(frozen=True)
