@@ -124,8 +124,7 @@ def write(x: TensorBase, idx: Any, value: Any, exact: bool) -> Value:
             counts.append(it._v().type.shape[0])
             kept.append(True)
         elif isinstance(it, slice):
-            start, stop, step = _slice(tr, it, d)
-            tr.require(start, "<=", stop, f"slice [{to_infix(start)}:{to_infix(stop)}] written into dim {j}")
+            start, stop, step = _write_slice(tr, it, d, j)
             plans.append(("slice", (start, step)))
             counts.append((stop - start + step - 1) // step if step != 1 else stop - start)
             kept.append(True)
@@ -168,6 +167,28 @@ def write(x: TensorBase, idx: Any, value: Any, exact: bool) -> Value:
     if seen != selected:
         upd = tr.op(Op.RESHAPE, upd, shape=selected)
     return tr.op(Op.SCATTER, x._v(), index, upd, **{NEGATIVE_INDICES: False})
+
+
+def _write_slice(tr: Tracer, s: slice, d: ShapeDim, axis: int) -> tuple[ShapeDim, ShapeDim, int]:
+    """A written slice's (start, stop, step). Static bounds follow Python (clamped into the dim, as PyTorch's setitem
+    takes them); a dynamic bound is never clamped, since which way a clamp goes would depend on the trace's hints:
+    it must lie inside the dim, proved or guarded at the user's line (a TraceError where it cannot hold)."""
+    ints = [as_dim(b) for b in (s.start, s.stop)]
+    if all(b is None or isinstance(b, int) for b in ints) and isinstance(d, int):
+        start, stop, step = _slice(tr, s, d)
+    else:
+        step = 1 if s.step is None else as_dim(s.step)
+        if not isinstance(step, int) or step <= 0:
+            raise trace_error(f"slice step must be a positive int, got {s.step!r}")
+        start = 0 if s.start is None else ints[0]
+        stop = d if s.stop is None else ints[1]
+        if start is None or stop is None:
+            raise trace_error(f"slice bounds must be ints or dims, got {s!r}")
+        what = f"slice [{to_infix(start)}:{to_infix(stop)}] written into dim {axis} of size {to_infix(d)}"
+        tr.require(start, ">=", 0, what)
+        tr.require(stop, "<=", d, what)
+    tr.require(start, "<=", stop, f"slice [{to_infix(start)}:{to_infix(stop)}] written into dim {axis}")
+    return start, stop, step
 
 
 def _index_tensor(index: Any, tr: Tracer, what: str) -> TensorBase:

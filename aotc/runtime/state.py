@@ -74,7 +74,7 @@ class StateMemory:
         self.dims = dims
         # widen: half-precision states held as float32 (for onnxruntime, whose model computes in float32)
         self.arrays = [np.empty(s.shape(env), _held_dtype(s, widen)) for s in self.specs]
-        self.spare: list[np.ndarray] | None = None
+        self.spare: list[np.ndarray | None] | None = None
         self.binding: Any = None
         self.reset()
 
@@ -86,7 +86,7 @@ class StateMemory:
     @property
     def nbytes(self) -> int:
         """The bytes this session holds for its states (a spare set included)."""
-        return sum(a.nbytes for a in self.arrays) + sum(a.nbytes for a in self.spare or ())
+        return sum(a.nbytes for a in self.arrays) + sum(a.nbytes for a in self.spare or () if a is not None)
 
     def close(self) -> None:
         self.arrays, self.spare, self.binding = [], None, None

@@ -7,7 +7,9 @@ PTX; triton compiles them with no GPU); from version 4 for sm_80 and sm_90, with
 version 6 every launch carries its digest and extents and every binary the constexprs it was compiled with; from
 version 7 the file stores the source graph as ONNX for onnxruntime (aotc/onnx/runtime_model.py); from version 8 each
 kernel names its template (KernelCode.kind_name) and the source graph is bound to the variants by its digest
-(meta aotc.source_digest); from version 9 the variant is a Variant table (its graph and its plan). Run it once per schema
+(meta aotc.source_digest); from version 9 the variant is a Variant table (its graph and its plan); from version 10 the
+model keeps a state across calls (``memory``, written in place at the row an input names, its initial value a
+broadcast weight), so the file holds the State table and its launch plan writes the state's own storage. Run it once per schema
 version, when SCHEMA_VERSION is bumped, and check both files in. Never
 regenerate an older version's files: they prove that files written by earlier aotc versions still load.
 The model touches most of the schema: symbols with ranges and multiple_of, a guard with its source
@@ -26,6 +28,7 @@ import numpy as np
 from aotc.artifact import SCHEMA_VERSION, save_artifact
 from aotc.ir import Builder, DType, Graph, Guard, Op, Symbol, TensorType, Value, sym, verify
 from aotc.ir.evaluate import run_graph
+from aotc.ir.graph import State
 from aotc.ir.verify import graph_ctx
 from aotc.lowering.decompose import decompose as lower
 
@@ -43,6 +46,7 @@ def source_graph() -> Graph:
         "ln.weight": (1 + 0.1 * rng.standard_normal(16)).astype(np.float32),
         "keep": np.arange(16) % 3 != 0,
         "offsets": np.array([0, 1, 2], dtype=np.int64),
+        "memory.init": (0.1 * np.arange(16, dtype=np.float32)).reshape(1, 16),  # from version 10
     }
     batch, seq = sym("batch"), sym("seq")
     symbols = (Symbol("batch", 1, 8), Symbol("seq", 2, 64, multiple_of=2))
@@ -51,6 +55,8 @@ def source_graph() -> Graph:
     b = Builder(graph_ctx(stub), loc="model.py:20")
     x = b.new_value(TensorType(F32, (batch, seq, 16)))
     ids = b.new_value(TensorType(I64, (batch, seq)))
+    slot = b.new_value(TensorType(I64, (1,)))  # from version 10: the state's row this call writes
+    memory = b.new_value(TensorType(F32, (4, 16)))
 
     def c(name: str) -> Value:
         arr = consts[name]
@@ -77,9 +83,30 @@ def source_graph() -> Graph:
     first_half = b.op(Op.SLICE, y, starts=(0, 0, 0), stops=(batch, seq // 2, 16), steps=(1, 1, 2))
     total = b.op(Op.REDUCE_MAX, first_half, axes=(1, 2), keepdim=True)
     flags = b.op(Op.CAST, b.op(Op.GT, total, b.full(float("inf"), F32)), dtype=I64)
-    outputs = (y, probs, total, flags)
-    tree = {"tuple": [{"dict": [["y", 0], ["probs", 1]]}, {"list": [2, 3]}]}
-    return Graph((x, ids), ("x", "ids"), tuple(b.nodes), outputs, tree, symbols, guards, consts, "golden_mlp")
+    b.loc = "model.py:22"
+    row = b.op(Op.REDUCE_MEAN, y, axes=(0, 1), keepdim=False)
+    written = b.op(
+        Op.SCATTER,
+        memory,
+        b.op(Op.RESHAPE, slot, shape=(1, 1)),
+        b.op(Op.RESHAPE, row, shape=(1, 16)),
+        negative_indices=False,
+    )
+    recall = b.op(Op.REDUCE_SUM, written, axes=(0,), keepdim=False)
+    outputs = (y, probs, total, flags, recall, written)
+    tree = {"tuple": [{"dict": [["y", 0], ["probs", 1], ["recall", 4]]}, {"list": [2, 3]}]}
+    return Graph(
+        (x, ids, slot, memory),
+        ("x", "ids", "slot", "memory"),
+        tuple(b.nodes),
+        outputs,
+        tree,
+        symbols,
+        guards,
+        consts,
+        "golden_mlp",
+        (State("memory", "memory.init"),),
+    )
 
 
 def sample_inputs() -> dict[str, np.ndarray]:
@@ -87,6 +114,7 @@ def sample_inputs() -> dict[str, np.ndarray]:
     return {
         "x": rng.standard_normal((3, 10, 16)).astype(np.float32),
         "ids": rng.integers(0, 7, size=(3, 10)).astype(np.int64),
+        "slot": np.array([2], dtype=np.int64),
     }
 
 
@@ -143,7 +171,8 @@ def main() -> int:
         onnx=onnx.model,
     )
     feeds = sample_inputs()
-    outs = run_graph(variant, list(feeds.values()), {"batch": 3, "seq": 10})
+    init = np.broadcast_to(src.constants["memory.init"], (4, 16)).copy()
+    outs = run_graph(variant, [*feeds.values(), init], {"batch": 3, "seq": 10})[: variant.num_results]
     np.savez(
         stem.with_suffix(".npz"),
         **{f"in_{k}": v for k, v in feeds.items()},

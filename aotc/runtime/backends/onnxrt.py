@@ -204,10 +204,10 @@ class OrtProgram:
         self._checks = _input_index_checks(graph)
         self._warned = threading.Lock()  # taken for good by the first fallback's warning
         # States: onnxruntime's ScatterND writes its input's buffer in place when its output is bound to that same
-        # buffer (it copies the input only when they differ), which is safe when each value a write overwrites has
-        # that write as its only reader: then any order onnxruntime runs the nodes in is the graph's. Otherwise each
-        # state's new value goes to a second buffer, which swaps in after the call (a copy of the state per call,
-        # inside ScatterND).
+        # buffer (it copies the input only when they differ), which is safe for a state each of whose overwritten
+        # values has its write as its only reader: then any order onnxruntime runs the nodes in is the graph's.
+        # Another state's new value goes to a second buffer, which swaps in after the call (a copy of that state per
+        # call, inside ScatterND).
         self._feeds = graph.num_feeds
         self._state_names = [
             (name, out)
@@ -216,7 +216,8 @@ class OrtProgram:
             )
         ]
         self._results = graph.num_results
-        self.in_place = _writes_alone(graph)
+        self.in_place_states = _writes_alone(graph)
+        self.in_place = all(self.in_place_states)
         self._allocated = [name for i, name in enumerate(self._outputs) if not self._results <= i < self._count]
 
     def run(self, feeds: Sequence[np.ndarray], env: Mapping[str, int]) -> list[np.ndarray]:
@@ -260,7 +261,7 @@ class OrtProgram:
         for name in self._allocated:  # onnxruntime allocates these afresh for this call's shapes
             io.bind_output(name, "cpu")
         if not self.in_place:
-            self._bind_states(io, memory)
+            self._bind_states(io, memory, spare_only=True)
         try:
             self._session.run_with_iobinding(io, self._options)
         except Exception as e:
@@ -279,11 +280,15 @@ class OrtProgram:
             outs[i] = outs[i].astype(dtype)
         if not self.in_place:
             assert memory.spare is not None
-            memory.arrays, memory.spare = memory.spare, memory.arrays
+            for i, in_place in enumerate(self.in_place_states):
+                if not in_place:
+                    memory.arrays[i], memory.spare[i] = memory.spare[i], memory.arrays[i]
         return outs
 
     def _binding(self, memory: StateMemory) -> Any:
-        """The session's IOBinding for this program: its weights, outputs and (in place) states bound once."""
+        """The session's IOBinding for this program: its weights and in-place states bound once, and every output
+        bound once in the model's order (get_outputs lists them in the order they were first bound; a rebinding
+        keeps its place)."""
         if memory.binding is None:
             memory.binding = {}
         io = memory.binding.get(id(self))
@@ -291,17 +296,35 @@ class OrtProgram:
             io = self._session.io_binding()
             for name, array in self._weights.items():
                 io.bind_cpu_input(name, array)
-            if self.in_place:
-                self._bind_states(io, memory)
-            elif memory.spare is None:
-                memory.spare = [np.empty_like(a) for a in memory.arrays]
+            if not self.in_place and memory.spare is None:
+                memory.spare = [
+                    None if alone else np.empty_like(a) for a, alone in zip(memory.arrays, self.in_place_states)
+                ]
+            targets = {out: i for i, (_, out) in enumerate(self._state_names)}
+            for name in self._outputs:
+                if name in targets:
+                    b = self._target(memory, targets[name])
+                    io.bind_output(name, "cpu", 0, b.dtype, b.shape, b.ctypes.data)
+                else:
+                    io.bind_output(name, "cpu")
+            self._bind_states(io, memory, spare_only=False)
             memory.binding[id(self)] = io
         return io
 
-    def _bind_states(self, io: Any, memory: StateMemory) -> None:
-        targets = memory.arrays if self.in_place else memory.spare
-        assert targets is not None
-        for (name, out), a, b in zip(self._state_names, memory.arrays, targets):
+    def _target(self, memory: StateMemory, i: int) -> np.ndarray:
+        """The buffer state ``i``'s new value goes to: its own (in place) or its spare."""
+        if self.in_place_states[i]:
+            return memory.arrays[i]
+        assert memory.spare is not None
+        return memory.spare[i]  # type: ignore[return-value]
+
+    def _bind_states(self, io: Any, memory: StateMemory, spare_only: bool) -> None:
+        """Each state's input and output bound to the session's buffers (``spare_only``: only the states whose
+        buffers swap each call)."""
+        for i, ((name, out), a) in enumerate(zip(self._state_names, memory.arrays)):
+            if spare_only and self.in_place_states[i]:
+                continue
+            b = self._target(memory, i)
             io.bind_input(name, "cpu", 0, a.dtype, a.shape, a.ctypes.data)
             io.bind_output(out, "cpu", 0, b.dtype, b.shape, b.ctypes.data)
 
@@ -316,13 +339,13 @@ class OrtProgram:
             )
 
 
-def _writes_alone(graph: Graph) -> bool:
-    """Whether every value a state write overwrites has that write as its only reader (see OrtProgram)."""
+def _writes_alone(graph: Graph) -> tuple[bool, ...]:
+    """Per state: whether every value of it a write overwrites has that write as its only reader (see OrtProgram)."""
     readers: dict[int, int] = {}
     for node in graph.nodes:
         for v in node.inputs:
             readers[v.id] = readers.get(v.id, 0) + 1
-    return all(readers.get(v, 0) == 1 for c in state_chains(graph) for v in c.versions[:-1])
+    return tuple(all(readers.get(v, 0) == 1 for v in c.versions[:-1]) for c in state_chains(graph))
 
 
 def _session_weights(graph: Graph) -> frozenset[str]:
