@@ -252,7 +252,7 @@ def test_a_dynamic_state_dim_must_come_from_an_input() -> None:
         def forward(self, x):
             return x + 1
 
-    with pytest.raises(TraceError, match="state 'k' has the dynamic dim .*other.*no input declares"):
+    with pytest.raises(TraceError, match=r"state 'k' has the dynamic dim .*other.*no input declares"):
         trace(Orphan(), {"x": TensorSpec((3,), "float32")})
 
 
