@@ -254,7 +254,10 @@ class Tracer:
 
     # -- states (frontend/state.py) -------------------------------------------------------------
     def open_state(self, state: object, name: str, value: Value) -> None:
-        self._states[id(state)] = [name, value, state]
+        """``state`` (an object with ``init``: its initial array) is read as ``value`` as the call starts."""
+        if any(slot[0] == name for slot in self._states.values()):
+            raise trace_error(f"two states are named {name!r}")
+        self._states[id(state)] = [name, value, state, value]
         self._aliases[value.id] = name
 
     def state_value(self, state: object) -> Value:
@@ -282,9 +285,28 @@ class Tracer:
         slot[1] = value
         self._aliases[value.id] = name
 
-    def state_values(self) -> list[tuple[str, Value, object]]:
-        """(name, latest value, StateTensor) of every state, in the order they were opened."""
-        return [(name, value, state) for name, value, state in self._states.values()]
+    def state_values(self) -> list[tuple[str, Value, Any, Value]]:
+        """(name, latest value, the state object, its value as the call starts) of every state, in opening order."""
+        return [(name, value, state, first) for name, value, state, first in self._states.values()]
+
+    def is_stale(self, value: Value) -> bool:
+        """Whether a write has overwritten ``value`` (a state's earlier value, or a view of it)."""
+        return value.id in self._stale
+
+    def finish_states(self) -> tuple[list[Value], list[str], list[Value], tuple[Any, ...]]:
+        """The traced graph's states: their input values, names, final values and ``State`` records, each initial
+        value stored as a constant named after the state."""
+        from aotc.ir.graph import State
+
+        ins, names, outs, records = [], [], [], []
+        for name, latest, state, first in self.state_values():
+            init = self.fresh_constant_name(f"{name}.init")
+            self.constants[init] = np.array(state.init, order="C")  # (ascontiguousarray makes a 0-d array 1-d)
+            ins.append(first)
+            names.append(name)
+            outs.append(latest)
+            records.append(State(name, init))
+        return ins, names, outs, tuple(records)
 
     def op(self, op: Op, *inputs: Value, **attrs: Any) -> Value:
         return self.emit(op, inputs, **attrs)[0]

@@ -15,7 +15,6 @@ from aotc.frontend.module import Module
 from aotc.frontend.spec import Dim, TensorSpec
 from aotc.frontend.tensor import Tensor
 from aotc.ir.graph import Graph, Symbol
-from aotc.ir.graph import State as GraphState
 from aotc.ir.symbolic import sym
 from aotc.ir.types import TensorType, Value
 from aotc.ir.verify import verify
@@ -81,11 +80,9 @@ def trace(model: Module | Callable[..., Any], inputs: Mapping[str, TensorSpec], 
     for spec in specs.values():
         shape = tuple(sym(d.name) if isinstance(d, Dim) else d for d in spec.shape)
         values.append(tracer.builder.new_value(TensorType(spec.dtype, shape)))
-    state_inputs = []
     for state_name, st in states:
         shape = tuple(sym(d.name) if isinstance(d, Dim) else d for d in st.spec)
-        state_inputs.append(tracer.builder.new_value(TensorType(st.state_dtype, shape)))
-        tracer.open_state(st, state_name, state_inputs[-1])
+        tracer.open_state(st, state_name, tracer.builder.new_value(TensorType(st.state_dtype, shape)))
 
     with tracer.active():
         tensors = {n: Tensor(v, tracer) for n, v in zip(specs, values)}
@@ -99,23 +96,21 @@ def trace(model: Module | Callable[..., Any], inputs: Mapping[str, TensorSpec], 
         tree = _flatten(out, leaves, tracer)
     if not leaves:
         raise TraceError(f"{_name(model)} returned no tensors")
-    opened = tracer.state_values()
-    graph_states = []
-    for state_name, _, st in opened:
-        init = tracer.fresh_constant_name(f"{state_name}.init")
-        tracer.constants[init] = st.init
-        graph_states.append(GraphState(state_name, init))
+    state_inputs, state_names, state_outputs, graph_states = tracer.finish_states()
+    taken = [n for n in state_names if n in specs]
+    if taken:
+        raise TraceError(f"state {taken[0]!r} has the name of an input; rename one of them")
     graph = Graph(
         inputs=(*values, *state_inputs),
-        input_names=(*specs, *(s for s, _, _ in opened)),
+        input_names=(*specs, *state_names),
         nodes=tuple(tracer.builder.nodes),
-        outputs=(*leaves, *(v for _, v, _ in opened)),
+        outputs=(*leaves, *state_outputs),
         output_tree=tree,
         symbols=tuple(Symbol(n, d.min, d.max, d.multiple_of) for n, d in dims.items()),
         guards=tuple(ctx.guards),
         constants=tracer.constants,
         name=name,
-        states=tuple(graph_states),
+        states=graph_states,
     )
     verify(graph, stage="trace")
     return graph
