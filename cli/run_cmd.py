@@ -80,9 +80,6 @@ def run_command(
     keys = [require_file(k, "--trusted-key") for k in trusted_keys]
     exe = aotc.load(artifact, device=device, trusted_keys=keys or None, threads=threads)
     graph = exe.artifact.variants[0].graph
-    if graph.states:  # the inputs a caller feeds; a model with state runs once in a fresh session
-        n = graph.num_feeds
-        graph = graph.replace(inputs=graph.inputs[:n], input_names=graph.input_names[:n], states=())
     feeds, env = build_feeds(graph, files, dim_values, random_inputs, seed, check=exe.check)
     start = time.perf_counter()
     flat = exe.session().run(feeds) if exe.stateful else exe.run(feeds)
