@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from aotc.artifact.reader import Artifact, check_signature, read_artifact
-from aotc.errors import AotcError, ArtifactError, GuardError
+from aotc.errors import AotcError, ArtifactError, GuardError, UnsupportedError
 from aotc.ir.graph import unflatten_tree
 from aotc.runtime.backends import Backend, CpuSettings, Program, default_backend, get_backend
 from aotc.runtime.guards import Binder, InputGatherer, InputSpec, input_specs
@@ -177,6 +177,12 @@ class Executable:
         if not self._state_specs:
             raise AotcError(
                 f"artifact {self._artifact.name!r} has no state to keep across calls; call the executable itself"
+            )
+        without = [self._backend.name for _, p in self._variants if not hasattr(p, "run_session")]
+        if without:
+            raise UnsupportedError(
+                f"the {without[0]} backend does not keep state across calls yet; load this artifact with "
+                "device='cpu', 'reference' or 'interpret' to run it in a session"
             )
         from aotc.runtime.session import Session
 
