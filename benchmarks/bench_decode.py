@@ -137,9 +137,11 @@ def main() -> int:
         best: dict[str, tuple[float, Any]] = {}
         same = True
         for _ in range(args.rounds):
-            for name, run in (("aotc", lambda: run_aotc(exe, prompt, args.new)),
-                              ("hf", lambda: run_hf(hf, prompt, args.new, compiled_hf))):  # fmt: skip
-                tokens, total, stamps = run()
+            for name in ("aotc", "hf"):
+                if name == "aotc":
+                    tokens, total, stamps = run_aotc(exe, prompt, args.new)
+                else:
+                    tokens, total, stamps = run_hf(hf, prompt, args.new, compiled_hf)
                 if name not in best or total < best[name][0]:
                     best[name] = (total, stamps)
                 if name == "aotc":
