@@ -1,4 +1,6 @@
-"""The artifact file: FlatBuffer schema, generated code, writer, reader and ``describe``.
+"""The artifact file: schema, writer, verifying reader (the runtime imports the reader; imports aotc.ir).
+
+The artifact file: FlatBuffer schema, generated code, writer, reader and ``describe``.
 
 The writer loads on first use, so the runtime (which imports this package for the reader) never pulls it in.
 """

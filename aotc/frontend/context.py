@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from aotc.errors import ShapeError, TraceError
+from aotc.frontend.source_paths import source_path
 from aotc.ir.builder import Builder
 from aotc.ir.dtypes import DType, dtype_of
 from aotc.ir.graph import Guard
@@ -66,7 +67,7 @@ def user_loc() -> str:
         f = f.f_back
     if f is None:
         return ""
-    return f"{_short(f.f_code.co_filename)}:{f.f_lineno}"
+    return f"{source_path(f.f_code.co_filename)}:{f.f_lineno}"
 
 
 def traceback_loc(tb: TracebackType | None) -> str:
@@ -74,16 +75,8 @@ def traceback_loc(tb: TracebackType | None) -> str:
     loc = ""
     for frame, lineno in traceback.walk_tb(tb):
         if not _in_aotc(frame.f_code.co_filename):
-            loc = f"{_short(frame.f_code.co_filename)}:{lineno}"
+            loc = f"{source_path(frame.f_code.co_filename)}:{lineno}"
     return loc
-
-
-def _short(path: str) -> str:
-    try:
-        rel = os.path.relpath(path)
-    except ValueError:  # another drive on Windows
-        return path
-    return rel if not rel.startswith("..") else path
 
 
 def trace_error(msg: str) -> TraceError:

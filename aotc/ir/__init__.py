@@ -1,4 +1,6 @@
-"""The IR: dtypes, symbolic integers, the op table, graphs (and variants: a graph with its launch plan) and their
+"""The IR, the bottom layer (any layer may import it; it imports numpy and aotc.errors only).
+
+The IR: dtypes, symbolic integers, the op table, graphs (and variants: a graph with its launch plan) and their
 verifier. Depends on numpy only."""
 
 from aotc.ir.builder import Builder

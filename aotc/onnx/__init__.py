@@ -1,4 +1,6 @@
-"""ONNX interop: export a Graph as ONNX and import ONNX as a Graph (the onnx.backend adapter, which compiles and
+"""ONNX import and export (imported by the compiler and the CLI; imports aotc.ir, aotc.frontend, aotc.artifact).
+
+ONNX interop: export a Graph as ONNX and import ONNX as a Graph (the onnx.backend adapter, which compiles and
 runs, is aotc/onnx_backend.py, beside the compiler).
 
 Names load on first use, so ``import aotc.onnx`` works without the onnx package; using them without it

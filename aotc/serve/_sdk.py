@@ -22,7 +22,7 @@ try:
     from kserve.protocol.grpc.server import GRPCServer
     from kserve.protocol.grpc.servicer import InferenceServicer
     from kserve.protocol.infer_type import InferInput, InferOutput, InferRequest, InferResponse, RequestedOutput
-    from kserve.protocol.rest.multiprocess.server import RESTServerMultiProcess
+    from kserve.protocol.rest.multiprocess.server import RESTServerMultiProcess, RESTServerProcess
     from kserve.protocol.rest.server import RESTServer
 finally:
     sys.argv = _argv
@@ -42,6 +42,7 @@ __all__ = [
     "ModelNotFound",
     "RESTServer",
     "RESTServerMultiProcess",
+    "RESTServerProcess",
     "RequestedOutput",
     "grpc_predict_v2_pb2_grpc",
     "model_server",

@@ -41,11 +41,11 @@ from aotc.serve._sdk import (
     InvalidInput,
     RequestedOutput,
     RESTServer,
-    RESTServerMultiProcess,
     grpc_predict_v2_pb2_grpc,
 )
 from aotc.serve._sdk import model_server as _ms
 from aotc.serve.model import InternalError
+from aotc.serve.workers import Workers
 
 log = logging.getLogger("kserve.aotc")  # under the SDK's logger: its format, level and handlers
 
@@ -231,7 +231,7 @@ class AotcModelServer(_ms.ModelServer):
         )
         server = _RESTServer(host=self.host, max_body_bytes=self.max_body_bytes, access_log=self.access_log, **rest)
         if self.workers > 1:
-            multi = RESTServerMultiProcess(**rest)
+            multi = Workers(**rest)
             multi._rest_server = server
             self._rest_multiprocess_server = multi
             self.servers.append(multi.start())

@@ -1,4 +1,6 @@
-"""PyTorch models in, unchanged: a ``torch.nn.Module`` or a ``torch.export.ExportedProgram`` -> aotc Graph.
+"""PyTorch programs -> Graph (imported by the compiler; imports aotc.ir, aotc.frontend, torch lazily).
+
+PyTorch models in, unchanged: a ``torch.nn.Module`` or a ``torch.export.ExportedProgram`` -> aotc Graph.
 
 ``import_torch(model, inputs)`` is the entry point ``aotc.compile`` dispatches to. torch is imported lazily, when a
 torch model is compiled; ``is_torch_model`` tells one apart without importing torch. Layers (DESIGN §2): this

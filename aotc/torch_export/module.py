@@ -18,6 +18,7 @@ from typing import Any
 
 from aotc.errors import AotcError, TraceError
 from aotc.frontend.context import Tracer, active_tracer
+from aotc.frontend.source_paths import source_path
 from aotc.frontend.spec import Dim, TensorSpec
 from aotc.frontend.symint import as_dim
 from aotc.frontend.tensor import Tensor
@@ -277,9 +278,7 @@ class _Log(logging.Handler):
 def _sloc(sloc: Any) -> str:
     frame = getattr(sloc, "framework_loc", None)
     if frame is not None and hasattr(frame, "filename"):
-        from aotc.torch_export.translate import _short
-
-        return f"{_short(frame.filename)}:{frame.lineno}"
+        return f"{source_path(frame.filename)}:{frame.lineno}"
     user = getattr(sloc, "maybe_user_loc", None)
     return str(user or "")
 
@@ -313,8 +312,6 @@ _USER_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 
 def _export_error(e: Exception, sources: Mapping[str, str], log: _Log) -> AotcError:
     """torch.export's error as one aotc line naming the dim (by its aotc name) and the model's source line."""
-    from aotc.torch_export.translate import _short
-
     text = str(e)
     m = _SPECIALIZED.search(text)
     if m:
@@ -336,7 +333,7 @@ def _export_error(e: Exception, sources: Mapping[str, str], log: _Log) -> AotcEr
         )
     if "data-dependent" in text or type(e).__name__ in ("GuardOnDataDependentSymNode", "DataDependentOutputException"):
         frames = _USER_FRAME.findall(text.split("The following call raised this error:")[-1])
-        at = f"{_short(frames[-1][0])}:{frames[-1][1]}: " if frames else ""
+        at = f"{source_path(frames[-1][0])}:{frames[-1][1]}: " if frames else ""
         first = text.strip().splitlines()[0]
         return TraceError(f"{at}the model's shapes depend on tensor values (data-dependent: {first}); aotc compiles "
                           "shapes that follow from the input sizes")  # fmt: skip

@@ -16,6 +16,7 @@ from aotc.errors import AotcError, ShapeError, TraceError, UnsupportedError
 from aotc.frontend import elementwise as ew
 from aotc.frontend import functions as T
 from aotc.frontend.context import Tracer, source_loc
+from aotc.frontend.source_paths import source_path
 from aotc.frontend.symint import SymInt, as_dim
 from aotc.frontend.tensor import Tensor
 from aotc.ir.dtypes import DType
@@ -55,15 +56,7 @@ def node_loc(node: Any) -> str:
     torch_dir = os.path.dirname(require_torch().__file__) + os.sep
     outside = [f for f in frames if not os.path.abspath(f[0]).startswith(torch_dir)]
     path, line = (outside or frames)[-1]
-    return f"{_short(path)}:{line}"
-
-
-def _short(path: str) -> str:
-    try:
-        rel = os.path.relpath(path)
-    except ValueError:
-        return path
-    return rel if not rel.startswith("..") else path
+    return f"{source_path(path)}:{line}"
 
 
 def refuse_mutations(ep: Any) -> None:

@@ -1,4 +1,6 @@
-"""Graphs written as ONNX models with no onnx package: a protobuf writer of the messages aotc writes (proto.py),
+"""Graphs as ONNX without the onnx package (part of aotc.ir: the runtime and aotc.onnx import it).
+
+Graphs written as ONNX models with no onnx package: a protobuf writer of the messages aotc writes (proto.py),
 the export opset and its type table (opset.py), one emitter per op (emitters.py) over an export state
 (context.py), and the model assembly with the op-table decomposition as fallback (build.py).
 

@@ -1,4 +1,6 @@
-"""The op table: every op defined once, gathered here from the files that hold each family."""
+"""The op table, one entry per op (part of aotc.ir: any layer may import it; it imports numpy only).
+
+The op table: every op defined once, gathered here from the files that hold each family."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Backends run a verified variant. A backend is an object with a ``name`` and ``prepare(variant, binaries) ->
+"""The backends that run a verified variant (imported by aotc.runtime only; import aotc.ir, aotc.artifact).
+
+Backends run a verified variant. A backend is an object with a ``name`` and ``prepare(variant, binaries) ->
 Program`` (base.py: the variant's graph and launch plan, and the artifact's kernel binaries by name, empty when it
 has none; the cpu backends read the graph only); a program's ``run(feeds, env)`` takes checked input arrays (in
 input order) and the bound symbols, and returns fresh output arrays the caller owns (cuda: ``run(...,

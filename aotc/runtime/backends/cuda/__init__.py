@@ -1,4 +1,6 @@
-"""The cuda backend: kernels of a variant's Schedule launched through NVIDIA's driver API (``cuda-bindings``,
+"""The cuda backend (imported by aotc.runtime.backends on first cuda use; imports the CUDA bindings lazily).
+
+The cuda backend: kernels of a variant's Schedule launched through NVIDIA's driver API (``cuda-bindings``,
 imported on first use only), one arena slot per in-flight call, CUDA graphs replayed per shape.
 
 ``CudaBackend(driver=None, ordinal=0, graph_cache=16).prepare(variant, binaries) -> CudaProgram``;
