@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import ast
 import re
-from pathlib import Path
 
 import pytest
 from test_import_cycles import ROOT, _import_graph

@@ -11,7 +11,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from aotc.frontend import elementwise as ew
-from aotc.frontend import functions, indexing, layout, reductions
+from aotc.frontend import functions, indexing, layout, reductions, writes
 from aotc.frontend.context import trace_error
 from aotc.frontend.tensor_base import TensorBase, _axis
 from aotc.frontend.tensor_methods import table_methods
@@ -319,9 +319,7 @@ class Tensor(TensorBase):
         )
 
     def index_copy(self, dim: int, index: Any, source: Any) -> Tensor:
-        from aotc.frontend.state import index_copy
-
-        return index_copy(self, dim, index, source)  # type: ignore[return-value]
+        return writes.index_copy(self, dim, index, source)  # type: ignore[return-value]
 
     def index_copy_(self, dim: int, index: Any, source: Any) -> NoReturn:
         raise trace_error(

@@ -17,7 +17,6 @@ from aotc.runtime.state import StateMemory, StateSpec, position_checks, state_sp
 
 if TYPE_CHECKING:
     from aotc.artifact.signing import KeySource
-    from aotc.runtime.session import Session
 
 # The most input shapes whose variant and bound symbols an Executable remembers (see Executable._select).
 CHOSEN_SHAPES = 1024
@@ -171,7 +170,7 @@ class Executable:
         return outputs
 
     # -- state -----------------------------------------------------------------------------------------
-    def session(self) -> Session:
+    def session(self) -> Any:
         """A new Session: one sequence of calls with its own copy of the model's states (a KV cache), which its
         calls update in place. Sessions of one Executable run concurrently; one session's calls run in order."""
         if not self._state_specs:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -19,14 +19,11 @@ from aotc.errors import AotcError, GuardError
 from aotc.ir.graph import unflatten_tree
 from aotc.runtime.state import StateMemory, check_positions, dims_mismatch
 
-if TYPE_CHECKING:
-    from aotc.runtime.executable import Executable
-
 
 class Session:
     """A stateful artifact's calls in sequence, with its own state. Use ``exe.session()`` to make one."""
 
-    def __init__(self, exe: Executable) -> None:
+    def __init__(self, exe: Any) -> None:  # an Executable (runtime/executable.py, which imports this module)
         self._exe = exe
         self._specs = exe.state_specs
         self._symbols = exe._state_symbols

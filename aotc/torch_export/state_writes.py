@@ -21,8 +21,8 @@ import numpy as np
 from aotc.errors import UnsupportedError
 from aotc.frontend import elementwise as ew
 from aotc.frontend.context import Tracer
-from aotc.frontend.state import write
 from aotc.frontend.tensor import Tensor
+from aotc.frontend.writes import write
 from aotc.ir.dtypes import DType
 from aotc.ir.ops import Op
 from aotc.ir.types import TensorType, Value

@@ -15,7 +15,7 @@ from aotc_cli.main import cli
 MODELS_DIR = Path(__file__).resolve().parents[2] / "models"
 
 # A model that spreads its layers over two files, so locations in a neighbouring module are covered too.
-_LAYERS = '''
+_LAYERS = """
 import aotc.functional as F
 from aotc import nn
 
@@ -27,8 +27,8 @@ class Block(nn.Module):
 
     def forward(self, x):
         return F.gelu(self.fc(x)) + x
-'''
-_MODEL = '''
+"""
+_MODEL = """
 import numpy as np
 from layers import Block
 
@@ -49,7 +49,7 @@ def build():
     rng = np.random.default_rng(0)
     model.load_state_dict({k: rng.normal(0, 0.1, v.shape).astype(np.float32) for k, v in model.state_dict().items()})
     return model, {"x": TensorSpec((Dim("batch", min=1, max=16), 32), "float32")}
-'''
+"""
 
 
 def _checkout(root: Path) -> Path:
