@@ -259,6 +259,9 @@ def _needed(
                     )
     if grow:
         return grow
+    grow = _reads_across_writes(g, kernels, stored, declined)  # 1c. a state read before its write, used after it
+    if grow:
+        return grow
     for k in kernels:  # 2. an epilogue input computed with a reduction gets its own (reduction) kernel
         if k.root is None or not k.reductions:
             continue
@@ -297,6 +300,36 @@ def _needed(
     for v in sorted(grow - inner):
         declined.append(f"%{v} ({g.node(v).op.value}) is needed by several kernels: stored once, not recomputed")
     return grow - inner
+
+
+def _reads_across_writes(g: FusionGraph, kernels: list[KernelPlan], stored: set[int], declined: list[str]) -> set[int]:
+    """What a kernel computes inline from a state's value that a later write overwrites, when the kernel stores a
+    value after that write: each first non-view result of that value is stored, by a kernel that runs before the
+    write (else the kernel would have to run both before and after it)."""
+    overwritten = {g.graph.nodes[i].inputs[0].id: i for i in g.state_writes}
+    grow: set[int] = set()
+    for k in kernels:
+        if k.overwrites >= 0:
+            continue
+        for v in k.reads & overwritten.keys():
+            if g.prod[k.anchor.id][0] < overwritten[v]:
+                continue  # the whole kernel is before the write
+            stack = [v]
+            while stack:
+                x = stack.pop()
+                for i in g.users.get(x, ()):
+                    if i not in k.nodes:
+                        continue
+                    n = g.graph.nodes[i]
+                    if n.op in VIEWS:
+                        stack.extend(o.id for o in n.outputs)
+                    elif n.outputs[0].id not in stored:
+                        grow.add(n.outputs[0].id)
+                        declined.append(
+                            f"%{n.outputs[0].id} ({n.op.value}) reads state value %{v} before the write at node "
+                            f"{overwritten[v]} overwrites it: stored first, not fused past the write"
+                        )
+    return grow
 
 
 def _reads_of(g: FusionGraph, vid: int, stored: set[int]) -> set[int]:
