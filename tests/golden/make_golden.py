@@ -36,7 +36,9 @@ HERE = Path(__file__).resolve().parent
 F32, I64 = DType.float32, DType.int64
 
 
-def source_graph() -> Graph:
+def source_graph(with_state: bool = False) -> Graph:
+    """The golden model; ``with_state`` (the files of schema 10 on) adds its state. The kernel and plan tests build on
+    the stateless model (tests/artifact/kernel_kit.py)."""
     rng = np.random.default_rng(20250601)
     consts = {
         "embed.weight": rng.standard_normal((10, 16)).astype(np.float32),
@@ -46,8 +48,9 @@ def source_graph() -> Graph:
         "ln.weight": (1 + 0.1 * rng.standard_normal(16)).astype(np.float32),
         "keep": np.arange(16) % 3 != 0,
         "offsets": np.array([0, 1, 2], dtype=np.int64),
-        "memory.init": (0.1 * np.arange(16, dtype=np.float32)).reshape(1, 16),  # from version 10
     }
+    if with_state:
+        consts["memory.init"] = (0.1 * np.arange(16, dtype=np.float32)).reshape(1, 16)
     batch, seq = sym("batch"), sym("seq")
     symbols = (Symbol("batch", 1, 8), Symbol("seq", 2, 64, multiple_of=2))
     guards = (Guard(seq, "<=", 48, "model.py:12"),)
@@ -55,8 +58,6 @@ def source_graph() -> Graph:
     b = Builder(graph_ctx(stub), loc="model.py:20")
     x = b.new_value(TensorType(F32, (batch, seq, 16)))
     ids = b.new_value(TensorType(I64, (batch, seq)))
-    slot = b.new_value(TensorType(I64, (1,)))  # from version 10: the state's row this call writes
-    memory = b.new_value(TensorType(F32, (4, 16)))
 
     def c(name: str) -> Value:
         arr = consts[name]
@@ -83,6 +84,12 @@ def source_graph() -> Graph:
     first_half = b.op(Op.SLICE, y, starts=(0, 0, 0), stops=(batch, seq // 2, 16), steps=(1, 1, 2))
     total = b.op(Op.REDUCE_MAX, first_half, axes=(1, 2), keepdim=True)
     flags = b.op(Op.CAST, b.op(Op.GT, total, b.full(float("inf"), F32)), dtype=I64)
+    if not with_state:
+        tree = {"tuple": [{"dict": [["y", 0], ["probs", 1]]}, {"list": [2, 3]}]}
+        outputs = (y, probs, total, flags)
+        return Graph((x, ids), ("x", "ids"), tuple(b.nodes), outputs, tree, symbols, guards, consts, "golden_mlp")
+    slot = b.new_value(TensorType(I64, (1,)))  # from version 10: the state's row this call writes
+    memory = b.new_value(TensorType(F32, (4, 16)))
     b.loc = "model.py:22"
     row = b.op(Op.REDUCE_MEAN, y, axes=(0, 1), keepdim=False)
     written = b.op(
@@ -114,7 +121,7 @@ def sample_inputs() -> dict[str, np.ndarray]:
     return {
         "x": rng.standard_normal((3, 10, 16)).astype(np.float32),
         "ids": rng.integers(0, 7, size=(3, 10)).astype(np.int64),
-        "slot": np.array([2], dtype=np.int64),
+        "slot": np.array([2], dtype=np.int64),  # from version 10
     }
 
 
@@ -126,7 +133,7 @@ def main() -> int:
     if stem.with_suffix(".aotc").exists() and not args.force:
         print(f"{stem}.aotc exists; golden files of a released schema version must not change (--force to overwrite)")
         return 1
-    src = source_graph()
+    src = source_graph(with_state=True)
     variant = lower(src)
     verify(src)
     verify(variant, primitive_only=True)
@@ -171,7 +178,7 @@ def main() -> int:
         onnx=onnx.model,
     )
     feeds = sample_inputs()
-    init = np.broadcast_to(src.constants["memory.init"], (4, 16)).copy()
+    init = np.broadcast_to(src.constants["memory.init"], (4, 16)).copy()  # the state as a session starts
     outs = run_graph(variant, [*feeds.values(), init], {"batch": 3, "seq": 10})[: variant.num_results]
     np.savez(
         stem.with_suffix(".npz"),
