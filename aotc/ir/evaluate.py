@@ -84,8 +84,11 @@ class GraphRunner:
         try:
             outs = ref([vals[v.id] for v in node.inputs], attrs)
         except IndexRangeError as e:
-            if node.op is Op.SCATTER:  # the position ends with the coordinate column
-                name, pos = coordinate_sources(self.graph, node)[e.position[-1]], None
+            # a scatter's position ends with the coordinate column: its input when built column by column (a state
+            # write), else the indices' own
+            column = coordinate_sources(self.graph, node)[e.position[-1]] if node.op is Op.SCATTER else None
+            if column is not None:
+                name, pos = column, None
             else:
                 name, same_place = index_source(self.graph, node)
                 pos = e.position if same_place else None
