@@ -189,6 +189,7 @@ def serve_command(
         settings["load_options"] = load_options
     if replicas or workers > 1:
         _refuse_stateful(artifacts, "--replicas" if replicas else "--workers")
+    if replicas:
         try:
             from aotc.serve.ray_serve import deploy
         except ImportError as e:

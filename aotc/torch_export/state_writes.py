@@ -29,9 +29,10 @@ from aotc.ir.types import TensorType, Value
 from aotc.torch_export.table import target_name
 
 # Ops whose result is the tensor they were given or a view of it (a write into the result writes the buffer).
+# (Copies, such as _to_copy and clone, are not: a write into a copy leaves the buffer as it was.)
 IDENTITY_ALIASES = frozenset(
-    {"aten.alias.default", "aten.detach.default", "aten.lift_fresh_copy.default", "aten.to.dtype", "aten.to.dtype_layout",
-     "aten.to.device", "aten.to.other", "aten._to_copy.default", "aten.clone.default"}
+    {"aten.alias.default", "aten.detach.default", "aten.to.dtype", "aten.to.dtype_layout", "aten.to.device",
+     "aten.to.other"}
 )  # fmt: skip
 VIEWS = frozenset({"aten.slice.Tensor", "aten.select.int"})
 
