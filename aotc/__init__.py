@@ -35,6 +35,8 @@ bool = DType.bool
 _LAZY = {
     "load": "aotc.runtime",
     "Executable": "aotc.runtime",
+    "Session": "aotc.runtime.session",
+    "generate": "aotc.runtime.generate",
     "Dim": "aotc.frontend.spec",
     "TensorSpec": "aotc.frontend.spec",
     "compile": "aotc.compiler",

@@ -109,6 +109,11 @@ class CompiledModel:
         """Flat outputs, in graph output order."""
         return self.executable.run(feeds)
 
+    def session(self) -> Any:
+        """A Session over the reference executable, for a model with state (``Module.state``): see
+        ``Executable.session``."""
+        return self.executable.session()
+
     @property
     def input_names(self) -> tuple[str, ...]:
         return self.graph.input_names

@@ -180,6 +180,9 @@ def build_feeds(
     ``dims`` and the resulting shapes are checked before any random input is built: by ``check`` (pass
     ``Executable.check`` to accept what any variant accepts), else by ``graph``'s own guards.
     """
+    if graph.states:  # a state's value is its session's, never the caller's
+        n = graph.num_feeds
+        graph = graph.replace(inputs=graph.inputs[:n], input_names=graph.input_names[:n], states=())
     unknown = sorted(set(files) - set(graph.input_names))
     if unknown:
         raise UserError(f"unknown input {', '.join(map(repr, unknown))}; inputs are: {', '.join(graph.input_names)}")

@@ -79,6 +79,13 @@ def render_text(info: dict[str, Any]) -> str:
     names = dict(output_names(info["output_tree"]))
     lines.append("outputs")
     lines += table([[names.get(o["index"], str(o["index"])), o["dtype"], _shape(o)] for o in info["outputs"]], "  ")
+    if info.get("states"):
+        lines.append(
+            f"states     kept across calls, {format_size(info['state_bytes_per_session'])} a session (at the dims' maxima)"
+        )
+        lines += table(
+            [[st["name"], st["dtype"], _shape(st), f"{st['writers']} write(s)"] for st in info["states"]], "  "
+        )
     lines.append("dims")
     dims = []
     for s in info["symbols"]:
@@ -114,7 +121,7 @@ def render_text(info: dict[str, Any]) -> str:
         "constants", "weight_bytes", "inputs", "outputs", "output_tree", "symbols", "guards", "variants",
         "source", "meta", "features", "kernel_features", "unusable_kernel_features", "kernels", "toolchain", "arena_bytes",
         "arena_by_dim", "onnx",
-        "signature",
+        "signature", "states", "state_bytes_per_session",
     }  # fmt: skip
     # anything describe() grows later still shows, as JSON
     lines += [f"{k}: {json.dumps(v)}" for k, v in info.items() if k not in shown]

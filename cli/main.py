@@ -12,6 +12,7 @@ from aotc_cli.compile_cmd import compile_command
 from aotc_cli.errors import AotcGroup, debug_option
 from aotc_cli.export_cmd import export_command
 from aotc_cli.export_triton_cmd import export_triton_command
+from aotc_cli.generate_cmd import generate_command
 from aotc_cli.inspect_cmd import inspect_command
 from aotc_cli.run_cmd import run_command
 from aotc_cli.serve_cmd import serve_command
@@ -36,6 +37,7 @@ cli.add_command(serve_command)
 cli.add_command(export_triton_command)
 cli.add_command(sign_command)
 cli.add_command(keygen_command)
+cli.add_command(generate_command)
 
 
 def main() -> None:

@@ -23,7 +23,9 @@ A dynamic dim takes its `--dim NAME=VALUE`, else the size of a file given with
 Dims and shapes are checked against the artifact's ranges and guards, and the
 -o path against the file system, before any input is built or the model runs.
 With --trusted-key, ARTIFACT must be signed by one of the keys (aotc sign), else
-it is refused before anything runs.
+it is refused before anything runs. A model that keeps state across calls runs
+once in a fresh session (its states at their initial values); `aotc generate`
+decodes with one.
 """
 
 
@@ -80,7 +82,7 @@ def run_command(
     graph = exe.artifact.variants[0].graph
     feeds, env = build_feeds(graph, files, dim_values, random_inputs, seed, check=exe.check)
     start = time.perf_counter()
-    flat = exe.run(feeds)
+    flat = exe.session().run(feeds) if exe.stateful else exe.run(feeds)
     elapsed_ms = (time.perf_counter() - start) * 1e3
 
     if env:

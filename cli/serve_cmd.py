@@ -131,6 +131,20 @@ def model_names(artifacts: tuple[str, ...], names: tuple[str, ...]) -> list[str]
     metavar="KEY.pub",
     help="Serve each ARTIFACT only if it is signed by this Ed25519 public key (repeatable: any of them).",
 )
+@click.option(
+    "--max-sequences",
+    default=64,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="A model that keeps state (a decoder's cache): the most sequences live at once (sequence_id).",
+)
+@click.option(
+    "--sequence-idle-s",
+    default=600.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="A model that keeps state: seconds after which an idle sequence is closed.",
+)
 @debug_option
 def serve_command(
     artifacts: tuple[str, ...],
@@ -151,6 +165,8 @@ def serve_command(
     cpus_per_replica: float,
     gpus_per_replica: float,
     trusted_keys: tuple[str, ...],
+    max_sequences: int,
+    sequence_idle_s: float,
 ) -> None:
     for a in artifacts:
         require_file(a)
@@ -171,6 +187,8 @@ def serve_command(
     load_options = {k: v for k, v in (("trusted_keys", keys), ("threads", threads)) if v}
     if load_options:
         settings["load_options"] = load_options
+    if replicas or workers > 1:
+        _refuse_stateful(artifacts, "--replicas" if replicas else "--workers")
     if replicas:
         try:
             from aotc.serve.ray_serve import deploy
@@ -183,8 +201,10 @@ def serve_command(
             for path, name in zip(artifacts, chosen)
         ]
     else:
+        sequences = dict(max_sequences=max_sequences, sequence_idle_s=sequence_idle_s)
         models = [
-            AotcModel(name, path, adaptive_batch=not fixed_batch, **settings) for path, name in zip(artifacts, chosen)
+            AotcModel(name, path, adaptive_batch=not fixed_batch, **settings, **sequences)
+            for path, name in zip(artifacts, chosen)
         ]
         for m in models:
             m.load()
@@ -197,3 +217,18 @@ def serve_command(
         max_body_bytes=int(max_body_mb * (1 << 20)),
         access_log=access_log,
     )
+
+
+def _refuse_stateful(artifacts: tuple[str, ...], option: str) -> None:
+    """Ray Serve sends each request to any replica (its multiplexing prefers, but does not promise, the replica that
+    served an id before), and the REST workers share one port, so a sequence's next request could reach a process
+    without its state."""
+    from aotc.artifact import read_artifact
+
+    for a in artifacts:
+        if read_artifact(a, verify_weights=False).variants[0].graph.states:
+            raise UserError(
+                f"{a} keeps state across requests, which {option} could route to different processes: serve it "
+                "from one process (its sequences' sessions live there), or behind Triton's sequence batcher "
+                "(aotc export-triton)"
+            )

@@ -24,6 +24,8 @@
 #   load         verified and signed loads of a GPT-2-small-size file on this machine's cores (bench_load.py)
 #   serve        aotc serve on cuda: throughput and p50/p99 for the MLP and BERT at concurrency 1, 8 and 64,
 #                direct calls vs the server with batching off and on (bench_serve.py over the carried files)
+#   decode       greedy decoding (prefill 128, 128 new tokens, batch 1 and 8) with aotc's GPT-2 decoder, its cache
+#                in a session, vs torch.compile of HF's static-cache model (bench_decode.py; needs transformers)
 # Results: $OUT/results.jsonl (one JSON row per figure), $OUT/report.md (scripts/gpu_report.py), the logs.
 # Nothing is compiled by aotc there: every kernel comes from the carried cache (summary.txt counts misses).
 set -uo pipefail
@@ -31,7 +33,7 @@ cd "$(dirname "$0")/.."
 out=${OUT:-gpu_out}
 carry=$(realpath -m "${CARRY:-.gpu_carry}")
 budget=${GPU_CHECK_BUDGET:-480}
-steps=${STEPS:-env smoke correctness kernels e2e host load serve}
+steps=${STEPS:-env smoke correctness kernels e2e host load serve decode}
 dry=${GPU_CHECK_DRY:-0}
 py=${PYTHON:-python3}
 mkdir -p "$out"
@@ -157,6 +159,15 @@ else
         $py benchmarks/bench_serve.py mlp bert --artifacts $carry/models --device cuda --concurrency 1 8 64 \
             --seconds 2 --jsonl $jsonl
     "
+fi
+
+# Decode: issue 29's aim on a GPU, aotc's decoder >= 1.0x torch.compile's tokens per second on the same weights. It
+# compiles the decoder there (the carried cache has its kernels once gpu_prep.sh builds them) and needs transformers
+# in the image. A dry run decodes a tiny model on the cpu backend for a moment, to exercise the step.
+if [ "$dry" = 1 ]; then
+    run decode 90 "$py benchmarks/bench_decode.py --dry-run --jsonl $jsonl"
+else
+    run decode 150 "$py benchmarks/bench_decode.py --device cuda --rounds 2 --jsonl $jsonl"
 fi
 
 $py scripts/gpu_report.py "$out" >"$out/report.md" 2>>"$summary" || echo "report: failed" >>"$summary"

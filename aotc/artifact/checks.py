@@ -55,6 +55,8 @@ def interface_mismatch(a: Graph, b: Graph) -> str:
             return f"input {name!r} is {y.type}, expected the dtype and rank of {x.type}"
     if len(a.outputs) != len(b.outputs) or json.dumps(a.output_tree) != json.dumps(b.output_tree):
         return "the outputs differ"
+    if a.states != b.states:
+        return f"the states {[str(s) for s in b.states]} != {[str(s) for s in a.states]}"
     for i, (x, y) in enumerate(zip(a.outputs, b.outputs)):
         if x.type.dtype is not y.type.dtype or x.type.rank != y.type.rank:
             return f"output {i} is {y.type}, expected the dtype and rank of {x.type}"
@@ -127,6 +129,7 @@ def graph_problem(g: Graph) -> str:
                 return f"node {i} ({node.op.value}) has attrs {unknown} that {node.op.value} does not declare {list(declared)}"
         if node.op is Op.CONSTANT:
             used.add(node.attrs["name"])
+    used |= {s.init for s in g.states}  # a state's initial value: read by a session, not by a node
     unused = sorted(set(g.constants) - used)
     if unused:
         return f"constants {unused[:5]} are held but no node uses them"

@@ -25,8 +25,9 @@ from aotc.artifact.pacing import pace
 from aotc.artifact.tables import Tables, check_indices, column, decode_tables, dtype, expr, text
 from aotc.errors import ArtifactError, ShapeError
 from aotc.ir.dtypes import DType
-from aotc.ir.graph import Graph, Guard, Symbol
+from aotc.ir.graph import Graph, Guard, State, Symbol
 from aotc.ir.ops import Op
+from aotc.ir.state import StateProblem, state_chains
 from aotc.ir.symbolic import sym
 from aotc.ir.types import Node, Value
 
@@ -38,6 +39,8 @@ fbtable.install()
 ONNX_VERSION = 7
 # The first schema with Variant tables (Artifact.variants: a graph and its plan each).
 VARIANT_VERSION = 9
+# The first schema with states (Graph.states).
+STATE_VERSION = 10
 # aotc.__version__, as the writer stores it (PEP 440 characters)
 _VERSION = re.compile(r"[0-9A-Za-z.+!_-]{1,64}")
 
@@ -199,7 +202,6 @@ class Decoder:
                 raise ArtifactError(f"{what}: input value %{v.id} is defined a second time")
         nodes = self._nodes(g, values, what, in_types.tolist())
         outputs = tuple(_use(values, vid, f"{what} output") for vid in column(g.OutputsAsNumpy(), np.int64).tolist())
-        tree = output_tree(text(g.OutputTreeJson(), f"{what} output tree"), len(outputs), what)
         symbols = tuple(
             self._symbol(g.Symbols(i), what) for i in range(self.count(g.SymbolsLength(), f"{what} symbols"))
         )
@@ -212,7 +214,52 @@ class Decoder:
             if cname in held:
                 raise ArtifactError(f"{what} holds constant {cname!r} twice")
             held[cname] = arr
-        return Graph(inputs, input_names, nodes, outputs, tree, symbols, guards, held, name)
+        states, writers = self._states(g, constants, held, input_names, len(outputs), what)
+        tree = output_tree(text(g.OutputTreeJson(), f"{what} output tree"), len(outputs) - len(states), what)
+        graph = Graph(inputs, input_names, nodes, outputs, tree, symbols, guards, held, name, states)
+        if states:
+            try:
+                derived = [c.writers for c in state_chains(graph)]
+            except StateProblem as e:
+                raise ArtifactError(f"{what}: {e}") from None
+            for st, stored, want in zip(states, writers, derived):
+                if stored != want:
+                    raise ArtifactError(
+                        f"{what}: state {st.name!r} lists writers {list(stored)}, but its writes are the nodes "
+                        f"{list(want)}"
+                    )
+        return graph
+
+    def _states(
+        self,
+        g: Any,
+        constants: list[tuple[str, np.ndarray]],
+        held: dict[str, np.ndarray],
+        input_names: tuple[str, ...],
+        n_outputs: int,
+        what: str,
+    ) -> tuple[tuple[State, ...], list[tuple[int, ...]]]:
+        """The graph's states (schema >= 10) and the writers each lists."""
+        if g.StatesIsNone():
+            return (), []
+        if self.version < STATE_VERSION:
+            raise ArtifactError(f"{what}: a schema version {self.version} file holds schema {STATE_VERSION} states")
+        n = self.count(g.StatesLength(), f"{what} states")
+        if n == 0:
+            raise ArtifactError(f"{what} has an empty states list (a graph without states leaves it out)")
+        if n > min(len(input_names), n_outputs):
+            raise ArtifactError(f"{what} has {n} states but {len(input_names)} inputs and {n_outputs} outputs")
+        states, writers = [], []
+        for i in range(n):
+            s = g.States(i)
+            idx = int(s.Initial())
+            if idx >= len(constants) or constants[idx][0] not in held:
+                raise ArtifactError(
+                    f"{what} state {i}: its initial value is constant {idx}, which the graph does not hold"
+                )
+            states.append(State(input_names[len(input_names) - n + i], constants[idx][0]))
+            writers.append(tuple(column(s.WritersAsNumpy(), np.uint32).tolist()))
+        return tuple(states), writers
 
     def _nodes(self, g: Any, values: dict[int, Value], what: str, in_types: list[int]) -> tuple[Node, ...]:
         """The node columns, each range-checked whole, then the nodes in one loop over Python lists."""

@@ -8,7 +8,8 @@ from typing import Any
 from aotc.artifact.reader import Artifact
 from aotc.ir.graph import Graph
 from aotc.ir.schedule import Kernel, Schedule
-from aotc.ir.symbolic import to_infix
+from aotc.ir.state import state_chains
+from aotc.ir.symbolic import mul, to_infix
 from aotc.ir.symbolic_values import bounds
 from aotc.ir.types import TensorType
 from aotc.ir.variant import Variant
@@ -32,7 +33,10 @@ def describe(artifact: Artifact) -> dict[str, Any]:
         # every launch bound to its graph (digest) and proved inside its buffers (extents): schema >= 6
         "plans_bound": artifact.plans_bound,
         "inputs": _inputs(first),
-        "outputs": [{"index": i, **_type(o.type)} for i, o in enumerate(first.outputs)],
+        "outputs": [{"index": i, **_type(o.type)} for i, o in enumerate(first.outputs[: first.num_results])],
+        # state that lives across calls (a KV cache): a session holds one copy, its bytes at the symbols' maxima
+        "states": _states(first),
+        "state_bytes_per_session": sum(st["bytes"] for st in _states(first)),
         "output_tree": first.output_tree,
         "symbols": _symbols(first),
         "guards": _guards(first),
@@ -175,7 +179,20 @@ def _type(t: TensorType) -> dict[str, Any]:
 
 
 def _inputs(g: Graph) -> list[dict[str, Any]]:
-    return [{"name": name, **_type(v.type)} for name, v in zip(g.input_names, g.inputs)]
+    return [{"name": name, **_type(v.type)} for name, v in zip(g.input_names[: g.num_feeds], g.inputs)]
+
+
+def _states(g: Graph) -> list[dict[str, Any]]:
+    ranges, multiples = g.ranges, g.multiples
+    writers = [len(c.writers) for c in state_chains(g)] if g.states else []
+    out = []
+    for st, v, n in zip(g.states, g.state_inputs, writers):
+        numel = v.type.dtype.itemsize
+        for d in v.type.shape:
+            numel = mul(numel, d)
+        nbytes = bounds(numel, ranges, multiples)[1]
+        out.append({"name": st.name, **_type(v.type), "init": st.init, "bytes": nbytes, "writers": n})
+    return out
 
 
 def _symbols(g: Graph) -> list[dict[str, Any]]:

@@ -26,16 +26,18 @@ from aotc.artifact.generated import Constant as FbConstant
 from aotc.artifact.generated import Graph as FbGraph
 from aotc.artifact.generated import Guard as FbGuard
 from aotc.artifact.generated import Segment as FbSegment
+from aotc.artifact.generated import State as FbState
 from aotc.artifact.generated import Symbol as FbSymbol
 from aotc.artifact.generated import TensorType as FbTensorType
 from aotc.artifact.generated import Variant as FbVariant
 from aotc.artifact.generated.ValueKind import ValueKind
 from aotc.artifact.layout import DTYPE_CODES, MAX_ATTR_DEPTH
-from aotc.artifact.plan_checks import GRAPH_FEATURES
+from aotc.artifact.plan_checks import GRAPH_FEATURES, STATE_FEATURE
 from aotc.artifact.plan_encode import KernelPlan, encode_codes, encode_schedule
 from aotc.errors import ArtifactError
 from aotc.ir.dtypes import DType
 from aotc.ir.graph import Graph, Guard, Symbol
+from aotc.ir.state import StateProblem, state_chains
 from aotc.ir.symbolic import SymExpr, to_sexpr
 from aotc.ir.types import Attrs, TensorType
 from aotc.ir.variant import Variant
@@ -113,7 +115,8 @@ def encode_artifact(
     variants_vec = table_vector(b, variant_offs)
     consts_vec = table_vector(b, const_offs)
     segs_vec = table_vector(b, seg_offs)
-    features = strings(b, GRAPH_FEATURES)
+    stateful = any(v.graph.states for v in variants)
+    features = strings(b, (*GRAPH_FEATURES, STATE_FEATURE) if stateful else GRAPH_FEATURES)
     kernel_features = strings(b, plan.kernel_features)
     codes = encode_codes(b, plan)
     floor = string(b, plan.driver_floor, "CUDA driver floor") if plan.driver_floor else None
@@ -338,10 +341,29 @@ def _graph(b: flatbuffers.Builder, g: Graph, t: Interner, const_index: Mapping[s
         (FbGraph.AddGuards, table_vector(b, [_guard(b, gd) for gd in g.guards])),
         (FbGraph.AddConstants, _uints(b, [const_index[k] for k in g.constants])),
     ]
+    if g.states:
+        fields.append((FbGraph.AddStates, table_vector(b, _states(b, g, const_index, what))))
     FbGraph.Start(b)
     for add, offset in fields:
         add(b, offset)
     return FbGraph.End(b)
+
+
+def _states(b: flatbuffers.Builder, g: Graph, const_index: Mapping[str, int], what: str) -> list[int]:
+    """Each state's initial value (a constant's index) and its writers: the chain aotc/ir/state.py derives, which
+    the reader derives again and compares."""
+    try:
+        chains = state_chains(g)
+    except StateProblem as e:
+        raise ArtifactError(f"{what}: {e}") from None
+    out = []
+    for c in chains:
+        writers = _uints(b, list(c.writers))
+        FbState.Start(b)
+        FbState.AddInitial(b, const_index[c.state.init])
+        FbState.AddWriters(b, writers)
+        out.append(FbState.End(b))
+    return out
 
 
 def _symbol(b: flatbuffers.Builder, s: Symbol, what: str) -> int:

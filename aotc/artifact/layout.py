@@ -39,7 +39,7 @@ FORMAT_VERSION = 1
 # format 1, so every aotc reads them, and an aotc that predates signing refuses a signed file by its version.
 SIGNED_FORMAT_VERSION = 2
 # Mirrors the header of schema.fbs; every version up to this one loads.
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 SEGMENT_ALIGN = 4096
 # The preamble's FlatBuffer checksum (blake2b: the FlatBuffer is small, so strength costs nothing).
 DIGEST_SIZE = 32

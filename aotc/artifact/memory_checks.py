@@ -44,11 +44,20 @@ def check_buffers(p: Plan) -> set[int]:
 
 def check_views(p: Plan, buffered: set[int]) -> None:
     """Views join a graph output to the storage of another value: acyclic, never an arena buffer's, with
-    the same bytes as their base."""
+    the same bytes as their base. A state write's output is joined to the value it overwrites, and nothing else
+    joins a state's values: every link of every state's chain is a view (so each write lands in the state's own
+    storage), and no other view has a state's value for its value."""
     views: set[int] = set()
     for j, v in enumerate(p.s.views):
         vw = f"{p.what} view {j}"
-        if v.value not in p.outputs or v.value in views or v.value in buffered:
+        if v.value in p.chain:
+            if p.links.get(v.value) != v.base or v.value in views:
+                raise refuse(
+                    vw,
+                    "state storage",
+                    f"value %{v.value} of a state is joined to %{v.base}, not to the value it overwrites",
+                )
+        elif v.value not in p.outputs or v.value in views or v.value in buffered:
             raise fail(vw, f"value %{v.value} is not a graph output stored once")
         if v.base not in p.dtypes:
             raise fail(vw, f"base %{v.base} is not a value of the graph")
@@ -67,6 +76,11 @@ def check_views(p: Plan, buffered: set[int]) -> None:
         a, b = p.nbytes(v.value), p.nbytes(v.base)
         p.space.at_most(a, b, p.facts, vw, "views", f"value %{v.value} has at most the bytes of its base %{v.base}")
         p.space.at_most(b, a, p.facts, vw, "views", f"base %{v.base} has at most the bytes of value %{v.value}")
+    missing = sorted(set(p.links) - views)
+    if missing:
+        raise refuse(
+            p.what, "state storage", f"the state write of value %{missing[0]} is not joined to the state it overwrites"
+        )
     for vid in list(p.roots):  # path-compress, so root() is one lookup
         r = vid
         while r in p.roots:

@@ -28,6 +28,8 @@ from aotc.ir.graph import Graph
 from aotc.ir.schedule import Schedule
 
 GRAPH_FEATURES = ("graph",)
+# Named by files whose graphs have states (schema >= 10), after "graph": a reader that does not know it refuses them.
+STATE_FEATURE = "state"
 # "kernels": launch plans and kernel code; "binaries": cubins and PTX (absent when compiled with no targets)
 KERNEL_FEATURES = ("kernels", "binaries")
 # Named by files whose launches carry arch launches (schema >= 4); the name predates the word.
@@ -60,10 +62,11 @@ def _check_schedule(graph: Graph, s: Schedule, what: str, bound: bool) -> PlanFa
         raise fail(what, f"flags must be a non-negative int, got {s.flags!r}")
     buffered = check_buffers(p)
     check_views(p, buffered)
-    read_only = {p.root(v) for v in p.consts | p.inputs}
+    read_only = {p.root(v) for v in p.consts | (p.inputs - p.state_roots)}
     homes = buffered | {p.root(v) for v in p.outputs}
     slots: set[int] = set()
-    written: set[int] = set()  # roots written by the launches so far
+    written: set[int] = set(p.state_roots)  # roots written by the launches so far (a state: by the previous call)
+    version = dict.fromkeys(range(len(graph.states)), 0)  # per state: the version its storage holds
     first: dict[int, int] = {}  # value -> first launch writing it
     last: dict[int, int] = {}  # value -> last launch reading or writing it
     for i, k in enumerate(s.kernels):
@@ -73,8 +76,28 @@ def _check_schedule(graph: Graph, s: Schedule, what: str, bound: bool) -> PlanFa
         for vid in k.inputs:
             if p.root(vid) not in read_only and p.root(vid) not in written:
                 raise refuse(kw, "dataflow order", f"it reads value %{vid} before any launch writes it")
+            state = p.chain.get(vid)
+            if state is not None and state[1] != version[state[0]] and vid not in k.outputs:
+                raise refuse(
+                    kw,
+                    "state order",
+                    f"it reads value %{vid} of state {graph.states[state[0]].name!r} after it was overwritten",
+                )
             last[vid] = i
         for vid in k.outputs:
+            state = p.chain.get(vid)
+            if state is not None:
+                if state[1] != version[state[0]] + 1:
+                    raise refuse(
+                        kw,
+                        "state order",
+                        f"it writes value %{vid} of state {graph.states[state[0]].name!r} out of order",
+                    )
+                version[state[0]] = state[1]
+            elif p.root(vid) in p.state_roots:
+                raise refuse(
+                    kw, "state storage", f"it writes value %{vid} into a state's storage, which only its writes may"
+                )
             if p.root(vid) not in homes:
                 raise refuse(kw, "buffer args", f"it writes value %{vid}, which has no arena buffer nor output storage")
             written.add(p.root(vid))

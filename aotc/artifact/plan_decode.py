@@ -28,6 +28,7 @@ from aotc.artifact.plan_checks import (
     GRAPH_FEATURES,
     KERNEL_FEATURES,
     KNOWN_KERNEL_FEATURES,
+    STATE_FEATURE,
     check_schedule,
 )
 from aotc.artifact.tables import Counter, column, expr, text
@@ -36,6 +37,9 @@ from aotc.ir.graph import Graph
 from aotc.ir.launch import Cubin, KernelBinary, LaunchMeta
 from aotc.ir.schedule import ArchLaunch, Arg, ArgKind, Buffer, Extents, IndexCheck, Kernel, Schedule, Size, View
 from aotc.ir.templates import BY_KIND, KernelKind
+
+# The first schema with states (Graph.states, the "state" feature).
+STATE_VERSION = 10
 
 _LEGACY_KINDS = {c: k for k, c in LEGACY_KIND_CODES.items()}
 _U32 = struct.Struct("<I").unpack_from
@@ -79,14 +83,16 @@ class PlanDecoder:
             raise ArtifactError("the features, kernel_features and kernels lists are required from schema 3")
         self.features = self._strings(r.FeaturesLength(), r.Features, "features")
         self.kernel_features = self._strings(r.KernelFeaturesLength(), r.KernelFeatures, "kernel features")
-        needs = [f for f in self.features if f not in GRAPH_FEATURES]
+        known = (*GRAPH_FEATURES, STATE_FEATURE)
+        needs = [f for f in self.features if f not in known]
         if needs:
             raise ArtifactError(
                 f"this file needs feature {needs[0]!r}, which this aotc release cannot use (it knows "
-                f"{list(GRAPH_FEATURES)}); upgrade aotc to read it"
+                f"{list(known)}); upgrade aotc to read it"
             )
-        if self.features != GRAPH_FEATURES:
-            raise ArtifactError(f"features {list(self.features)} are not {list(GRAPH_FEATURES)}")
+        stateful = (*GRAPH_FEATURES, STATE_FEATURE)
+        if self.features != GRAPH_FEATURES and (self.features != stateful or self.version < STATE_VERSION):
+            raise ArtifactError(f"features {list(self.features)} are not {list(GRAPH_FEATURES)} (or {list(stateful)})")
         self.unusable = tuple(f for f in self.kernel_features if f not in KNOWN_KERNEL_FEATURES)
         if self.unusable:
             return  # the graphs still load (cpu); the kernel tables are left unread

@@ -23,6 +23,7 @@ from aotc.ir.digest import DigestCache
 from aotc.ir.graph import Graph
 from aotc.ir.ops import Op
 from aotc.ir.schedule import ALIGN, Buffer, Schedule, Size
+from aotc.ir.state import state_chains
 from aotc.ir.symbolic import SymExpr, add, mul, to_infix
 from aotc.ir.symbolic_values import bounds, divisor, evaluate, prove_nonneg
 from aotc.ir.types import TensorType, Value
@@ -196,6 +197,15 @@ class Plan:
         self.dtypes = {vid: v.type.dtype for vid, v in self.values.items()}
         self.inputs = {v.id for v in graph.inputs}
         self.outputs = {v.id for v in graph.outputs}
+        # States (aotc/ir/state.py, verified with the graph): each chain value -> (its state, its version), and the
+        # links a plan must join by a View (a write's output -> the value it overwrites), the only views into a state
+        self.chain: dict[int, tuple[int, int]] = {}
+        self.links: dict[int, int] = {}
+        for i, c in enumerate(state_chains(graph)):
+            for k, vid in enumerate(c.versions):
+                self.chain[vid] = (i, k)
+            self.links.update(zip(c.versions[1:], c.versions[:-1]))
+        self.state_roots = {v.id for v in graph.state_inputs}
         self.facts: list[Fact] = []
         self.roots: dict[int, int] = {}  # a view's value -> the value whose storage it shares
         self._bytes: dict[int, tuple[TensorType, Size]] = {}

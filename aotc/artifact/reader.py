@@ -30,6 +30,7 @@ from aotc.artifact.checks import SOURCE_DIGEST_KEY, graph_problem, interface_mis
 from aotc.artifact.decode import ConstantInfo, Decoder, SegmentInfo
 from aotc.artifact.fbverify import verify_flatbuffer
 from aotc.artifact.layout import PREAMBLE_SIZE, SIGNED_FORMAT_VERSION, checksum, unpack_preamble
+from aotc.artifact.plan_checks import STATE_FEATURE
 from aotc.artifact.plan_decode import PlanDecoder
 from aotc.artifact.segments import SegmentHasher, place_segments
 from aotc.artifact.sigblock import block_after
@@ -272,6 +273,13 @@ def _decode(
         raise ArtifactError(f"model name {name!r} is not variant 0's name {graphs[0].name!r}")
     src = dec.source()
     source = _graph(dec, src, arrays, "source graph", False) if src is not None else None
+    if (STATE_FEATURE in plans.features) != bool(graphs[0].states):
+        raise ArtifactError(
+            f"the features {list(plans.features)} {'do not name' if graphs[0].states else 'name'} {STATE_FEATURE!r}, "
+            f"but the variants have {len(graphs[0].states)} states"
+        )
+    if source is not None and source.states != graphs[0].states:
+        raise ArtifactError("the source graph's states are not the variants'")
     meta = dec.meta()
     digest = meta.pop(SOURCE_DIGEST_KEY, None)  # the writer's, not the caller's: Artifact.source_bound says it
     weights = None

@@ -162,7 +162,7 @@ def _check_variants(given: Sequence[Variant | Graph], source: Graph | None) -> l
             raise ArtifactError(f"expected a Variant or a Graph, got {type(g).__name__}")
         what = "source graph" if i == len(variants) else f"variant {i}"
         verify(g, stage=f"artifact writer ({what})", primitive_only=i < len(variants))
-        check_output_tree(g.output_tree, len(g.outputs), ArtifactError, what)
+        check_output_tree(g.output_tree, g.num_results, ArtifactError, what)
         problem = graph_problem(g)
         if problem:
             raise ArtifactError(f"{what}: {problem}")

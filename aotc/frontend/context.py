@@ -19,7 +19,7 @@ from aotc.frontend.source_paths import source_path
 from aotc.ir.builder import Builder
 from aotc.ir.dtypes import DType, dtype_of
 from aotc.ir.graph import Guard
-from aotc.ir.ops import Op
+from aotc.ir.ops import VIEWS, Op
 from aotc.ir.shapes import ShapeCtx
 from aotc.ir.symbolic import SymExpr, mod, to_infix
 from aotc.ir.symbolic_values import evaluate
@@ -194,6 +194,11 @@ class Tracer:
         self._const_values: dict[int, tuple[Any, Value]] = {}  # id(obj) -> (obj kept alive, value)
         self._taken: set[str] = set()
         self._anon = 0
+        # States (frontend/state.py): id(StateTensor) -> [name, latest value]; the ids of the values that are a state's
+        # latest value or a view of it -> the state's name; and of those a write has since overwritten -> the message.
+        self._states: dict[int, list[Any]] = {}
+        self._aliases: dict[int, str] = {}
+        self._stale: dict[int, str] = {}
 
     def tensor(self, value: Value) -> Any:
         """A tensor of this trace over ``value``."""
@@ -223,14 +228,78 @@ class Tracer:
     def emit(self, op: Op, inputs: Sequence[Value], **attrs: Any) -> tuple[Value, ...]:
         loc = user_loc()
         self.builder.loc = f"{loc} ({self._modules[-1]})" if self._modules and loc else loc
+        if self._stale:
+            for v in inputs:
+                if v.id in self._stale:
+                    raise trace_error(self._stale[v.id])
         try:
-            return self.builder.emit(op, inputs, attrs)
+            outs = self.builder.emit(op, inputs, attrs)
         except ShapeError as e:
             msg = str(e)
             prefix = f"{op.value}: "
             if msg.startswith(prefix) and msg[len(prefix) :].startswith(op.value):
                 msg = msg[len(prefix) :]  # the rule's message already names the op
             raise trace_error(msg) from None
+        if self._aliases and op in VIEWS and inputs[0].id in self._aliases:
+            # a view of a state shares its buffer (as in PyTorch), so a later write makes it stale too
+            self._aliases.update(dict.fromkeys((o.id for o in outs), self._aliases[inputs[0].id]))
+        return outs
+
+    # -- states (frontend/state.py) -------------------------------------------------------------
+    def open_state(self, state: object, name: str, value: Value) -> None:
+        """``state`` (an object with ``init``: its initial array) is read as ``value`` as the call starts."""
+        if any(slot[0] == name for slot in self._states.values()):
+            raise trace_error(f"two states are named {name!r}")
+        self._states[id(state)] = [name, value, state, value]
+        self._aliases[value.id] = name
+
+    def state_value(self, state: object) -> Value:
+        """The latest value of ``state`` in this trace: reads see every write made before them."""
+        slot = self._states.get(id(state))
+        if slot is None:
+            raise trace_error(
+                "this state belongs to no module of the traced model: declare it with self.state(...) in a module "
+                "that the model holds"
+            )
+        return slot[1]
+
+    def write_state(self, state: object, value: Value) -> None:
+        """``value`` (a write into the state's latest value) is the state's latest now; the values that were its
+        latest or views of it are stale: reading one later is an error, as it would read the buffer just written."""
+        slot = self._states[id(state)]
+        name, loc = slot[0], user_loc()
+        for vid, owner in list(self._aliases.items()):
+            if owner == name:
+                del self._aliases[vid]
+                self._stale[vid] = (
+                    f"this reads state {name!r} through a tensor taken before the write at {loc or 'an earlier line'}, "
+                    "which overwrote it in place; read the state again after the write"
+                )
+        slot[1] = value
+        self._aliases[value.id] = name
+
+    def state_values(self) -> list[tuple[str, Value, Any, Value]]:
+        """(name, latest value, the state object, its value as the call starts) of every state, in opening order."""
+        return [(name, value, state, first) for name, value, state, first in self._states.values()]
+
+    def is_stale(self, value: Value) -> bool:
+        """Whether a write has overwritten ``value`` (a state's earlier value, or a view of it)."""
+        return value.id in self._stale
+
+    def finish_states(self) -> tuple[list[Value], list[str], list[Value], tuple[Any, ...]]:
+        """The traced graph's states: their input values, names, final values and ``State`` records, each initial
+        value stored as a constant named after the state."""
+        from aotc.ir.graph import State
+
+        ins, names, outs, records = [], [], [], []
+        for name, latest, state, first in self.state_values():
+            init = self.fresh_constant_name(f"{name}.init")
+            self.constants[init] = np.array(state.init, order="C")  # (ascontiguousarray makes a 0-d array 1-d)
+            ins.append(first)
+            names.append(name)
+            outs.append(latest)
+            records.append(State(name, init))
+        return ins, names, outs, tuple(records)
 
     def op(self, op: Op, *inputs: Value, **attrs: Any) -> Value:
         return self.emit(op, inputs, **attrs)[0]
@@ -273,6 +342,15 @@ class Tracer:
         v = self.op(Op.CONSTANT, name=name, shape=tuple(arr.shape), dtype=dtype_of(arr.dtype))
         self._const_values[id(obj)] = (obj, v)
         return v
+
+    def fresh_constant_name(self, base: str) -> str:
+        """``base``, or ``base_1``, ``base_2``, ... when a parameter or constant has it."""
+        name, n = base, 0
+        while name in self._taken:
+            n += 1
+            name = f"{base}_{n}"
+        self._taken.add(name)
+        return name
 
     def _fresh_name(self) -> str:
         while True:

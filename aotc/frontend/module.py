@@ -145,6 +145,7 @@ class Module:
         object.__setattr__(self, "_buffers", OrderedDict())
         object.__setattr__(self, "_non_persistent", set())
         object.__setattr__(self, "_modules", OrderedDict())
+        object.__setattr__(self, "_states", OrderedDict())
 
     # -- registration ----------------------------------------------------------------------------------
     def _dicts(self) -> tuple[dict, dict, dict]:
@@ -187,19 +188,20 @@ class Module:
     def _forget(self, name: str) -> None:
         for d in self._dicts():
             d.pop(name, None)
+        self.__dict__.get("_states", {}).pop(name, None)
         self.__dict__.pop(name, None)
         self.__dict__["_non_persistent"].discard(name)
 
     def __getattr__(self, name: str) -> Any:
         # only called when normal lookup fails: look in the registries
         d = self.__dict__
-        for key in ("_parameters", "_buffers", "_modules"):
+        for key in ("_parameters", "_buffers", "_modules", "_states"):
             if key in d and name in d[key]:
                 return d[key][name]
         raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
 
     def __delattr__(self, name: str) -> None:
-        if any(name in d for d in self._dicts()):
+        if any(name in d for d in self._dicts()) or name in self.__dict__.get("_states", {}):
             self._forget(name)
         else:
             object.__delattr__(self, name)
@@ -226,6 +228,28 @@ class Module:
         self._dicts()[2][name] = module
 
     register_module = add_module
+
+    def state(self, name: str, shape: Any, dtype: Any = "float32", init: Any = None) -> Any:
+        """Declare state that lives across calls (a KV cache) and return it: inside ``forward`` it reads as a tensor
+        (``self.<name>``) and updates in place with ``index_copy_`` or item assignment (aotc/frontend/state.py).
+
+        ``shape`` holds ints and Dims of the model's inputs (a Dim's size is bound by the first call of a session);
+        ``init`` is its initial value, an array that broadcasts to ``shape`` (None: zeros). A runtime Session holds
+        one copy per session (``exe.session()``); ``state_dict`` does not include it.
+        """
+        from aotc.frontend.state import StateTensor
+
+        _check_name(name)
+        self._forget(name)
+        st = StateTensor(shape, dtype, init)
+        self.__dict__["_states"][name] = st
+        return st
+
+    def named_states(self, prefix: str = "") -> Iterator[tuple[str, Any]]:
+        """Every state of the module tree under its dotted path (``h.0.attn.k_cache``)."""
+        for mprefix, m in self.named_modules(prefix=prefix):
+            for name, st in m.__dict__.get("_states", {}).items():
+                yield (f"{mprefix}.{name}" if mprefix else name), st
 
     # -- traversal ----------------------------------------------------------------------------------
     def named_children(self) -> Iterator[tuple[str, Module]]:

@@ -11,7 +11,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from aotc.frontend import elementwise as ew
-from aotc.frontend import functions, indexing, layout, reductions
+from aotc.frontend import functions, indexing, layout, reductions, writes
 from aotc.frontend.context import trace_error
 from aotc.frontend.tensor_base import TensorBase, _axis
 from aotc.frontend.tensor_methods import table_methods
@@ -314,7 +314,17 @@ class Tensor(TensorBase):
 
     def __setitem__(self, idx: Any, value: Any) -> NoReturn:
         raise trace_error(
-            "in-place assignment (tensor[...] = ...) is not supported; build the value with aotc.where or cat"
+            "in-place assignment (tensor[...] = ...) is only for a module's state (self.state(...)); "
+            "build the value with aotc.where, cat or index_copy"
+        )
+
+    def index_copy(self, dim: int, index: Any, source: Any) -> Tensor:
+        return writes.index_copy(self, dim, index, source)  # type: ignore[return-value]
+
+    def index_copy_(self, dim: int, index: Any, source: Any) -> NoReturn:
+        raise trace_error(
+            "in-place index_copy_ is only for a module's state (self.state(...)); use index_copy, which returns "
+            "the new tensor"
         )
 
     # -- reductions ---------------------------------------------------------------------------------

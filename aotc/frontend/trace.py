@@ -65,6 +65,7 @@ def trace(model: Module | Callable[..., Any], inputs: Mapping[str, TensorSpec], 
     if not callable(model):
         raise TraceError(f"model must be an nn.Module or a function, got {type(model).__name__}")
     dims = collect_dims(specs)
+    states = _states(model, dims, specs)
     hints = pick_hints(dims)
     ctx = TraceShapeCtx(
         {n: (d.min, d.max) for n, d in dims.items()}, {n: d.multiple_of for n, d in dims.items()}, hints
@@ -79,6 +80,9 @@ def trace(model: Module | Callable[..., Any], inputs: Mapping[str, TensorSpec], 
     for spec in specs.values():
         shape = tuple(sym(d.name) if isinstance(d, Dim) else d for d in spec.shape)
         values.append(tracer.builder.new_value(TensorType(spec.dtype, shape)))
+    for state_name, st in states:
+        shape = tuple(sym(d.name) if isinstance(d, Dim) else d for d in st.spec)
+        tracer.open_state(st, state_name, tracer.builder.new_value(TensorType(st.state_dtype, shape)))
 
     with tracer.active():
         tensors = {n: Tensor(v, tracer) for n, v in zip(specs, values)}
@@ -92,19 +96,41 @@ def trace(model: Module | Callable[..., Any], inputs: Mapping[str, TensorSpec], 
         tree = _flatten(out, leaves, tracer)
     if not leaves:
         raise TraceError(f"{_name(model)} returned no tensors")
+    state_inputs, state_names, state_outputs, graph_states = tracer.finish_states()
+    taken = [n for n in state_names if n in specs]
+    if taken:
+        raise TraceError(f"state {taken[0]!r} has the name of an input; rename one of them")
     graph = Graph(
-        inputs=tuple(values),
-        input_names=tuple(specs),
+        inputs=(*values, *state_inputs),
+        input_names=(*specs, *state_names),
         nodes=tuple(tracer.builder.nodes),
-        outputs=tuple(leaves),
+        outputs=(*leaves, *state_outputs),
         output_tree=tree,
         symbols=tuple(Symbol(n, d.min, d.max, d.multiple_of) for n, d in dims.items()),
         guards=tuple(ctx.guards),
         constants=tracer.constants,
         name=name,
+        states=graph_states,
     )
     verify(graph, stage="trace")
     return graph
+
+
+def _states(model: Any, dims: Mapping[str, Dim], specs: Mapping[str, TensorSpec]) -> list[tuple[str, Any]]:
+    """The model's states (``Module.state``) by path; each Dim in a state's shape must be one an input declares."""
+    if not isinstance(model, Module):
+        return []
+    states = list(model.named_states())
+    for path, st in states:
+        if path in specs:
+            raise TraceError(f"state {path!r} has the name of an input; rename one of them")
+        for d in st.spec:
+            if isinstance(d, Dim) and (d.name not in dims or dims[d.name].key() != d.key()):
+                raise TraceError(
+                    f"state {path!r} has the dynamic dim {d!r}, which no input declares: a call binds a dim from "
+                    "its inputs' shapes, so give some input that Dim"
+                )
+    return states
 
 
 def _name(model: Any) -> str:

@@ -111,7 +111,7 @@ def launch_digest(
 
 def graph_digest(graph: Graph, weights: Mapping[str, bytes] | None = None) -> str:
     """The hex digest of what ``graph`` computes: its symbols, guards, inputs (names, types), nodes (ops, attrs,
-    types, how they connect, by value id), outputs and output tree, and ``weights`` (constant name -> a checksum of
+    types, how they connect, by value id), outputs and output tree, states (names, initial values), and ``weights`` (constant name -> a checksum of
     its bytes: the artifact passes those of the weights only this graph holds). Not its nodes' source locations.
     A file binds its source graph to the variants lowered from it with this (aotc.artifact's SOURCE_DIGEST_KEY), as
     launch digests bind kernels: a source graph, or a weight only it reads, edited without the rest of the file is
@@ -131,6 +131,8 @@ def graph_digest(graph: Graph, weights: Mapping[str, bytes] | None = None) -> st
             parts += (b"o%d" % v.id, get(v.type, _type))
     parts.append(b"O" + b"".join(b"%d," % v.id for v in graph.outputs))
     parts.append(_text(json.dumps(graph.output_tree, sort_keys=True)))
+    for st in graph.states:  # none in a stateless graph, whose digest is as before states existed
+        parts += (b"S", _text(st.name), b"\0", _text(st.init), b"\0")
     for name, checksum in sorted((weights or {}).items()):
         parts += (b"W", _text(name), b"\0", checksum)
     return hashlib.blake2b(b"".join(parts), digest_size=DIGEST_BYTES).hexdigest()

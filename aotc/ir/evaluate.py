@@ -9,9 +9,11 @@ import numpy as np
 
 from aotc.errors import ExecError
 from aotc.ir.analysis import analyze
-from aotc.ir.gather_ids import IndexRangeError, index_error_message, index_source, op_where
+from aotc.ir.gather_ids import IndexRangeError, coordinate_sources, index_error_message, index_source, op_where
 from aotc.ir.graph import Graph
 from aotc.ir.ops import OPS, Op
+from aotc.ir.ops.scatter import scatter_in_place
+from aotc.ir.state import state_writers
 from aotc.ir.symbolic import SymExpr
 from aotc.ir.symbolic_values import evaluate
 from aotc.ir.types import Attrs
@@ -39,22 +41,24 @@ def _resolve(v: Any, env: Mapping[str, int]) -> Any:
 class GraphRunner:
     """Precomputes liveness once so each call frees intermediates after their last use.
 
-    Holds no per-call state, so one runner serves many threads at once.
+    Holds no per-call state, so one runner serves many threads at once. A graph's state writes (aotc/ir/state.py)
+    run in place: each writes into the array fed for its state, which holds the state's new value after the call.
     """
 
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
         self._free_after = analyze(graph).free_after
+        writes = state_writers(graph)
         # Per node, what every call would otherwise look up again: its reference, whether its attrs
         # need the call's dims, and its outputs' numpy dtypes.
         self._steps = [
             (
                 node,
-                OPS[node.op].ref,
+                scatter_in_place if i in writes else OPS[node.op].ref,
                 any(_has_sym(v) for v in node.attrs.values()),
                 tuple(o.type.dtype.np for o in node.outputs),
             )
-            for node in graph.nodes
+            for i, node in enumerate(graph.nodes)
         ]
 
     def run(self, feeds: Sequence[np.ndarray], env: Mapping[str, int]) -> list[np.ndarray]:
@@ -80,8 +84,14 @@ class GraphRunner:
         try:
             outs = ref([vals[v.id] for v in node.inputs], attrs)
         except IndexRangeError as e:
-            name, same_place = index_source(self.graph, node)
-            pos = e.position if same_place else None
+            # a scatter's position ends with the coordinate column: its input when built column by column (a state
+            # write), else the indices' own
+            column = coordinate_sources(self.graph, node)[e.position[-1]] if node.op is Op.SCATTER else None
+            if column is not None:
+                name, pos = column, None
+            else:
+                name, same_place = index_source(self.graph, node)
+                pos = e.position if same_place else None
             raise ExecError(index_error_message(op_where(node), e.low, e.high, name, e.value, pos)) from e
         except ExecError as e:
             raise ExecError(f"{op_where(node)}: {e}") from e

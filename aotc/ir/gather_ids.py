@@ -101,9 +101,14 @@ def op_where(node: Node) -> str:
 def index_source(graph: Graph, node: Node, operand: int = 1) -> tuple[str | None, bool]:
     """The name of the graph input that operand ``operand`` of ``node`` carries ids from, or None when they are
     computed; and whether each id still sits at the same position as in that input."""
+    return value_source(graph, node.inputs[operand])
+
+
+def value_source(graph: Graph, v: Value) -> tuple[str | None, bool]:
+    """index_source for the ids ``v`` carries."""
     producers = {o.id: n for n in graph.nodes for o in n.outputs}
     inputs = {v.id: name for v, name in zip(graph.inputs, graph.input_names)}
-    v, same_place = node.inputs[operand], True
+    same_place = True
     while v.id not in inputs:
         src = producers.get(v.id)
         if src is None or src.op not in _VALUE_PRESERVING:
@@ -114,6 +119,29 @@ def index_source(graph: Graph, node: Node, operand: int = 1) -> tuple[str | None
         same_place = same_place and src.op is Op.CAST
         v = x
     return inputs[v.id], same_place
+
+
+def coordinate_columns(graph: Graph, node: Node) -> list[Value] | None:
+    """The coordinate columns of a SCATTER's indices as graph values, where the graph builds them one by one: a
+    concat of ``(..., 1)`` parts along the last axis (as every state write does, aotc/frontend/state.py), or
+    indices with one column; None otherwise."""
+    idx = node.inputs[1]
+    k = idx.type.shape[-1] if idx.type.rank else 0
+    src = next((n for n in graph.nodes if idx in n.outputs), None)
+    last = idx.type.rank - 1
+    if src is not None and src.op is Op.CONCAT and len(src.inputs) == k and src.attrs.get("axis") in (-1, last):
+        return list(src.inputs)
+    return [idx] if k == 1 else None
+
+
+def coordinate_sources(graph: Graph, node: Node) -> list[str | None]:
+    """Per coordinate column of a SCATTER's indices, the graph input its ids come from unchanged in value (through
+    the moves and widening casts of index_source), or None (computed, or not built column by column)."""
+    columns = coordinate_columns(graph, node)
+    if columns is None:
+        k = node.inputs[1].type.shape[-1] if node.inputs[1].type.rank else 0
+        return [None] * (k if isinstance(k, int) else 0)
+    return [value_source(graph, col)[0] for col in columns]
 
 
 # -- ids the graph proves valid -------------------------------------------------------------------------------------
@@ -138,6 +166,13 @@ def ids_proved_valid(graph: Graph, node: Node, ctx: ShapeCtx) -> bool:
     low, high = found
     size = node.inputs[0].type.shape[node.attrs.get("axis", 0)]
     return ctx.proves_nonneg(low) and ctx.proves_nonneg(add(size, mul(add(high, 1), -1)))
+
+
+def ids_nonnegative(graph: Graph, v: Value, ctx: ShapeCtx) -> bool:
+    """Whether every id ``v`` carries is proved >= 0 from how the graph computes it (as ids_proved_valid)."""
+    producers = {o.id: n for n in graph.nodes for o in n.outputs}
+    found = _id_interval(v, producers, ctx, {})
+    return found is not None and ctx.proves_nonneg(found[0])
 
 
 def _id_interval(

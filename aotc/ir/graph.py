@@ -49,6 +49,25 @@ class Guard:
         return f"{to_infix(self.lhs)} {self.rel} {to_infix(self.rhs)}{where}"
 
 
+@dataclass(frozen=True, slots=True)
+class State:
+    """A tensor that lives across calls (a KV cache), owned by a runtime Session: one copy per session.
+
+    A graph with ``k`` states reads state ``i`` as its input ``len(inputs) - k + i`` (named ``name``) and leaves its
+    value after the call as its output ``len(outputs) - k + i``; between them only in-place writes (SCATTER nodes
+    chained from the one to the other, aotc/ir/state.py) change it, so every backend keeps one buffer per state.
+    Keeping states at the ends of the graph's own inputs and outputs lets every pass treat them as plain values.
+    ``init`` names the constant its value starts from (and returns to on reset), broadcast to its shape: a scalar
+    zero for a zero-initialised cache, so the file stores a few bytes for it.
+    """
+
+    name: str
+    init: str
+
+    def __str__(self) -> str:
+        return f"{self.name} (init {self.init})"
+
+
 def _frozen(d: Mapping[str, np.ndarray] | None) -> Mapping[str, np.ndarray]:
     return MappingProxyType(dict(d or {}))
 
@@ -67,6 +86,7 @@ class Graph:
     guards: tuple[Guard, ...] = ()
     constants: Mapping[str, np.ndarray] = field(default_factory=lambda: MappingProxyType({}))
     name: str = "model"
+    states: tuple[State, ...] = ()  # trailing inputs and outputs that live across calls (see State)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "constants", _frozen(self.constants))
@@ -79,6 +99,26 @@ class Graph:
             if s.name == name:
                 return s
         raise KeyError(name)
+
+    @property
+    def num_feeds(self) -> int:
+        """How many inputs a caller feeds: the inputs before the states'."""
+        return len(self.inputs) - len(self.states)
+
+    @property
+    def num_results(self) -> int:
+        """How many outputs a caller gets (``output_tree`` indexes them): the outputs before the states'."""
+        return len(self.outputs) - len(self.states)
+
+    @property
+    def state_inputs(self) -> tuple[Value, ...]:
+        """Each state's value as a call starts."""
+        return self.inputs[self.num_feeds :]
+
+    @property
+    def state_outputs(self) -> tuple[Value, ...]:
+        """Each state's value as a call ends."""
+        return self.outputs[self.num_results :]
 
     @property
     def ranges(self) -> dict[str, tuple[int, int]]:
@@ -104,6 +144,7 @@ class Graph:
         lines.append(")")
         lines += [f"  symbol {s}" for s in self.symbols]
         lines += [f"  guard {g}" for g in self.guards]
+        lines += [f"  state {st}: {v} -> {o}" for st, v, o in zip(self.states, self.state_inputs, self.state_outputs)]
         lines += [f"  {n}" for n in self.nodes]
         lines.append("  return " + ", ".join(str(o) for o in self.outputs))
         return "\n".join(lines)

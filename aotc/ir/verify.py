@@ -10,6 +10,7 @@ from aotc.errors import AotcError, VerifyError
 from aotc.ir.graph import RELATIONS, Graph
 from aotc.ir.ops import KEPT_WHOLE, OPS, Op
 from aotc.ir.shapes import ShapeCtx
+from aotc.ir.state import state_problem
 from aotc.ir.symbolic import SymExpr
 from aotc.ir.types import Attrs, Node
 
@@ -118,8 +119,12 @@ def verify(graph: Graph, stage: str = "", primitive_only: bool = False) -> None:
     leaves: list[int] = []
     if not _tree_leaves(graph.output_tree, leaves, 0):
         raise fail(f"bad output tree {graph.output_tree!r}")
-    if sorted(leaves) != list(range(len(graph.outputs))):
-        raise fail("output tree does not index every output exactly once")
+    if len(graph.states) > min(len(graph.inputs), len(graph.outputs)):
+        raise fail(f"{len(graph.states)} states need as many trailing inputs and outputs")
+    if sorted(leaves) != list(range(graph.num_results)):
+        raise fail("output tree does not index every output exactly once (the states' outputs excepted)")
+    if graph.states and (problem := state_problem(graph)):
+        raise fail(problem)
 
 
 _TREE_KINDS = ("tuple", "list", "dict")

@@ -12,6 +12,9 @@ until every kernel can be generated:
 - a value computed from memory that two kernels would each recompute is stored once;
 - a scatter's output is always stored, by two launches (aotc/kernels/scatter.py): a copy of its data, then
   its writes into that buffer in place; an operand of either computed with a reduction is stored first;
+- a state write (aotc/ir/state.py) is its writes alone, into the state's own storage (a View joins its output to
+  the value it overwrites); it runs after every kernel that reads the value it overwrites, and an operand of it
+  computed from that value is stored first (the write would read what it writes);
 - a template with node groups (a row's ``group``, aotc/ir/templates.py: the recurrent cell's time loop) takes
   each group whole as one launch, which stores every value of the group read elsewhere; what enters a group
   is read as any template's operand (computed values stored first). Groups whose launches would wait on each
@@ -30,6 +33,7 @@ from aotc.errors import UnsupportedError
 from aotc.ir.graph import Graph
 from aotc.ir.ops import ELEMENTWISE, HIGH_LEVEL, REDUCTIONS, Op
 from aotc.ir.schedule import View
+from aotc.ir.state import state_writers
 from aotc.ir.templates import ROOTED_AT, ROOTS, KernelKind
 from aotc.ir.types import Node, Shape, Value
 from aotc.kernels.anchors import epilogues as epilogues_of
@@ -67,6 +71,7 @@ class KernelPlan:
     # ``in_place``, writes its updates into that buffer (launched after the copy).
     scatter: Node | None = None
     in_place: bool = False
+    overwrites: int = -1  # a state write's: the value whose storage it writes (aotc/ir/state.py), else -1
     group: NodeGroup | None = None  # the node group it computes whole (outputs: stored_first, then the anchor)
 
     @property
@@ -107,6 +112,10 @@ def plan_fusion(graph: Graph) -> FusionPlan:
                 raise UnsupportedError(f"graph {graph.name} is not lowered: {n.op.value} ({n}) is a high-level op")
             raise UnsupportedError(f"no kernel for op {n.op.value} ({n}): it runs on the cpu backend only")
     stored |= {n.outputs[0].id for n in graph.nodes if n.op is Op.SCATTER}
+    g.state_writes = state_writers(graph)
+    for i in sorted(g.state_writes):
+        n = graph.nodes[i]
+        views.append(View(n.outputs[0].id, n.inputs[0].id))  # the write lands in the state's own storage
     groups = node_groups(g, declined)
     grouped = {i for grp in groups for i in grp.nodes}
     outputs = {grp: group_outputs(g, grp) for grp in groups}
@@ -158,6 +167,12 @@ def _plans(
     if n.op is not Op.SCATTER:
         return [_closure(g, anchor, stored, epilogues)]
     data, idx, updates = n.inputs
+    if g.prod[anchor][0] in g.state_writes:  # in place in the state: no copy
+        writes = KernelPlan(n.outputs[0], scatter=n, in_place=True)
+        _collect(g, writes, [idx.id, updates.id], stored)
+        writes.reads.add(anchor)
+        writes.overwrites = data.id
+        return [writes]
     copy = KernelPlan(n.outputs[0], scatter=n)
     _collect(g, copy, [data.id], stored)
     writes = KernelPlan(n.outputs[0], scatter=n, in_place=True)
@@ -233,6 +248,18 @@ def _needed(
     for k in kernels:  # 1b. a scatter's launches compute their operands with views and pointwise ops only
         if k.scatter is not None and k.reductions:
             grow |= _scatter_operands(g, k, stored, declined)
+        if k.overwrites in k.reads:  # a state write computing an operand from the state it overwrites
+            for x in k.scatter.inputs[1:]:  # type: ignore[union-attr]
+                if x.id not in stored and x.id not in g.external and k.overwrites in _reads_of(g, x.id, stored):
+                    base = compute_below_views(g, x.id)
+                    grow.add(base)
+                    declined.append(
+                        f"operand %{x.id} of state write %{k.anchor.id} is computed from the state it overwrites: "
+                        f"%{base} stored first"
+                    )
+    if grow:
+        return grow
+    grow = _reads_across_writes(g, kernels, stored, declined)  # 1c. a state read before its write, used after it
     if grow:
         return grow
     for k in kernels:  # 2. an epilogue input computed with a reduction gets its own (reduction) kernel
@@ -273,6 +300,43 @@ def _needed(
     for v in sorted(grow - inner):
         declined.append(f"%{v} ({g.node(v).op.value}) is needed by several kernels: stored once, not recomputed")
     return grow - inner
+
+
+def _reads_across_writes(g: FusionGraph, kernels: list[KernelPlan], stored: set[int], declined: list[str]) -> set[int]:
+    """What a kernel computes inline from a state's value that a later write overwrites, when the kernel stores a
+    value after that write: each first non-view result of that value is stored, by a kernel that runs before the
+    write (else the kernel would have to run both before and after it)."""
+    overwritten = {g.graph.nodes[i].inputs[0].id: i for i in g.state_writes}
+    grow: set[int] = set()
+    for k in kernels:
+        if k.overwrites >= 0:
+            continue
+        for v in k.reads & overwritten.keys():
+            if g.prod[k.anchor.id][0] < overwritten[v]:
+                continue  # the whole kernel is before the write
+            stack = [v]
+            while stack:
+                x = stack.pop()
+                for i in g.users.get(x, ()):
+                    if i not in k.nodes:
+                        continue
+                    n = g.graph.nodes[i]
+                    if n.op in VIEWS:
+                        stack.extend(o.id for o in n.outputs)
+                    elif n.outputs[0].id not in stored:
+                        grow.add(n.outputs[0].id)
+                        declined.append(
+                            f"%{n.outputs[0].id} ({n.op.value}) reads state value %{v} before the write at node "
+                            f"{overwritten[v]} overwrites it: stored first, not fused past the write"
+                        )
+    return grow
+
+
+def _reads_of(g: FusionGraph, vid: int, stored: set[int]) -> set[int]:
+    """The stored (or external) values computing ``vid`` inline reads."""
+    plan = KernelPlan(g.node(vid).outputs[0])
+    _collect(g, plan, [vid], stored)
+    return plan.reads
 
 
 def _scatter_operands(g: FusionGraph, k: KernelPlan, stored: set[int], declined: list[str]) -> set[int]:
@@ -343,10 +407,19 @@ def _order(g: FusionGraph, kernels: Iterable[KernelPlan]) -> list[KernelPlan]:
     # the last writer of each stored value (a scatter's writes); a group stores several
     by_anchor = {v.id: i for i, k in enumerate(kernels) for v in k.outputs}
     copies = {k.anchor.id: i for i, k in enumerate(kernels) if k.scatter is not None and not k.in_place}
-    deps = [
-        {copies[r] if by_anchor[r] == i else by_anchor[r] for r in k.reads if r in by_anchor}
-        for i, k in enumerate(kernels)
-    ]
+
+    def waits_on(i: int, r: int) -> int | None:
+        """The launch kernel ``i`` waits on for the stored value ``r`` it reads: its writer, or for a scatter's writes
+        reading their own output, its copy (a state write has none)."""
+        j = by_anchor.get(r)
+        return copies.get(r) if j == i else j
+
+    deps = [{j for r in k.reads if (j := waits_on(i, r)) is not None} for i, k in enumerate(kernels)]
+    for i, k in enumerate(kernels):  # a state write after every other reader of the value it overwrites
+        if k.overwrites >= 0:
+            if k.overwrites in by_anchor:
+                deps[i].add(by_anchor[k.overwrites])
+            deps[i].update(j for j, other in enumerate(kernels) if j != i and k.overwrites in other.reads)
     waiting = [len(d) for d in deps]
     readers: dict[int, list[int]] = {}
     for i, d in enumerate(deps):

@@ -33,6 +33,7 @@ class FusionGraph:
                 self.users.setdefault(v.id, []).append(i)
         self.external = {v.id for v in graph.inputs} | {n.outputs[0].id for n in graph.nodes if n.op is Op.CONSTANT}
         self.output_ids = {v.id for v in graph.outputs}
+        self.state_writes: frozenset[int] = frozenset()  # node indices of the state writes (plan_fusion sets them)
 
     def node(self, vid: int) -> Node:
         return self.prod[vid][1]

@@ -45,7 +45,7 @@ def _never_below(a: Size, b: Size, ranges: Mapping[str, tuple[int, int]], multip
 
 def plan_memory(graph: Graph, kernels: Sequence[Kernel], views: Sequence[View]) -> tuple[tuple[Buffer, ...], Size]:
     """(buffers, arena bytes) for the values the kernels write that are not graph outputs."""
-    outside = {v.id for v in graph.outputs} | {v.base for v in views}
+    outside = {v.id for v in graph.outputs} | {v.base for v in views} | {v.value for v in views}
     values = {o.id: o for n in graph.nodes for o in n.outputs}
     first: dict[int, int] = {}
     last: dict[int, int] = {}

@@ -23,7 +23,10 @@ Skipping the copy by writing into ``data``'s own buffer would make two values sh
 only expresses for graph outputs (a View), and ``data`` may be an input, a weight or read again later.
 
 Coordinate ``j`` of an update must lie in ``[-d_j, d_j)``, a negative one counting from the end (the
-reference's rule). One outside sets the error flag of axis ``j`` and that update writes nothing (its
+reference's rule), or in ``[0, d_j)`` for a scatter with ``negative_indices=False``.
+
+A state write (aotc/ir/state.py) is launch 2 alone: its output shares the storage of the value it overwrites (a
+View, to the state's own buffer), so nothing is copied and each call writes only its updates' bytes. One outside sets the error flag of axis ``j`` and that update writes nothing (its
 address is never formed from the bad id); the runtime then raises ExecError naming the op, as for a gather
 (aotc/ir/gather_ids.py).
 
@@ -49,6 +52,7 @@ from aotc.errors import UnsupportedError
 from aotc.ir.dtypes import DType
 from aotc.ir.gather_ids import index_range, index_source, op_where
 from aotc.ir.ops import Op
+from aotc.ir.ops.scatter import scatter_allows_negative
 from aotc.ir.schedule import IndexCheck, Kernel, Size
 from aotc.ir.symbolic import add, floordiv, smax, smin
 from aotc.ir.symbolic_values import bounds
@@ -143,7 +147,7 @@ def _coordinate(b: KernelBuilder, node: Node, at: tuple[str, ...], dim: Size) ->
     # as a tile of the lanes: ids broadcast from fewer dims (one id, a constant) come back as scalars, and
     # a scalar's checks would not combine with the mask
     raw = b.let("ids", f"{raw} + tl.zeros_like(mask).to({TL_DTYPE[idx.type.dtype]})")
-    low, high = index_range(dim, negative_indices=True)
+    low, high = index_range(dim, negative_indices=scatter_allows_negative(node.attrs))
     bad = b.let("bad", f"({raw} < {b.size_arg(low)}) | ({raw} >= {b.size_arg(high)})")
     slot = b.flags.take()
     b.line(f"tl.store({b.flag_arg()} + {slot} + tl.zeros_like({bad}).to(tl.int32), 1, mask=mask & {bad})")

@@ -82,6 +82,6 @@ def _fresh_name(constants: dict[str, np.ndarray], vid: int) -> str:
 
 
 def prune_constants(graph: Graph) -> Graph:
-    """Drop constants no node refers to (after DCE removed their users)."""
-    used = {n.attrs["name"] for n in graph.nodes if n.op is Op.CONSTANT}
+    """Drop constants no node refers to (after DCE removed their users); a state's initial value stays."""
+    used = {n.attrs["name"] for n in graph.nodes if n.op is Op.CONSTANT} | {s.init for s in graph.states}
     return graph.replace(constants={k: v for k, v in graph.constants.items() if k in used})

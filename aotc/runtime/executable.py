@@ -9,11 +9,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from aotc.artifact.reader import Artifact, check_signature, read_artifact
-from aotc.errors import AotcError, ArtifactError, GuardError
+from aotc.errors import AotcError, ArtifactError, GuardError, UnsupportedError
 from aotc.ir.graph import unflatten_tree
 from aotc.runtime.backends import Backend, CpuSettings, Program, default_backend, get_backend
 from aotc.runtime.guards import Binder, InputGatherer, InputSpec, input_specs
 from aotc.runtime.prepared_call import PreparedCall, stream_handle
+from aotc.runtime.state import StateMemory, StateSpec, position_checks, state_specs, state_symbols
 
 if TYPE_CHECKING:
     from aotc.artifact.signing import KeySource
@@ -110,6 +111,10 @@ class Executable:
         self._gpu = self._backend.name == "cuda"
         # input shapes -> the variant whose guards they meet and its bound symbols (see _select)
         self._chosen: dict[tuple[tuple[int, ...], ...], tuple[Program, dict[str, int]]] = {}
+        # states that live across calls (a KV cache): a Session holds them (exe.session())
+        self._state_specs = state_specs(first)
+        self._state_symbols = state_symbols(self._state_specs)
+        self._position_checks = position_checks(first) if first.states else ()
 
     # -- calling ---------------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -143,11 +148,19 @@ class Executable:
             raise AotcError(f"out=, stream= and sync= are for device='cuda'; this executable runs on {self.device}")
         return self._run(*self._gather((), feeds), outputs=mode, out=out, stream=stream_handle(stream), sync=sync)
 
+    def _refuse_stateful(self) -> None:
+        raise AotcError(
+            f"artifact {self._artifact.name!r} keeps state across calls ({', '.join(str(s) for s in self._state_specs)}): "
+            "call it through a session, which owns that state: s = exe.session(); s(...) or s.run(feeds)"
+        )
+
     def prepare(self, shapes: Mapping[str, Sequence[int]], *, outputs: str | None = None) -> PreparedCall:
         """A call prepared once for inputs of these shapes (by input name): its variant chosen and guards
         checked, and on cuda its memory, packed launches and CUDA graph made now, so that each call only binds
         its tensors and launches (what a server does per request; TensorRT's execution context). A call through
         ``exe.run`` at shapes seen before takes the same path implicitly. See ``PreparedCall``."""
+        if self._state_specs:
+            self._refuse_stateful()
         return PreparedCall(self, shapes, self._outputs if outputs is None else self._check_outputs(outputs))
 
     def synchronize(self) -> None:
@@ -169,6 +182,8 @@ class Executable:
         self._select(self._gather((), feeds)[0])
 
     def _run(self, arrays: list[Any], feeds: list[Any], outputs: str | None = None, **gpu: Any) -> list[Any]:
+        if self._state_specs:
+            self._refuse_stateful()
         key = tuple([a.shape for a in arrays])
         chosen = self._chosen.get(key)
         if chosen is None:
@@ -220,6 +235,43 @@ class Executable:
         if outputs == "device" and self._backend.name != "cuda":
             raise AotcError(f"outputs='device' needs device='cuda'; this executable runs on {self._backend.name}")
         return outputs
+
+    # -- state -----------------------------------------------------------------------------------------
+    def session(self) -> Any:
+        """A new Session: one sequence of calls with its own copy of the model's states (a KV cache), which its
+        calls update in place. Sessions of one Executable run concurrently; one session's calls run in order."""
+        if not self._state_specs:
+            raise AotcError(
+                f"artifact {self._artifact.name!r} has no state to keep across calls; call the executable itself"
+            )
+        without = [self._backend.name for _, p in self._variants if not hasattr(p, "run_session")]
+        if without:
+            raise UnsupportedError(
+                f"the {without[0]} backend does not keep state across calls yet; load this artifact with "
+                "device='cpu', 'reference' or 'interpret' to run it in a session"
+            )
+        from aotc.runtime.session import Session
+
+        return Session(self)
+
+    @property
+    def state_specs(self) -> tuple[StateSpec, ...]:
+        """Name, type and initial value of each state (empty for a model without state)."""
+        return self._state_specs
+
+    @property
+    def stateful(self) -> bool:
+        return bool(self._state_specs)
+
+    def _new_state_memory(self, env: dict[str, int], dims: tuple[int, ...]) -> StateMemory:
+        make = getattr(self._backend, "state_memory", None)
+        if make is not None:
+            return make(self._state_specs, env, dims)
+        return StateMemory(self._state_specs, env, dims)
+
+    def _read_state(self, memory: StateMemory, index: int) -> np.ndarray:
+        read = getattr(self._backend, "read_state", None)
+        return read(memory, index) if read is not None else memory.arrays[index].copy()
 
     # -- lifetime ------------------------------------------------------------------------------------
     def close(self) -> None:

@@ -35,7 +35,11 @@ class InputSpec:
 
 
 def input_specs(graph: Graph) -> tuple[InputSpec, ...]:
-    return tuple(InputSpec(n, v.type.dtype, v.type.shape) for n, v in zip(graph.input_names, graph.inputs))
+    """The inputs a caller feeds (a state's input is the session's, runtime/session.py)."""
+    n = graph.num_feeds
+    return tuple(
+        InputSpec(name, v.type.dtype, v.type.shape) for name, v in zip(graph.input_names[:n], graph.inputs[:n])
+    )
 
 
 def gather_inputs(specs: Sequence[InputSpec], args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[np.ndarray]:
@@ -181,7 +185,7 @@ class Binder:
         # expressions over bound symbols: the cheapest and clearest message for each mistake comes first.
         exprs: list[tuple[int, int, SymExpr]] = []
         bound: set[str] = set()
-        for i, v in enumerate(self.graph.inputs):
+        for i, v in enumerate(self.graph.inputs[: self.graph.num_feeds]):
             for d, e in enumerate(v.type.shape):
                 if isinstance(e, int):
                     self._steps.append(_Static(i, d, e))

@@ -7,7 +7,9 @@ and runs it through the dynamic batcher (``batching.py``) or, with batching off,
 refuses (an ``AotcError``: unknown input, wrong dtype or rank, a dim outside its range or guard, a bad token id)
 becomes ``InvalidInput``, HTTP 400 / gRPC INVALID_ARGUMENT, carrying aotc's message on one line; anything else
 is an ``InternalError`` (HTTP 500 / gRPC INTERNAL) naming the model and the request, logged with its traceback,
-and the server goes on serving. The Ray Serve deployment (``ray_serve.py``) is this class too.
+and the server goes on serving. The Ray Serve deployment (``ray_serve.py``) is this class too. An artifact that keeps
+state across calls (a decoder's KV cache) is served by sequence instead of batched: one Session per ``sequence_id``
+(``sequences.py``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from aotc.errors import AotcError
 from aotc.serve import codec
 from aotc.serve._sdk import InferOutput, InferRequest, InferResponse, InvalidInput, Model
 from aotc.serve.batching import BatchAxes, Batcher, Feeds, Outputs
+from aotc.serve.sequences import Sequences, sequence_params
 from aotc.serve.signature import Signature
 
 log = logging.getLogger("kserve.aotc")  # under the SDK's logger: its format, level and handlers
@@ -65,8 +68,13 @@ class AotcModel(Model):
         batch_dim: str | None = None,
         load_options: Mapping[str, Any] | None = None,
         adaptive_batch: bool = True,
+        max_sequences: int = 64,
+        sequence_idle_s: float = 600.0,
     ) -> None:
         super().__init__(name)
+        self.max_sequences = max_sequences
+        self.sequence_idle_s = sequence_idle_s
+        self.sequences: Sequences | None = None  # a stateful artifact's live sessions
         self.path = os.fspath(path)
         self.device = device
         self.max_batch_option = max_batch
@@ -93,6 +101,8 @@ class AotcModel(Model):
             "batch_dim": self.batch_dim,
             "load_options": self.load_options,
             "adaptive_batch": self.adaptive_batch,
+            "max_sequences": self.max_sequences,
+            "sequence_idle_s": self.sequence_idle_s,
             "loaded": self.ready,
         }
 
@@ -111,7 +121,11 @@ class AotcModel(Model):
         exe = load(self.path, device=self.device, **({"spin": False} | self.load_options))
         sig = Signature.of(exe, self.batch_dim)
         self.exe, self.signature, self.axes = exe, sig, BatchAxes.of(sig)
-        self.max_batch = self._max_batch(sig)
+        self.max_batch = 1 if exe.stateful else self._max_batch(sig)
+        if exe.stateful:
+            self.sequences = Sequences(
+                exe.session, self.name, max_sequences=self.max_sequences, idle_timeout_s=self.sequence_idle_s
+            )
         if self.axes is not None and self.max_batch > 1:
             self._batcher = Batcher(
                 self._call,
@@ -125,7 +139,9 @@ class AotcModel(Model):
             self._batcher = None
         self.ready = True
         batching = (
-            f"batching up to {self.max_batch} along {sig.batch.name!r}"
+            f"one session per sequence_id (at most {self.max_sequences} live, {self.sequence_idle_s:g} s idle)"
+            if self.sequences is not None
+            else f"batching up to {self.max_batch} along {sig.batch.name!r}"
             + (" (the size measured fastest per request shape)" if self.adaptive_batch else "")
             if self._batcher and sig.batch
             else (f"batching off ({sig.batch_note})" if sig.batch_note else "batching off")
@@ -141,6 +157,8 @@ class AotcModel(Model):
 
     def stop(self) -> None:
         self.ready = False
+        if self.sequences is not None:
+            self.sequences.close()
         if self.exe is not None:
             self.exe.close()
 
@@ -183,7 +201,10 @@ class AotcModel(Model):
             feeds = codec.feeds(self._sig, self.exe.check, payload.inputs)
             if payload.request_outputs:
                 codec.check_outputs(self._sig, [o.name for o in payload.request_outputs])
-            outputs = await self.run(feeds)
+            if self.sequences is not None:
+                outputs = await self.run_in_sequence(payload.parameters, feeds)
+            else:
+                outputs = await self.run(feeds)
         except AotcError as e:
             raise InvalidInput(one_line(e)) from None
         except (InvalidInput, asyncio.CancelledError):
@@ -201,6 +222,13 @@ class AotcModel(Model):
         if self._batcher is not None:
             return await self._batcher(feeds)
         return await asyncio.get_running_loop().run_in_executor(None, self._call, feeds)
+
+    async def run_in_sequence(self, parameters: Any, feeds: Feeds) -> Outputs:
+        """A stateful model's outputs: the call runs in the session of the request's sequence (sequences.py)."""
+        assert self.sequences is not None
+        params = sequence_params(parameters, self.name)
+        MODEL_CALLS.labels(self.name).inc()
+        return await self.sequences.run(params, lambda session: session.run(feeds))
 
     def _call(self, feeds: Feeds) -> Outputs:
         MODEL_CALLS.labels(self.name).inc()

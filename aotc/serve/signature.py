@@ -101,7 +101,7 @@ class Signature:
         graph = exe.artifact.variants[0].graph
         symbols = {s.name: Dim(s.name, s.min, s.max, s.multiple_of) for s in graph.symbols}
         ins = [(s.name, s.dtype, s.shape) for s in exe.inputs]
-        names = output_names(exe.output_tree, len(graph.outputs))
+        names = output_names(exe.output_tree, graph.num_results)  # a state's new value stays in its session
         outs = [(n, v.type.dtype, v.type.shape) for n, v in zip(names, graph.outputs)]
         batch, note, axes = _find_batch(ins, outs, symbols, batch_dim)
         inputs = tuple(_tensor(n, dt, shape, axes.get(("in", n))) for n, dt, shape in ins)

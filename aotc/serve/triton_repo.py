@@ -6,6 +6,12 @@ every input and output has the batch dim first, ``max_batch_size`` from that dim
 with ``aotc.runtime`` and runs each group of same-shaped requests as one call) and the artifact itself as
 ``REPO/NAME/1/model.aotc``. The Triton server's Python environment needs aotc's runtime (``pip install aotc``:
 numpy, flatbuffers, xxhash; ``aotc[cuda]`` for GPU instances). Imports the runtime only.
+
+An artifact that keeps state across calls (a decoder's KV cache) gets ``sequence_batching`` instead (no batching):
+Triton's sequence batcher routes a sequence's requests to one instance in order and passes each request's
+correlation id and start and end flags as the control inputs ``AOTC_SEQUENCE_ID``, ``AOTC_SEQUENCE_START`` and
+``AOTC_SEQUENCE_END``; the model keeps one aotc Session per correlation id (opened or reset on a start, closed after
+an end or when idle as long as the batcher's ``max_sequence_idle_microseconds``).
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ from pathlib import Path
 from aotc.serve.signature import Signature, Tensor
 
 ARTIFACT_FILE = "model.aotc"
+# How long Triton keeps an idle sequence (and the model its session): 10 minutes, as aotc serve's default.
+SEQUENCE_IDLE_US = 600_000_000
 TRITON_DATATYPE = {"FP32": "TYPE_FP32", "FP16": "TYPE_FP16", "BF16": "TYPE_BF16", "INT32": "TYPE_INT32",
                    "INT64": "TYPE_INT64", "BOOL": "TYPE_BOOL"}  # fmt: skip
 
@@ -30,6 +38,7 @@ as one call along the batch dim; a request the model refuses gets aotc's message
 
 import json
 import os
+import time
 
 import triton_python_backend_utils as pb_utils
 
@@ -51,8 +60,14 @@ class TritonPythonModel:
         self.signature = Signature.of(self.exe)
         self.max_batch = int(config.get("max_batch_size", 0))
         self.axes = BatchAxes.of(self.signature) if self.max_batch > 0 else None
+        # a model with state: one aotc Session per sequence (correlation id), see sequence_batching in config.pbtxt
+        idle_us = config.get("sequence_batching", {}).get("max_sequence_idle_microseconds", 600_000_000)
+        self.idle_s = int(idle_us) / 1e6
+        self.sessions = {}  # correlation id -> [session, last used]
 
     def execute(self, requests):
+        if self.exe.stateful:
+            return [self._in_sequence(r) for r in requests]
         feeds = [
             {t.name: pb_utils.get_input_tensor_by_name(r, t.name).as_numpy() for t in self.signature.inputs}
             for r in requests
@@ -71,6 +86,31 @@ class TritonPythonModel:
     def _fits(self, feeds):
         self.exe.check(feeds)
 
+    def _in_sequence(self, request):
+        control = {n: pb_utils.get_input_tensor_by_name(request, f"AOTC_SEQUENCE_{n}").as_numpy().item()
+                   for n in ("ID", "START", "END")}
+        now = time.monotonic()
+        for cid, (session, used) in list(self.sessions.items()):
+            if now - used > self.idle_s:
+                session.close()
+                del self.sessions[cid]
+        live = self.sessions.get(control["ID"])
+        try:
+            if live is None:
+                if not control["START"]:
+                    raise AotcError(f"no live sequence {control['ID']} (a sequence starts with its start flag)")
+                live = self.sessions[control["ID"]] = [self.exe.session(), now]
+            elif control["START"]:
+                live[0].reset()
+            live[1] = now
+            feeds = {t.name: pb_utils.get_input_tensor_by_name(request, t.name).as_numpy() for t in self.signature.inputs}
+            result = live[0].run(feeds)
+        except Exception as e:
+            result = e
+        if control["END"] and control["ID"] in self.sessions:
+            self.sessions.pop(control["ID"])[0].close()
+        return self._response(result)
+
     def _response(self, result):
         if isinstance(result, BaseException):
             code = getattr(pb_utils.TritonError, "INVALID_ARG" if isinstance(result, AotcError) else "INTERNAL", None)
@@ -81,6 +121,8 @@ class TritonPythonModel:
         return pb_utils.InferenceResponse(output_tensors=tensors)
 
     def finalize(self):
+        for session, _ in self.sessions.values():
+            session.close()
         self.exe.close()
 '''
 
@@ -105,12 +147,14 @@ def write_repository(
     exe = load(source, device="cpu")  # read for its signature only
     try:
         sig = Signature.of(exe)
+        stateful = exe.stateful
     finally:
         exe.close()
-    batch = _max_batch_size(sig, max_batch)
+    batch = 0 if stateful else _max_batch_size(sig, max_batch)
     folder = Path(repo) / name
     (folder / "1").mkdir(parents=True, exist_ok=True)
-    (folder / "config.pbtxt").write_text(config_pbtxt(sig, name, batch, device, instances, queue_delay_us, source.name))
+    config = config_pbtxt(sig, name, batch, device, instances, queue_delay_us, source.name, stateful=stateful)
+    (folder / "config.pbtxt").write_text(config)
     (folder / "1" / "model.py").write_text(MODEL_PY)
     shutil.copyfile(source, folder / "1" / ARTIFACT_FILE)
     return folder
@@ -127,7 +171,16 @@ def _max_batch_size(sig: Signature, asked: int | None) -> int:
 
 
 def config_pbtxt(
-    sig: Signature, name: str, max_batch: int, device: str | None, instances: int, queue_delay_us: int, source: str
+    sig: Signature,
+    name: str,
+    max_batch: int,
+    device: str | None,
+    instances: int,
+    queue_delay_us: int,
+    source: str,
+    *,
+    stateful: bool = False,
+    idle_us: int = SEQUENCE_IDLE_US,
 ) -> str:
     lines = [
         f"# Written by `aotc export-triton` from {source}. Dims: "
@@ -144,6 +197,8 @@ def config_pbtxt(
     ]
     if max_batch:
         lines += ["dynamic_batching {", f"  max_queue_delay_microseconds: {queue_delay_us}", "}"]
+    if stateful:
+        lines += _sequence_batching(idle_us)
     if device is not None:
         kind = "KIND_GPU" if device.startswith("cuda") else "KIND_CPU"
         lines += ["instance_group [", "  {", f"    count: {instances}", f"    kind: {kind}", "  }", "]"]
@@ -151,6 +206,28 @@ def config_pbtxt(
     if device is not None:
         lines += _parameter("aotc_device", "cpu" if not device.startswith("cuda") else device)
     return "\n".join(lines) + "\n"
+
+
+def _sequence_batching(idle_us: int) -> list[str]:
+    """The sequence batcher's section: the correlation id and the start and end flags as control inputs."""
+
+    def control(name: str, kind: str, value: str) -> str:
+        return f'    {{ name: "{name}" control [ {{ kind: {kind} {value} }} ] }}'
+
+    return [
+        "sequence_batching {",
+        f"  max_sequence_idle_microseconds: {idle_us}",
+        "  control_input [",
+        ",\n".join(
+            [
+                control("AOTC_SEQUENCE_START", "CONTROL_SEQUENCE_START", "int32_false_true: [ 0, 1 ]"),
+                control("AOTC_SEQUENCE_END", "CONTROL_SEQUENCE_END", "int32_false_true: [ 0, 1 ]"),
+                control("AOTC_SEQUENCE_ID", "CONTROL_SEQUENCE_CORRID", "data_type: TYPE_UINT64"),
+            ]
+        ),
+        "  ]",
+        "}",
+    ]
 
 
 def _tensor(t: Tensor, max_batch: int) -> str:

@@ -90,16 +90,18 @@ def import_exported_program(
         out = Translator(ep, tracer, sym).run(tensors)
         leaves: list[Any] = []
         tree = _flatten(out, leaves, tracer)
+    state_inputs, state_names, state_outputs, states = tracer.finish_states()
     graph = Graph(
-        inputs=tuple(values),
-        input_names=tuple(names),
+        inputs=(*values, *state_inputs),
+        input_names=(*names, *state_names),
         nodes=tuple(tracer.builder.nodes),
-        outputs=tuple(leaves),
+        outputs=(*leaves, *state_outputs),
         output_tree=tree,
         symbols=tuple(symbols),
         guards=tuple(ctx.guards),
         constants=tracer.constants,
         name=name or "model",
+        states=states,
     )
     verify(graph, stage="torch.export import")
     return _refined(graph)

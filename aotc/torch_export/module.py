@@ -30,6 +30,7 @@ from aotc.frontend.trace import collect_dims
 from aotc.ir.symbolic import SymExpr, to_infix
 from aotc.ir.symbolic_values import evaluate
 from aotc.torch_export._torch import require_torch
+from aotc.torch_export.state_writes import written_placeholders
 from aotc.torch_export.symbols import Untranslatable, finite_int, guard_facts, to_dim
 from aotc.torch_export.table import decomposition_table
 from aotc.torch_export.translate import Translator, functional_inplace, refuse_mutations, require, size_of_input
@@ -147,7 +148,7 @@ def decompose(ep: Any) -> Any:
     afterwards (``x = relu_(conv(x))``): those translate as their functional twins, and torch's decomposition pass,
     the slowest step of an import, is skipped."""
     refuse_mutations(ep)
-    if functional_inplace(ep.graph) is not None:
+    if functional_inplace(ep.graph, written_placeholders(ep)) is not None:
         return ep
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch's deprecation notices from inside run_decompositions

@@ -20,8 +20,20 @@ from aotc.frontend.source_paths import source_path
 from aotc.frontend.symint import SymInt, as_dim
 from aotc.frontend.tensor import Tensor
 from aotc.ir.dtypes import DType
+from aotc.ir.ops import Op
 from aotc.ir.symbolic_values import evaluate
 from aotc.torch_export._torch import aotc_dtype, require_torch, to_numpy
+from aotc.torch_export.state_writes import (
+    IDENTITY_ALIASES,
+    VIEWS,
+    ImportedState,
+    alias_path,
+    compose,
+    read_alias,
+    write_through,
+    writes_first,
+    written_placeholders,
+)
 from aotc.torch_export.table import ATEN, nearby, target_name
 
 _FRAME = re.compile(r'File "([^"]+)", line (\d+)')
@@ -48,16 +60,16 @@ def node_loc(node: Any) -> str:
 
 
 def refuse_mutations(ep: Any) -> None:
-    """An export that writes to a buffer or an input is training (or stateful) code: refuse it for inference."""
+    """An export that writes to an input is refused: a call may change the state it keeps (buffers it writes become
+    states, aotc/torch_export/state_writes.py), never the caller's arrays."""
     sig = ep.graph_signature
-    written = [f"buffer {b!r}" for b in sig.buffers_to_mutate.values()]
-    written += [f"input {i!r}" for i in sig.user_inputs_to_mutate.values()]
+    written = [f"input {i!r}" for i in sig.user_inputs_to_mutate.values()]
     if written:
         raise UnsupportedError(
-            f"the exported program mutates {', '.join(written)}: aotc compiles inference, where a call changes "
-            "no state (call model.eval(), and keep in-place updates of buffers and inputs out of forward)"
+            f"the exported program mutates {', '.join(written)}: aotc's calls never write their inputs; keep the "
+            "state in a buffer of the module (registered with register_buffer), which becomes a state of a session"
         )
-    kinds = {str(s.kind).rsplit(".", 1)[-1] for s in sig.output_specs} - {"USER_OUTPUT"}
+    kinds = {str(s.kind).rsplit(".", 1)[-1] for s in sig.output_specs} - {"USER_OUTPUT", "BUFFER_MUTATION"}
     if kinds:
         raise UnsupportedError(f"the exported program has {', '.join(sorted(kinds))} outputs; aotc compiles inference")
 
@@ -72,7 +84,9 @@ class Translator:
         self.env: dict[str, Any] = {}
         self.node: Any = None
         self._stored: dict[tuple, Tensor] = {}
-        self.inplace = functional_inplace(ep.graph) or set()  # in-place nodes that run as their functional twins
+        self.written = written_placeholders(ep)  # buffers (and lifted tensors) the program writes: states
+        self.inplace = functional_inplace(ep.graph, self.written) or set()  # in-place nodes run as functional twins
+        self.alias: dict[str, tuple[ImportedState, tuple[Any, ...]]] = {}  # FX node -> the state (and index) it views
 
     # -- what translations ask ----------------------------------------------------------------------------
     def torch_size(self) -> Any:
@@ -105,6 +119,9 @@ class Translator:
             kind = str(spec.kind).rsplit(".", 1)[-1]
             if kind == "USER_INPUT":
                 self.env[node.name] = next(users)
+            elif kind in ("BUFFER", "CONSTANT_TENSOR") and node.name in self.written:
+                self.env[node.name] = self._state(spec.target, kind)
+                self.alias[node.name] = (self.env[node.name], ())
             elif kind in ("PARAMETER", "BUFFER", "CONSTANT_TENSOR"):
                 self.env[node.name] = self._stored_tensor(spec.target, kind)
             else:
@@ -121,8 +138,42 @@ class Translator:
             elif node.op != "placeholder":
                 raise UnsupportedError(f"{node_loc(node) or node.name}: FX node kind {node.op!r} is not supported")
         assert out_node is not None, "an FX graph always has an output node"
-        leaves = [self._output(x, i) for i, x in enumerate(out_node.args[0])]
+        specs_out = self.ep.graph_signature.output_specs
+        leaves = []
+        for i, (x, spec) in enumerate(zip(out_node.args[0], specs_out)):
+            if str(spec.kind).endswith("BUFFER_MUTATION"):
+                self._set_buffer(spec.target, x)
+            else:
+                leaves.append(self._output(x, i))
         return _unflatten(self.ep.call_spec.out_spec, iter(leaves))
+
+    def _state(self, target: str, kind: str) -> ImportedState:
+        t = self.ep.state_dict.get(target) if kind != "CONSTANT_TENSOR" else None
+        if t is None:
+            t = self.ep.constants.get(target)
+        if t is None:
+            raise UnsupportedError(f"{kind.lower()} {target!r} has no stored value in the exported program")
+        arr = to_numpy(t, f"buffer {target!r}")
+        return ImportedState(self.tracer, target, arr, aotc_dtype(t.dtype))
+
+    def _set_buffer(self, target: str, x: Any) -> None:
+        """A functionalized program's new value of buffer ``target``: it must be the buffer with writes into it."""
+        state = next((st for st, path in self.alias.values() if st.name == target and not path), None)
+        value = self.env.get(getattr(x, "name", ""))
+        if state is None or not isinstance(value, Tensor):
+            raise UnsupportedError(f"buffer {target!r} is set to {x}, which aotc cannot keep as a state")
+        if value is state:
+            return
+        v = value._v()
+        latest = self.tracer.state_value(state)
+        producer = next((n for n in reversed(self.tracer.builder.nodes) if v in n.outputs), None)
+        if producer is None or producer.op is not Op.SCATTER or producer.inputs[0] is not latest:
+            made = getattr(x, "target", x)
+            raise UnsupportedError(
+                f"{node_loc(x) if hasattr(x, 'meta') else ''}: buffer {target!r} is set to the result of {made}, which "
+                "is not a write into it (index_copy, index_put, copy into a slice)"
+            )
+        self.tracer.write_state(state, v)
 
     def _stored_tensor(self, target: str, kind: str) -> Tensor:
         """A parameter, buffer or lifted constant, stored once however many names share its storage."""
@@ -140,7 +191,13 @@ class Translator:
     def _value(self, a: Any) -> Any:
         torch = require_torch()
         if isinstance(a, torch.fx.Node):
-            return self.env[a.name]
+            v = self.env[a.name]
+            if a.name in self.alias and isinstance(v, Tensor) and self.tracer.is_stale(v._v()):
+                # a view of a buffer written since: torch's view shows the write
+                state, path = self.alias[a.name]
+                val = a.meta.get("val")
+                return read_alias(state, path, aotc_dtype(val.dtype) if hasattr(val, "dtype") else None)
+            return v
         if isinstance(a, (list, tuple)):
             return [self._value(x) for x in a]
         if isinstance(a, torch.dtype):
@@ -175,6 +232,11 @@ class Translator:
         loc = node_loc(node)
         where = f"{loc}: " if loc else ""
         _refuse_data_dependent(node, name, where)
+        base = node.args[0] if node.args else None
+        if getattr(base, "name", None) in self.alias:
+            done, out = self._state_op(node, name, loc, where)
+            if done:
+                return out
         fn = ATEN.get(name)
         if fn is None and node.name in self.inplace:
             fn = ATEN.get(functional_twin(name) or "")
@@ -192,6 +254,34 @@ class Translator:
                 raise TraceError(msg if name in msg else f"{msg} (in {name})") from None
             except AotcError as e:
                 raise type(e)(f"{where}{name}: {e}") from None
+
+    def _state_op(self, node: Any, name: str, loc: str, where: str) -> tuple[bool, Any]:
+        """An op on a state or a view of one: a write (done, its result a fresh read), or a view recorded as one."""
+        state, path = self.alias[node.args[0].name]
+        module = node_module(node)
+        with source_loc(f"{loc} ({module})" if loc and module else loc):
+            if writes_first(node):
+                args = self._args(node)[1:]
+                twin = ATEN.get(functional_twin(name) or "")
+                functional = None if twin is None else (lambda x, *rest: twin(self, x, *rest))
+                try:
+                    write_through(state, path, name, args, where, functional)
+                except AotcError as e:
+                    raise type(e)(
+                        str(e) if str(e).startswith(where) else f"{where}{name} into buffer {state.name!r}: {e}"
+                    ) from None
+                self.alias[node.name] = (state, path)
+                return True, read_alias(state, path, None)
+            rank = len(getattr(node.args[0].meta.get("val"), "shape", ()))
+            inner = (
+                alias_path(name, [self._value(a) for a in node.args], rank)
+                if name in IDENTITY_ALIASES | VIEWS
+                else None
+            )
+            joined = compose(path, inner) if inner is not None else None
+            if joined is not None:
+                self.alias[node.name] = (state, joined)
+        return False, None
 
     def _conform(self, node: Any, name: str, out: Any) -> Any:
         """Cast to torch's dtype where aotc's promotion differs; a shape that differs from torch's at the example
@@ -237,17 +327,23 @@ class Translator:
         raise UnsupportedError(f"output {i} is a {type(v).__name__}; aotc models return tensors")
 
 
-def functional_inplace(graph: Any) -> set[str] | None:
+def functional_inplace(graph: Any, states: set[str] | frozenset[str] = frozenset()) -> set[str] | None:
     """Names of the in-place nodes that may run as their functional twins, when every call is a table op or such
     an in-place op; None when torch must decompose (an op outside the table, or an in-place write that another
-    node could observe: through a view, or by reading the old value afterwards)."""
+    node could observe: through a view, or by reading the old value afterwards). Writes into ``states`` (the
+    placeholders that become states) and their views are the Translator's (state_writes.py), not twins."""
     order = {n: i for i, n in enumerate(graph.nodes)}
     fresh: set[Any] = set()  # nodes holding a value no view or later reader shares
     ok: set[str] = set()
+    on_state: set[Any] = {n for n in graph.nodes if n.op == "placeholder" and n.name in states}
     for node in graph.nodes:
         if node.op != "call_function":
             continue
         name = target_name(node.target)
+        if node.args and node.args[0] in on_state and (name in IDENTITY_ALIASES | VIEWS or writes_first(node)):
+            on_state.add(node)
+            if name not in ATEN or writes_first(node):
+                continue
         if name in ATEN:
             if not _aliases(node):
                 fresh.add(node)

@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 from kernel_kit import fake_binaries
 from mutation import Subject, classify, mutate_slot, mutate_text, mutate_weight
-from sweep_run import TIMEOUT, Violation, deadline, feeds_for, leaves, run, tally
+from sweep_run import TIMEOUT, Violation, call_once, deadline, feeds_for, leaves, run, tally
 
 import aotc
 from aotc.artifact import SCHEMA_VERSION, Artifact, read_artifact, write_artifact
@@ -90,7 +90,7 @@ def sweep(subject: Subject, n: int, seed: int) -> tuple[Counter[str], Counter[st
     """(the reader's outcomes, what the accepted files did when called, the violations)."""
     rng = np.random.default_rng([seed, NAMES.index(subject.name)])
     feeds = feeds_for(subject.art.variants[0].graph)
-    ref = leaves(Executable(subject.art, "cpu")(**feeds))
+    ref = leaves(call_once(Executable(subject.art, "cpu"), feeds))
     outcomes: Counter[str] = Counter()
     calls: Counter[str] = Counter()
     violations: list[str] = []

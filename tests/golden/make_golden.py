@@ -7,7 +7,9 @@ PTX; triton compiles them with no GPU); from version 4 for sm_80 and sm_90, with
 version 6 every launch carries its digest and extents and every binary the constexprs it was compiled with; from
 version 7 the file stores the source graph as ONNX for onnxruntime (aotc/onnx/runtime_model.py); from version 8 each
 kernel names its template (KernelCode.kind_name) and the source graph is bound to the variants by its digest
-(meta aotc.source_digest); from version 9 the variant is a Variant table (its graph and its plan). Run it once per schema
+(meta aotc.source_digest); from version 9 the variant is a Variant table (its graph and its plan); from version 10 the
+model keeps a state across calls (``memory``, written in place at the row an input names, its initial value a
+broadcast weight), so the file holds the State table and its launch plan writes the state's own storage. Run it once per schema
 version, when SCHEMA_VERSION is bumped, and check both files in. Never
 regenerate an older version's files: they prove that files written by earlier aotc versions still load.
 The model touches most of the schema: symbols with ranges and multiple_of, a guard with its source
@@ -26,6 +28,7 @@ import numpy as np
 from aotc.artifact import SCHEMA_VERSION, save_artifact
 from aotc.ir import Builder, DType, Graph, Guard, Op, Symbol, TensorType, Value, sym, verify
 from aotc.ir.evaluate import run_graph
+from aotc.ir.graph import State
 from aotc.ir.verify import graph_ctx
 from aotc.lowering.decompose import decompose as lower
 
@@ -33,7 +36,9 @@ HERE = Path(__file__).resolve().parent
 F32, I64 = DType.float32, DType.int64
 
 
-def source_graph() -> Graph:
+def source_graph(with_state: bool = False) -> Graph:
+    """The golden model; ``with_state`` (the files of schema 10 on) adds its state. The kernel and plan tests build on
+    the stateless model (tests/artifact/kernel_kit.py)."""
     rng = np.random.default_rng(20250601)
     consts = {
         "embed.weight": rng.standard_normal((10, 16)).astype(np.float32),
@@ -44,6 +49,8 @@ def source_graph() -> Graph:
         "keep": np.arange(16) % 3 != 0,
         "offsets": np.array([0, 1, 2], dtype=np.int64),
     }
+    if with_state:
+        consts["memory.init"] = (0.1 * np.arange(16, dtype=np.float32)).reshape(1, 16)
     batch, seq = sym("batch"), sym("seq")
     symbols = (Symbol("batch", 1, 8), Symbol("seq", 2, 64, multiple_of=2))
     guards = (Guard(seq, "<=", 48, "model.py:12"),)
@@ -77,9 +84,36 @@ def source_graph() -> Graph:
     first_half = b.op(Op.SLICE, y, starts=(0, 0, 0), stops=(batch, seq // 2, 16), steps=(1, 1, 2))
     total = b.op(Op.REDUCE_MAX, first_half, axes=(1, 2), keepdim=True)
     flags = b.op(Op.CAST, b.op(Op.GT, total, b.full(float("inf"), F32)), dtype=I64)
-    outputs = (y, probs, total, flags)
-    tree = {"tuple": [{"dict": [["y", 0], ["probs", 1]]}, {"list": [2, 3]}]}
-    return Graph((x, ids), ("x", "ids"), tuple(b.nodes), outputs, tree, symbols, guards, consts, "golden_mlp")
+    if not with_state:
+        tree = {"tuple": [{"dict": [["y", 0], ["probs", 1]]}, {"list": [2, 3]}]}
+        outputs = (y, probs, total, flags)
+        return Graph((x, ids), ("x", "ids"), tuple(b.nodes), outputs, tree, symbols, guards, consts, "golden_mlp")
+    slot = b.new_value(TensorType(I64, (1,)))  # from version 10: the state's row this call writes
+    memory = b.new_value(TensorType(F32, (4, 16)))
+    b.loc = "model.py:22"
+    row = b.op(Op.REDUCE_MEAN, y, axes=(0, 1), keepdim=False)
+    written = b.op(
+        Op.SCATTER,
+        memory,
+        b.op(Op.RESHAPE, slot, shape=(1, 1)),
+        b.op(Op.RESHAPE, row, shape=(1, 16)),
+        negative_indices=False,
+    )
+    recall = b.op(Op.REDUCE_SUM, written, axes=(0,), keepdim=False)
+    outputs = (y, probs, total, flags, recall, written)
+    tree = {"tuple": [{"dict": [["y", 0], ["probs", 1], ["recall", 4]]}, {"list": [2, 3]}]}
+    return Graph(
+        (x, ids, slot, memory),
+        ("x", "ids", "slot", "memory"),
+        tuple(b.nodes),
+        outputs,
+        tree,
+        symbols,
+        guards,
+        consts,
+        "golden_mlp",
+        (State("memory", "memory.init"),),
+    )
 
 
 def sample_inputs() -> dict[str, np.ndarray]:
@@ -87,6 +121,7 @@ def sample_inputs() -> dict[str, np.ndarray]:
     return {
         "x": rng.standard_normal((3, 10, 16)).astype(np.float32),
         "ids": rng.integers(0, 7, size=(3, 10)).astype(np.int64),
+        "slot": np.array([2], dtype=np.int64),  # from version 10
     }
 
 
@@ -98,7 +133,7 @@ def main() -> int:
     if stem.with_suffix(".aotc").exists() and not args.force:
         print(f"{stem}.aotc exists; golden files of a released schema version must not change (--force to overwrite)")
         return 1
-    src = source_graph()
+    src = source_graph(with_state=True)
     variant = lower(src)
     verify(src)
     verify(variant, primitive_only=True)
@@ -143,7 +178,8 @@ def main() -> int:
         onnx=onnx.model,
     )
     feeds = sample_inputs()
-    outs = run_graph(variant, list(feeds.values()), {"batch": 3, "seq": 10})
+    init = np.broadcast_to(src.constants["memory.init"], (4, 16)).copy()  # the state as a session starts
+    outs = run_graph(variant, [*feeds.values(), init], {"batch": 3, "seq": 10})[: variant.num_results]
     np.savez(
         stem.with_suffix(".npz"),
         **{f"in_{k}": v for k, v in feeds.items()},

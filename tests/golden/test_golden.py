@@ -31,7 +31,7 @@ def test_golden_file_runs(path: Path) -> None:
     want = [expected[f"out_{i}"] for i in range(sum(k.startswith("out_") for k in expected.files))]
 
     exe = aotc.runtime.load(path, device="cpu")
-    got = exe.run(feeds)
+    got = exe.session().run(feeds) if exe.stateful else exe.run(feeds)  # from v10 the file keeps a state
     assert len(got) == len(want)
     for w, g in zip(want, got):
         assert g.dtype == w.dtype and g.shape == w.shape
@@ -41,9 +41,10 @@ def test_golden_file_runs(path: Path) -> None:
     art = exe.artifact
     assert art.schema_version == int(re.match(r"v(\d+)_", path.name).group(1))
     if art.source is not None:  # the high-level graph (kept for ONNX export) computes the same
-        arrays = [feeds[n] for n in art.source.input_names]
+        arrays = [feeds[n] for n in art.source.input_names[: art.source.num_feeds]]
         env = Binder(art.source).bind(arrays)
-        for w, g in zip(want, run_graph(art.source, arrays, env)):
+        states = [np.broadcast_to(s.init, s.shape(env)).copy() for s in exe.state_specs]
+        for w, g in zip(want, run_graph(art.source, arrays + states, env)):
             np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
 
 
@@ -152,3 +153,32 @@ def test_every_golden_file_runs_on_onnxruntime_and_v7_on_stores_an_onnx_model() 
         stored = exe.artifact.onnx is not None
         assert stored == (exe.artifact.schema_version >= 7), path.name
         assert describe(exe.artifact)["onnx"]["stored"] is stored
+
+
+def test_v10_keeps_its_state_across_calls_on_every_backend() -> None:
+    """The v10 file's state starts at its broadcast initial value, each call writes the row its input names, and a
+    later call sees the earlier calls' rows; the references, onnxruntime and the interpreted kernels agree."""
+    path = HERE / "v10_mlp.aotc"
+    feeds = {k[3:]: v for k, v in np.load(path.with_suffix(".npz")).items() if k.startswith("in_")}
+    art = read_artifact(path)
+    (state,) = art.variants[0].graph.states
+    assert state.name == "memory" and art.features == ("graph", "state")
+    assert describe(art)["states"] == [
+        {"name": "memory", "dtype": "float32", "shape": ["4", "16"], "init": "memory.init", "bytes": 256, "writers": 1}
+    ]
+    results = {}
+    for device in ("reference", "cpu", "interpret"):
+        s = aotc.runtime.load(art, device=device).session()
+        first = s.run(feeds)[4]
+        again = s.run({**feeds, "slot": np.array([0])})[4]
+        results[device] = (first, again, s.state("memory"))
+    init = np.broadcast_to(art.constants["memory.init"], (4, 16))
+    first, again, memory = results["reference"]
+    row = first - init.sum(0) + init[2]  # what the first call wrote into row 2
+    np.testing.assert_allclose(memory[2], row, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(memory[0], row, rtol=1e-5, atol=1e-6)  # the second call wrote the same row at 0
+    np.testing.assert_allclose(memory[[1, 3]], init[[1, 3]])
+    np.testing.assert_allclose(again, memory.sum(0), rtol=1e-5, atol=1e-6)
+    for device, got in results.items():
+        for g, w in zip(got, results["reference"]):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5, err_msg=device)

@@ -187,3 +187,44 @@ def test_backend_refusals_fail_their_request_only(backend: Any, artifacts: dict[
         "index 1000000 in input 'input_ids' (at [0, 0]) is outside the valid range [0, 512)"
         in responses[1].error.message
     )
+
+
+# -- a model with state: Triton's sequence batcher -----------------------------------------------------------------
+def test_a_stateful_model_gets_sequence_batching_and_keeps_sessions_by_correlation_id(
+    backend: Any, tmp_path: Path
+) -> None:
+    from aotc_cli.loader import import_file
+
+    m = import_file(Path(__file__).resolve().parents[2] / "models" / "gpt2_decode.py")
+    model, inputs = m.build(vocab_size=64, n_positions=16, d_model=16, n_layer=1, n_head=2, max_batch=2)
+    path = tmp_path / "decoder.aotc"
+    aotc.compile(model, inputs, options=aotc.CompileOptions(targets=())).save(path)
+    folder = export(path, tmp_path)
+    config = (folder / "config.pbtxt").read_text()
+    assert "max_batch_size: 0" in config and "dynamic_batching" not in config
+    assert "sequence_batching {" in config and "CONTROL_SEQUENCE_CORRID" in config
+    assert 'name: "AOTC_SEQUENCE_START"' in config and "max_sequence_idle_microseconds: 600000000" in config
+    triton = load_backend(folder)
+    exe = aotc.load(path, device="cpu")
+    prompts = {11: np.array([[1, 2, 3]]), 12: np.array([[4, 5]])}
+    want = {c: aotc.generate(exe, p, 4)[0, p.shape[1] :].tolist() for c, p in prompts.items()}
+    got: dict[int, list[int]] = {c: [] for c in prompts}
+    pos = {c: p.shape[1] for c, p in prompts.items()}
+    for step in range(4):
+        requests = []
+        for c, p in prompts.items():  # the two sequences interleave in each execute()
+            ids = p if step == 0 else np.array([[got[c][-1]]])
+            positions = np.arange(p.shape[1]) if step == 0 else np.array([pos[c]])
+            if step:
+                pos[c] += 1
+            control = {"AOTC_SEQUENCE_ID": np.array([c], np.uint64), "AOTC_SEQUENCE_START": np.array([int(step == 0)], np.int32),
+                       "AOTC_SEQUENCE_END": np.array([int(step == 3)], np.int32)}  # fmt: skip
+            requests.append(_Request({"input_ids": ids, "cache_position": positions, **control}))
+        for c, r in zip(prompts, triton.execute(requests)):
+            assert r.error is None, r.error.message
+            got[c].append(int(r.tensors["output"][0, -1].argmax()))
+    assert got == want and not triton.sessions  # both ended
+    lost = {"AOTC_SEQUENCE_ID": np.array([11], np.uint64), "AOTC_SEQUENCE_START": np.array([0], np.int32),
+            "AOTC_SEQUENCE_END": np.array([0], np.int32)}  # fmt: skip
+    (r,) = triton.execute([_Request({"input_ids": np.array([[1]]), "cache_position": np.array([0]), **lost})])
+    assert r.error.code == "INVALID_ARG" and "no live sequence 11" in r.error.message

@@ -443,7 +443,32 @@ class Graph(object):
             return obj
         return None
 
-def GraphStart(builder): builder.StartObject(18)
+    # Graph
+    def States(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(40))
+        if o != 0:
+            x = self._tab.Vector(o)
+            x += flatbuffers.number_types.UOffsetTFlags.py_type(j) * 4
+            x = self._tab.Indirect(x)
+            from aotc.artifact.generated.State import State
+            obj = State()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+    # Graph
+    def StatesLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(40))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Graph
+    def StatesIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(40))
+        return o == 0
+
+def GraphStart(builder): builder.StartObject(19)
 def Start(builder):
     return GraphStart(builder)
 def GraphAddName(builder, name): builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(name), 0)
@@ -545,6 +570,12 @@ def StartConstantsVector(builder, numElems):
 def GraphAddSchedule(builder, schedule): builder.PrependUOffsetTRelativeSlot(17, flatbuffers.number_types.UOffsetTFlags.py_type(schedule), 0)
 def AddSchedule(builder, schedule):
     return GraphAddSchedule(builder, schedule)
+def GraphAddStates(builder, states): builder.PrependUOffsetTRelativeSlot(18, flatbuffers.number_types.UOffsetTFlags.py_type(states), 0)
+def AddStates(builder, states):
+    return GraphAddStates(builder, states)
+def GraphStartStatesVector(builder, numElems): return builder.StartVector(4, numElems, 4)
+def StartStatesVector(builder, numElems):
+    return GraphStartStatesVector(builder, numElems)
 def GraphEnd(builder): return builder.EndObject()
 def End(builder):
     return GraphEnd(builder)

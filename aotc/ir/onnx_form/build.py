@@ -32,7 +32,15 @@ import numpy as np
 from aotc.errors import UnsupportedError
 from aotc.ir.builder import Builder
 from aotc.ir.dtypes import DType
-from aotc.ir.gather_ids import GATHER_OPS, allows_negative, ids_proved_valid, index_source
+from aotc.ir.gather_ids import (
+    GATHER_OPS,
+    allows_negative,
+    coordinate_columns,
+    ids_nonnegative,
+    ids_proved_valid,
+    index_source,
+    value_source,
+)
 from aotc.ir.graph import Graph
 from aotc.ir.onnx_form import proto
 from aotc.ir.onnx_form.context import ExportCtx, unique
@@ -46,6 +54,7 @@ from aotc.ir.onnx_form.opset import (
     WIDENED_META_KEY,
 )
 from aotc.ir.ops import OPS, Op
+from aotc.ir.ops.scatter import scatter_allows_negative
 from aotc.ir.symbolic import SymExpr, to_infix
 from aotc.ir.types import Node, ShapeDim, TensorType
 from aotc.ir.verify import verify
@@ -103,13 +112,18 @@ def build_model(
     supplied = {name: w for name, w in weight_inputs.items() if w[0] in session_weights}
     ctx.held = _held_values(graph, frozenset(constant for constant, _ in supplied.values()))
     inputs += [_value_info(ctx, name, t) for name, (_, t) in weight_inputs.items() if name not in supplied]
-    gathers = []
+    gathers, scatters = [], []
     for node in graph.nodes:
         _emit(ctx, node)
         if id_bounds and node.op in GATHER_OPS and not allows_negative(node.attrs):
             # ids straight from an input are checked before the run; ids the graph proves valid need no check
             if index_source(graph, node)[0] is None and not ids_proved_valid(graph, node, ctx.shape_ctx):
                 gathers.append(node)
+        if id_bounds and node.op is Op.SCATTER and not scatter_allows_negative(node.attrs):
+            # ScatterND counts a negative position from the end: one the model computes is caught by its minimum
+            # (onnxruntime raises for one past the end itself); positions from an input are checked before the run
+            if _computes_negative(graph, node, ctx):
+                scatters.append(node)
     outputs = []
     for v, name in zip(graph.outputs, out_names):
         if ctx.names[v.id] != name:
@@ -124,6 +138,13 @@ def build_model(
             outputs.append(proto.value_info(ctx.one(reduce, [ids], keepdims=0), ctx.elem_type(dtype), []))
         size = node.inputs[0].type.shape[node.attrs.get("axis", 0)]
         bounds.append(IdBound(node, size, (positions[0], positions[1])))
+    for node in scatters:
+        ids = ctx.names[node.inputs[1].id]
+        at = len(outputs)
+        outputs.append(
+            proto.value_info(ctx.one("ReduceMin", [ids], keepdims=0), ctx.elem_type(node.inputs[1].type.dtype), [])
+        )
+        bounds.append(IdBound(node, NO_BOUND, (at, at)))  # the minimum only: it must be >= 0
     initializers, data = _initializers(ctx, external)
     for name, (_, t) in supplied.items():
         itemsize = 4 if float32 and t.dtype in (DType.float16, DType.bfloat16) else t.dtype.np.itemsize
@@ -144,6 +165,19 @@ def build_model(
     )
     session = {name: constant for name, (constant, _) in supplied.items()}
     return OnnxForm(model.tobytes(), len(ctx.nodes), weights, session, widened, tuple(bounds), data)
+
+
+# The size an IdBound's maximum is checked against when only its minimum matters (a state write's positions).
+NO_BOUND = 2**62
+
+
+def _computes_negative(graph: Graph, node: Node, ctx: ExportCtx) -> bool:
+    """Whether a strict scatter's positions may be negative: some coordinate column neither comes from a graph input
+    (checked before the run) nor is proved >= 0 (an iota, a full of a non-negative value, moves of them)."""
+    columns = coordinate_columns(graph, node)
+    if columns is None:
+        return not ids_nonnegative(graph, node.inputs[1], ctx.shape_ctx)
+    return any(value_source(graph, c)[0] is None and not ids_nonnegative(graph, c, ctx.shape_ctx) for c in columns)
 
 
 # Ops onnxruntime folds when their input is a constant it holds: a weight's transpose (a tied lm head), a cast.
@@ -212,6 +246,8 @@ def _declare_outputs(ctx: ExportCtx, graph: Graph) -> list[str]:
                 walk(sub, f"{prefix}.{i}" if prefix else f"output_{i}")
 
     walk(graph.output_tree, "")
+    for i, st in enumerate(graph.states):  # a state's new value, beside the state's own input
+        names[graph.num_results + i] = f"{st.name}.next"
     constants = {n.outputs[0].id for n in graph.nodes if n.op is Op.CONSTANT}
     out = []
     for v, name in zip(graph.outputs, names):

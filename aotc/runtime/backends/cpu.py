@@ -10,6 +10,7 @@ from aotc.ir.evaluate import GraphRunner
 from aotc.ir.graph import Graph
 from aotc.ir.launch import KernelBinary
 from aotc.ir.variant import Variant
+from aotc.runtime.state import StateMemory
 
 
 class CpuBackend:
@@ -26,9 +27,15 @@ class CpuBackend:
 class CpuProgram:
     def __init__(self, graph: Graph) -> None:
         self._runner = GraphRunner(graph)
+        self._results = graph.num_results
 
     def run(self, feeds: Sequence[np.ndarray], env: Mapping[str, int]) -> list[np.ndarray]:
         return owned(self._runner.run(feeds, env), feeds)
+
+    def run_session(self, feeds: Sequence[np.ndarray], env: Mapping[str, int], memory: StateMemory) -> list[np.ndarray]:
+        """A call of a session: the state writes run in place on the session's arrays (GraphRunner)."""
+        everything = [*feeds, *memory.arrays]
+        return owned(self._runner.run(everything, env)[: self._results], everything)
 
 
 def owned(outs: Sequence[np.ndarray], feeds: Sequence[np.ndarray]) -> list[np.ndarray]:

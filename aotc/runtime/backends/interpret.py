@@ -27,6 +27,7 @@ from aotc.ir.symbolic_values import evaluate
 from aotc.ir.types import Value
 from aotc.ir.variant import Variant
 from aotc.runtime.backends.cpu import owned
+from aotc.runtime.state import StateMemory
 
 
 class InterpretBackend:
@@ -69,8 +70,8 @@ class PlanError(ArtifactError, VerifyError):
 
 @dataclass(frozen=True, slots=True)
 class _Home:
-    """Where a storage group lives: ``kind`` is "input" (index), "constant" (name), "buffer"
-    (arena buffer index) or "output" (graph output index whose fresh array it is)."""
+    """Where a storage group lives: ``kind`` is "input" (index), "state" (the state's index: the session's buffer),
+    "constant" (name), "buffer" (arena buffer index) or "output" (graph output index whose fresh array it is)."""
 
     kind: str
     key: int | str
@@ -126,7 +127,8 @@ class InterpretProgram:
                 homes[root] = home
 
         for i, v in enumerate(g.inputs):
-            claim(v.id, _Home("input", i), 0)
+            n = i - g.num_feeds
+            claim(v.id, _Home("input", i) if n < 0 else _Home("state", n), 0)
         for node in g.nodes:
             if node.op is Op.CONSTANT:
                 name = node.attrs["name"]
@@ -173,25 +175,34 @@ class InterpretProgram:
 
     # -- running -------------------------------------------------------------------------------
     def run(self, feeds: Sequence[np.ndarray], env: Mapping[str, int]) -> list[np.ndarray]:
+        return self._call(feeds, env, [])
+
+    def run_session(self, feeds: Sequence[np.ndarray], env: Mapping[str, int], memory: StateMemory) -> list[np.ndarray]:
+        """A call of a session: the states' storage is the session's arrays, which the state writes update in place."""
+        return self._call(feeds, env, memory.arrays)
+
+    def _call(self, feeds: Sequence[np.ndarray], env: Mapping[str, int], states: list[np.ndarray]) -> list[np.ndarray]:
         from aotc.runtime.backends.triton_interp import launch
         from aotc.runtime.plan_bounds import check_shape
 
         g = self.graph
-        if len(feeds) != len(g.inputs):
-            raise ExecError(f"graph {g.name} takes {len(g.inputs)} inputs, got {len(feeds)}")
+        if len(feeds) != g.num_feeds or len(states) != len(g.states):
+            raise ExecError(f"graph {g.name} takes {g.num_feeds} inputs and {len(g.states)} states, got {len(feeds)}")
         feeds = [np.ascontiguousarray(x) for x in feeds]
         check_shape(g, self.schedule, env)  # what verification left to check per shape (runtime/plan_bounds.py)
         arena = self._arena(env)
         storage: dict[int, np.ndarray] = {}  # root value id -> its group's bytes
         for root, home in self._homes.items():
-            storage[root] = self._bytes(home, feeds, arena, env)
+            storage[root] = (
+                _as_bytes(states[int(home.key)]) if home.kind == "state" else self._bytes(home, feeds, arena, env)
+            )
         flags = np.zeros(max(self.schedule.flags, 1), np.int32)
         for k in self.schedule.kernels:
             args = [self._arg(a, storage, flags, env) for a in k.args]
             launch(k, tuple(evaluate(d, env) for d in k.grid), args)
             if k.checks and flags.any():
                 self._raise_flagged(k, flags, env)
-        return owned([self._array(o.id, storage, env) for o in g.outputs], [*feeds, arena])
+        return owned([self._array(o.id, storage, env) for o in g.outputs[: g.num_results]], [*feeds, arena, *states])
 
     def _arena(self, env: Mapping[str, int]) -> np.ndarray:
         size = evaluate(self.schedule.arena_bytes, env)
@@ -241,7 +252,7 @@ class InterpretProgram:
                 raise ExecError(index_error_message(c.op, low, high, c.input or None))
 
 
-_RANK = {"input": 0, "constant": 0, "buffer": 1, "output": 2}
+_RANK = {"input": 0, "state": 0, "constant": 0, "buffer": 1, "output": 2}
 
 
 def _nbytes(v: Value, env: Mapping[str, int]) -> int:

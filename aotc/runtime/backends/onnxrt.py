@@ -45,12 +45,14 @@ from aotc.ir.graph import Graph
 from aotc.ir.launch import KernelBinary
 from aotc.ir.onnx_form import IdBound, OnnxForm, build_model
 from aotc.ir.ops import Op
+from aotc.ir.state import state_chains
 from aotc.ir.symbolic import SymExpr
 from aotc.ir.symbolic_values import evaluate
 from aotc.ir.types import ShapeDim
 from aotc.ir.variant import Variant
 from aotc.runtime.backends.cpu import CpuProgram
 from aotc.runtime.pages import release_pages
+from aotc.runtime.state import StateMemory, StateSpec
 
 _HALF = ("float16", "bfloat16")
 _MIN, _MAX = np.minimum.reduce, np.maximum.reduce  # ndarray.min and .max without their Python wrappers
@@ -116,6 +118,14 @@ class OrtBackend:
         session, form, values = built
         weights = {name: self._weight(constant) for name, constant in form.weights.items()}
         return OrtProgram(session, graph, weights, form.id_bounds, self._run_options, held=values)
+
+    def state_memory(self, specs: Sequence[StateSpec], env: Mapping[str, int], dims: tuple[int, ...]) -> StateMemory:
+        """A session's states as onnxruntime reads them: float32 buffers for half-precision states (the model
+        computes in float32, see build_model's float32)."""
+        return StateMemory(specs, env, dims, widen=True)
+
+    def read_state(self, memory: StateMemory, index: int) -> np.ndarray:
+        return memory.arrays[index].astype(memory.specs[index].type.dtype.np)
 
     def _session(self, graph: Graph, warn: bool) -> tuple[Any, OnnxForm, list[Any]] | None:
         """onnxruntime's session over ``graph`` (built once per graph), or None when it has an op with no ONNX form
@@ -193,6 +203,22 @@ class OrtProgram:
         self._reference = CpuProgram(graph)
         self._checks = _input_index_checks(graph)
         self._warned = threading.Lock()  # taken for good by the first fallback's warning
+        # States: onnxruntime's ScatterND writes its input's buffer in place when its output is bound to that same
+        # buffer (it copies the input only when they differ), which is safe for a state each of whose overwritten
+        # values has its write as its only reader: then any order onnxruntime runs the nodes in is the graph's.
+        # Another state's new value goes to a second buffer, which swaps in after the call (a copy of that state per
+        # call, inside ScatterND).
+        self._feeds = graph.num_feeds
+        self._state_names = [
+            (name, out)
+            for name, out in zip(
+                graph.input_names[self._feeds :], self._outputs[self._count - len(graph.states) : self._count]
+            )
+        ]
+        self._results = graph.num_results
+        self.in_place_states = _writes_alone(graph)
+        self.in_place = all(self.in_place_states)
+        self._allocated = [name for i, name in enumerate(self._outputs) if not self._results <= i < self._count]
 
     def run(self, feeds: Sequence[np.ndarray], env: Mapping[str, int]) -> list[np.ndarray]:
         for position, size, low, unsigned in self._checks:
@@ -221,6 +247,87 @@ class OrtProgram:
             outs[i] = outs[i].astype(dtype)
         return outs
 
+    def run_session(self, feeds: Sequence[np.ndarray], env: Mapping[str, int], memory: StateMemory) -> list[np.ndarray]:
+        """A call of a session over IOBinding: the states bound to the session's buffers, so onnxruntime reads and
+        writes them where they are (in place, or into the spare buffers, which then swap in); the other inputs bound
+        as arrays, read in place; the outputs allocated by onnxruntime, only the caller's ones turned to arrays."""
+        for position, size, low, unsigned in self._checks:
+            ids = feeds[position]
+            if ids.size and _outside(ids, size if type(size) is int else evaluate(size, env), low, unsigned):
+                return self._reference.run_session(feeds, env, memory)  # raises the ExecError every backend raises
+        io = self._binding(memory)
+        for (name, dtype), x in zip(self._inputs, feeds):
+            io.bind_cpu_input(name, np.ascontiguousarray(x, dtype))
+        for name in self._allocated:  # onnxruntime allocates these afresh for this call's shapes
+            io.bind_output(name, "cpu")
+        if not self.in_place:
+            self._bind_states(io, memory, spare_only=True)
+        try:
+            self._session.run_with_iobinding(io, self._options)
+        except Exception as e:
+            # as run(): the reference raises aotc's error for these inputs, or computes the call (warned)
+            result = self._reference.run_session(feeds, env, memory)
+            self._warn(e)
+            return result
+        values = io.get_outputs()
+        for low, high, size in self._bounds:
+            if int(values[low].numpy()) < 0 or int(values[high].numpy()) >= (
+                size if type(size) is int else evaluate(size, env)
+            ):
+                return self._reference.run_session(feeds, env, memory)  # raises the ExecError every backend raises
+        outs = [values[i].numpy() for i in range(self._results)]
+        for i, dtype in self._casts:
+            outs[i] = outs[i].astype(dtype)
+        if not self.in_place:
+            assert memory.spare is not None
+            for i, in_place in enumerate(self.in_place_states):
+                if not in_place:
+                    memory.arrays[i], memory.spare[i] = memory.spare[i], memory.arrays[i]
+        return outs
+
+    def _binding(self, memory: StateMemory) -> Any:
+        """The session's IOBinding for this program: its weights and in-place states bound once, and every output
+        bound once in the model's order (get_outputs lists them in the order they were first bound; a rebinding
+        keeps its place)."""
+        if memory.binding is None:
+            memory.binding = {}
+        io = memory.binding.get(id(self))
+        if io is None:
+            io = self._session.io_binding()
+            for name, array in self._weights.items():
+                io.bind_cpu_input(name, array)
+            if not self.in_place and memory.spare is None:
+                memory.spare = [
+                    None if alone else np.empty_like(a) for a, alone in zip(memory.arrays, self.in_place_states)
+                ]
+            targets = {out: i for i, (_, out) in enumerate(self._state_names)}
+            for name in self._outputs:
+                if name in targets:
+                    b = self._target(memory, targets[name])
+                    io.bind_output(name, "cpu", 0, b.dtype, b.shape, b.ctypes.data)
+                else:
+                    io.bind_output(name, "cpu")
+            self._bind_states(io, memory, spare_only=False)
+            memory.binding[id(self)] = io
+        return io
+
+    def _target(self, memory: StateMemory, i: int) -> np.ndarray:
+        """The buffer state ``i``'s new value goes to: its own (in place) or its spare."""
+        if self.in_place_states[i]:
+            return memory.arrays[i]
+        assert memory.spare is not None
+        return memory.spare[i]  # type: ignore[return-value]
+
+    def _bind_states(self, io: Any, memory: StateMemory, spare_only: bool) -> None:
+        """Each state's input and output bound to the session's buffers (``spare_only``: only the states whose
+        buffers swap each call)."""
+        for i, ((name, out), a) in enumerate(zip(self._state_names, memory.arrays)):
+            if spare_only and self.in_place_states[i]:
+                continue
+            b = self._target(memory, i)
+            io.bind_input(name, "cpu", 0, a.dtype, a.shape, a.ctypes.data)
+            io.bind_output(out, "cpu", 0, b.dtype, b.shape, b.ctypes.data)
+
     def _warn(self, error: BaseException) -> None:
         if self._warned.acquire(blocking=False):
             warnings.warn(
@@ -230,6 +337,15 @@ class OrtProgram:
                 FallbackWarning,
                 stacklevel=4,
             )
+
+
+def _writes_alone(graph: Graph) -> tuple[bool, ...]:
+    """Per state: whether every value of it a write overwrites has that write as its only reader (see OrtProgram)."""
+    readers: dict[int, int] = {}
+    for node in graph.nodes:
+        for v in node.inputs:
+            readers[v.id] = readers.get(v.id, 0) + 1
+    return tuple(all(readers.get(v, 0) == 1 for v in c.versions[:-1]) for c in state_chains(graph))
 
 
 def _session_weights(graph: Graph) -> frozenset[str]:
