@@ -174,8 +174,16 @@ def attention_grid(graph: Graph, k: Kernel) -> tuple[Size, Size, Size]:
 
 
 def recurrent_grid(graph: Graph, k: Kernel) -> tuple[Size, Size, Size]:
-    """BLOCK_M rows of the recurrence's state per program, over the rows of the values it stores."""
-    shapes = _written(graph, k)
+    """BLOCK_M rows of the recurrence's state per program, over the rows of the values it stores: a state's own,
+    or for the concat a loop stacks its steps' states into (kernels/recurrent_loop.py), one part's (each program
+    stores its rows of every step)."""
+    written = set(k.outputs)
+    shapes = []
+    for i in k.nodes:
+        node = graph.nodes[i]
+        for o in node.outputs:
+            if o.id in written:
+                shapes.append(node.inputs[0].type.shape if node.op is Op.CONCAT else o.type.shape)
     if not shapes:
         raise ValueError("a recurrent_cell launch stores nothing")
     return (_largest(_cdiv(_numel(s[:-1]), _block(k, "BLOCK_M")) for s in shapes), 1, 1)
