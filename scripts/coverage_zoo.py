@@ -1,0 +1,181 @@
+"""The models scripts/torch_coverage.py sweeps, each built from its name alone (so a fresh worker process can build
+it): every torchvision classification, segmentation and video builder (``torchvision.models.list_models``) with
+random weights, and every Hugging Face architecture in transformers' auto mapping that builds from a shrunken
+default config with no download and takes ``input_ids`` or ``pixel_values``.
+
+A case is the module (eval mode), its aotc input specs and feeds at two values of each dynamic dim. A model that
+does not build or does not run eagerly at the sweep's sizes is a ``Skip`` (not counted against coverage: it says
+nothing about aotc)."""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from aotc import Dim, TensorSpec
+
+BATCH = Dim("batch", min=1, max=8)
+SEQ = Dim("seq", min=1, max=32)
+HEIGHT = Dim("height", min=32, max=256, multiple_of=32)
+WIDTH = Dim("width", min=32, max=256, multiple_of=32)
+SUITES = ("torchvision", "hf")
+
+
+class Skip(Exception):
+    """The model does not build, or does not run eagerly at the sweep's sizes: not a result about aotc."""
+
+
+@dataclass
+class Case:
+    module: Any
+    inputs: dict[str, TensorSpec]
+    feeds: list[dict[str, np.ndarray]]  # one per size: two values of each dynamic dim
+    dims: str  # which dims are dynamic, for the table
+
+
+def torchvision():
+    """torchvision, its ops' fake kernels skipped: the CUDA torchvision this machine's wheels give fails to register
+    them beside the CPU torch (``operator torchvision::nms does not exist``), and no model swept here uses them."""
+    import torch
+
+    original = torch.library.register_fake
+    torch.library.register_fake = lambda *args, **kwargs: lambda fn=None: fn
+    try:
+        import torchvision
+    finally:
+        torch.library.register_fake = original
+    return torchvision
+
+
+def names(suite: str) -> list[str]:
+    if suite == "torchvision":
+        tv = torchvision()
+        out = []
+        for module, kind in ((tv.models, "classification"), (tv.models.segmentation, "segmentation")):
+            out += [f"{kind}/{n}" for n in tv.models.list_models(module=module)]
+        out += [f"video/{n}" for n in tv.models.list_models(module=tv.models.video)]
+        return out
+    if suite == "hf":
+        from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
+
+        return [f"{t}/{c if isinstance(c, str) else c[0]}" for t, c in MODEL_MAPPING_NAMES.items()]
+    raise ValueError(f"suite {suite!r}: expected one of {SUITES}")
+
+
+def build(suite: str, name: str) -> Case:
+    torch = __import__("torch")
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    with torch.no_grad():
+        case = _torchvision(name, rng) if suite == "torchvision" else _hf(name, rng)
+        try:
+            case.module(**{k: torch.from_numpy(v) for k, v in case.feeds[0].items()})
+        except Exception as e:  # any failure of eager torch is the model's, not aotc's
+            raise Skip(f"eager torch fails at the sweep's sizes: {type(e).__name__}: {_first_line(e)}") from None
+    return case
+
+
+# -- torchvision ---------------------------------------------------------------------------------
+
+
+def _torchvision(name: str, rng: np.random.Generator) -> Case:
+    kind, model = name.split("/", 1)
+    tv = torchvision()
+    try:
+        weights = tv.models.get_model_weights(model).DEFAULT
+        least = weights.meta.get("min_size", (1, 1))
+    except (ValueError, AttributeError, KeyError):
+        least = (1, 1)
+    try:
+        extra = {"weights_backbone": None} if kind == "segmentation" else {}  # no download of a backbone
+        module = tv.models.get_model(model, weights=None, **extra).eval()
+    except Exception as e:
+        raise Skip(f"does not build: {type(e).__name__}: {_first_line(e)}") from None
+    side = max(64, *least)
+    arg = next(iter(inspect.signature(module.forward).parameters))
+    if kind == "segmentation":  # any image size: height and width dynamic
+        spec = TensorSpec((BATCH, 3, HEIGHT, WIDTH))
+        shapes = [(1, 3, 64, 96), (2, 3, 96, 64)]
+        dims = "batch, height, width"
+    elif kind == "video":
+        spec = TensorSpec((BATCH, 3, 8, side, side))
+        shapes = [(1, 3, 8, side, side), (3, 3, 8, side, side)]
+        dims = "batch"
+    else:
+        spec = TensorSpec((BATCH, 3, side, side))
+        shapes = [(1, 3, side, side), (3, 3, side, side)]
+        dims = "batch"
+    feeds = [{arg: rng.standard_normal(s).astype(np.float32)} for s in shapes]
+    return Case(module, {arg: spec}, feeds, dims)
+
+
+# -- Hugging Face ----------------------------------------------------------------------------------
+
+# Shrunken sizes, set where a config has the field: 2 layers of width 32 with 2 heads.
+_SMALL = dict(
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    num_key_value_heads=2,
+    intermediate_size=64,
+    d_model=32,
+    n_embd=32,
+    n_layer=2,
+    n_head=2,
+    n_layers=2,
+    n_heads=2,
+    num_layers=2,
+    num_heads=2,
+    encoder_layers=2,
+    decoder_layers=2,
+    encoder_attention_heads=2,
+    decoder_attention_heads=2,
+    encoder_ffn_dim=64,
+    decoder_ffn_dim=64,
+    ffn_dim=64,
+    d_ff=64,
+    d_kv=16,
+    head_dim=16,
+    embed_dim=32,
+    image_size=32,
+    patch_size=8,
+    num_channels=3,
+    use_cache=False,
+)
+_TEXT_SIZES = ((2, 7), (3, 16))
+
+
+def _hf(name: str, rng: np.random.Generator) -> Case:
+    import transformers
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    model_type, cls_name = name.split("/", 1)
+    try:
+        config_cls, cls = CONFIG_MAPPING[model_type], getattr(transformers, cls_name)
+        given = inspect.signature(config_cls.__init__).parameters
+        config = config_cls(**{k: v for k, v in _SMALL.items() if k in given})
+        config.use_cache = False  # past key values are not an output to compare
+        module = cls(config).eval()
+    except Exception as e:  # a config that does not shrink, a model class that needs a download
+        raise Skip(f"does not build from a small config: {type(e).__name__}: {_first_line(e)}") from None
+    main = getattr(module, "main_input_name", "input_ids")
+    if main == "input_ids":
+        vocab = int(getattr(config, "vocab_size", 128) or 128)
+        feeds = [{main: rng.integers(0, min(vocab, 100), size=s).astype(np.int64)} for s in _TEXT_SIZES]
+        return Case(module, {main: TensorSpec((BATCH, SEQ), "int64")}, feeds, "batch, seq")
+    if main == "pixel_values":
+        side = getattr(config, "image_size", 32)
+        side = side if isinstance(side, int) else 32
+        channels = int(getattr(config, "num_channels", 3) or 3)
+        shapes = [(1, channels, side, side), (3, channels, side, side)]
+        feeds = [{main: rng.standard_normal(s).astype(np.float32)} for s in shapes]
+        return Case(module, {main: TensorSpec((BATCH, channels, side, side))}, feeds, "batch")
+    raise Skip(f"takes {main!r}, not input_ids or pixel_values")
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0][:200] if text else ""

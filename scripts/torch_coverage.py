@@ -1,0 +1,313 @@
+"""How much of the PyTorch world the torch importer takes: every model of scripts/coverage_zoo.py's suites through
+``aotc.compile(module, specs)`` (dynamic batch, and sequence or height/width where the model allows), compared with
+eager torch at two values of each dim on the cpu backend, and the core ATen opset against the importer's table.
+
+    python scripts/torch_coverage.py                       # every suite, writes docs/torch_coverage.md
+    python scripts/torch_coverage.py --suite torchvision --only classification/resnet18 --out -
+    python scripts/torch_coverage.py --sample              # the fixed sample CI could run (~20 models)
+
+Each model runs in a worker process (restarted after a crash or a timeout), so one model cannot take the sweep
+down. A result is one of: ``pass``; ``refused`` (a typed aotc error: its first line, the op it names and the
+source line it points at); ``mismatch`` (an answer beyond float tolerance: a bug); ``error`` (any other
+exception: a bug, since every failure should be a refusal); ``timeout``; ``crash``; ``skip`` (the model does not
+build or run eagerly at the sweep's sizes: not counted).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import re
+import sys
+import time
+import traceback
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+
+# A fixed sample across suites and failure kinds (CI-sized: a few minutes on 2 cores).
+SAMPLE = (
+    "torchvision:classification/resnet18",
+    "torchvision:classification/mobilenet_v2",
+    "torchvision:classification/squeezenet1_1",
+    "torchvision:classification/shufflenet_v2_x0_5",
+    "torchvision:classification/regnet_y_400mf",
+    "torchvision:classification/googlenet",
+    "torchvision:classification/mnasnet0_5",
+    "torchvision:segmentation/lraspp_mobilenet_v3_large",
+    "torchvision:segmentation/fcn_resnet50",
+    "torchvision:video/r3d_18",
+    "hf:bert/BertModel",
+    "hf:gpt2/GPT2Model",
+    "hf:llama/LlamaModel",
+    "hf:roberta/RobertaModel",
+    "hf:distilbert/DistilBertModel",
+    "hf:albert/AlbertModel",
+    "hf:electra/ElectraModel",
+    "hf:mistral/MistralModel",
+    "hf:vit/ViTModel",
+    "hf:convnext/ConvNextModel",
+)
+RTOL, ATOL = 1e-3, 1e-4  # atol scaled by each output's largest magnitude (random weights grow activations)
+_OP = re.compile(r"\b(aten\.[A-Za-z0-9_]+\.[A-Za-z0-9_]+|aten\.[A-Za-z0-9_]+)")
+_WHERE = re.compile(r"([\w./-]+\.py):(\d+)")
+
+
+# -- one model, in a worker ------------------------------------------------------------------
+
+
+def run_case(suite: str, name: str) -> dict[str, Any]:
+    import numpy as np
+    import torch
+    from coverage_zoo import Skip, build
+
+    import aotc
+    from aotc.errors import AotcError
+
+    start = time.perf_counter()
+    try:
+        case = build(suite, name)
+    except Skip as e:
+        return {"status": "skip", "detail": str(e)}
+    out: dict[str, Any] = {"dims": case.dims}
+    try:
+        model = aotc.compile(case.module, case.inputs, options=aotc.CompileOptions(targets=()))
+        for feeds in case.feeds:
+            with torch.no_grad():
+                want = _leaves(case.module(**{k: torch.from_numpy(v) for k, v in feeds.items()}))
+            got = _leaves(model(**feeds))
+            if set(got) != set(want):
+                return out | {"status": "mismatch", "detail": f"outputs {sorted(got)}, torch gives {sorted(want)}"}
+            for key, w in want.items():
+                g = got[key]
+                if g.shape != w.shape:
+                    return out | {
+                        "status": "mismatch",
+                        "detail": f"{key or 'output'}: shape {g.shape}, torch {w.shape}",
+                    }
+                w64, g64 = w.astype(np.float64), g.astype(np.float64)
+                scale = float(np.abs(w64).max()) if w64.size else 0.0
+                err = float(np.abs(g64 - w64).max()) if w64.size else 0.0
+                if not np.allclose(g64, w64, rtol=RTOL, atol=ATOL * max(1.0, scale), equal_nan=True):
+                    shape = tuple(feeds[next(iter(feeds))].shape)
+                    return out | {"status": "mismatch", "detail": f"{key or 'output'} at {shape}: max |diff| {err:.3g}"}
+        return out | {"status": "pass", "seconds": round(time.perf_counter() - start, 1)}
+    except AotcError as e:
+        text = str(e)
+        op, where = _OP.search(text), _WHERE.search(text)
+        return out | {
+            "status": "refused",
+            "kind": type(e).__name__,
+            "detail": text.strip().splitlines()[0][:240] if text.strip() else type(e).__name__,
+            "op": op.group(1) if op else "",
+            "where": f"{where.group(1)}:{where.group(2)}" if where else "",
+        }
+    except Exception as e:  # an untyped error is the finding
+        frame = traceback.extract_tb(e.__traceback__)[-1]
+        return out | {
+            "status": "error",
+            "detail": f"{type(e).__name__}: {str(e).strip()[:200]} ({Path(frame.filename).name}:{frame.lineno})",
+        }
+
+
+def _leaves(x: Any, path: str = "") -> dict[str, Any]:
+    """Arrays by path: a tensor or array as itself, dicts (ModelOutput) by key, tuples by position."""
+    import numpy as np
+
+    if x is None:
+        return {}
+    if hasattr(x, "detach"):
+        return {path: x.detach().numpy()}
+    if isinstance(x, np.ndarray):
+        return {path: x}
+    if isinstance(x, dict):
+        return {k2: v2 for k, v in x.items() for k2, v2 in _leaves(v, f"{path}.{k}" if path else str(k)).items()}
+    if isinstance(x, (tuple, list)):
+        return {k2: v2 for i, v in enumerate(x) for k2, v2 in _leaves(v, f"{path}[{i}]").items()}
+    return {}
+
+
+def _worker(conn: Any) -> None:
+    while True:
+        job = conn.recv()
+        if job is None:
+            return
+        try:
+            conn.send(run_case(*job))
+        except BaseException as e:  # the worker reports and keeps serving
+            conn.send({"status": "error", "detail": f"{type(e).__name__}: {str(e)[:200]}"})
+
+
+class Worker:
+    """One process running cases in turn; replaced after a crash or a timeout."""
+
+    def __init__(self) -> None:
+        ctx = mp.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_worker, args=(child,), daemon=True)
+        self.proc.start()
+
+    def run(self, suite: str, name: str, timeout: float) -> dict[str, Any]:
+        self.conn.send((suite, name))
+        if self.conn.poll(timeout):
+            try:
+                return self.conn.recv()
+            except EOFError:
+                pass
+            return {"status": "crash", "detail": f"the worker died (exit code {self.proc.exitcode})"}
+        self.proc.kill()
+        return {"status": "timeout", "detail": f"no result in {timeout:.0f} s"}
+
+    def alive(self) -> bool:
+        return self.proc.is_alive()
+
+    def close(self) -> None:
+        if self.proc.is_alive():
+            self.conn.send(None)
+            self.proc.join(10)
+
+
+# -- the core ATen opset -------------------------------------------------------------------------
+
+
+def aten_rows() -> list[dict[str, Any]]:
+    """Every overload of PyTorch's core ATen opset (``torch.Tag.core``): translated by the importer's table, or
+    not."""
+    import torch
+
+    from aotc.torch_export.table import ATEN
+
+    rows = []
+    for name in sorted(dir(torch.ops.aten)):
+        packet = getattr(torch.ops.aten, name)
+        if not hasattr(packet, "overloads"):
+            continue
+        for overload in packet.overloads():
+            if torch.Tag.core in getattr(packet, overload).tags:
+                key = f"aten.{name}.{overload}"
+                rows.append({"op": key, "supported": key in ATEN})
+    return rows
+
+
+# -- the sweep and its table ---------------------------------------------------------------------------
+
+
+def sweep(jobs: list[tuple[str, str]], timeout: float, log: Any) -> dict[str, dict[str, Any]]:
+    results: dict[str, dict[str, Any]] = {}
+    worker = Worker()
+    try:
+        for i, (suite, name) in enumerate(jobs, 1):
+            if not worker.alive():
+                worker = Worker()
+            t0 = time.perf_counter()
+            r = worker.run(suite, name, timeout)
+            if r["status"] in ("timeout", "crash"):
+                worker = Worker()
+            results[f"{suite}:{name}"] = r
+            print(
+                f"[{i}/{len(jobs)}] {suite}:{name}: {r['status']} ({time.perf_counter() - t0:.0f} s) "
+                f"{r.get('detail', '')[:160]}",
+                file=log,
+                flush=True,
+            )
+    finally:
+        worker.close()
+    return results
+
+
+def counted(results: dict[str, dict[str, Any]], prefix: str) -> tuple[int, int]:
+    rows = [r for k, r in results.items() if k.startswith(prefix) and r["status"] != "skip"]
+    return sum(r["status"] == "pass" for r in rows), len(rows)
+
+
+def table(results: dict[str, dict[str, Any]], aten: list[dict[str, Any]], command: str) -> str:
+    lines = [
+        "# Torch importer coverage",
+        "",
+        f"Written by `{command}` on {time.strftime('%Y-%m-%d')} (scripts/torch_coverage.py; do not edit by hand).",
+        "Each model: `aotc.compile(module, specs)` with the dims listed dynamic, compared with eager torch at two",
+        "values of each on the cpu backend. `skip` rows (the model does not build from a small config or does not",
+        "run eagerly at the sweep's sizes) are not counted.",
+        "",
+        "| suite | passed | of |",
+        "|---|---|---|",
+    ]
+    for prefix, label in (
+        ("torchvision:classification/", "torchvision classification"),
+        ("torchvision:segmentation/", "torchvision segmentation"),
+        ("torchvision:video/", "torchvision video"),
+        ("hf:", "Hugging Face architectures"),
+    ):
+        passed, total = counted(results, prefix)
+        if total:
+            lines.append(f"| {label} | {passed} ({100 * passed / total:.0f}%) | {total} |")
+    if aten:
+        n = sum(r["supported"] for r in aten)
+        lines.append(f"| core ATen overloads | {n} ({100 * n / len(aten):.0f}%) | {len(aten)} |")
+    statuses = Counter(r["status"] for r in results.values())
+    lines += ["", "Results: " + ", ".join(f"{n} {s}" for s, n in sorted(statuses.items())), ""]
+    ops = Counter(r["op"] for r in results.values() if r["status"] == "refused" and r.get("op"))
+    if ops:
+        lines += ["## Ops that refuse the most models", "", "| op | models |", "|---|---|"]
+        lines += [f"| `{op}` | {n} |" for op, n in ops.most_common(25)] + [""]
+    lines += [
+        "## Models",
+        "",
+        "| model | dynamic dims | result | first refused op | where | detail |",
+        "|---|---|---|---|---|---|",
+    ]
+    for key, r in sorted(results.items()):
+        detail = r.get("detail", "").replace("|", "\\|").replace("\n", " ")
+        lines.append(
+            f"| {key} | {r.get('dims', '')} | {r['status']} | {r.get('op', '')} | {r.get('where', '')} | {detail} |"
+        )
+    if aten:
+        lines += ["", "## Core ATen opset", "", "| overload | translated |", "|---|---|"]
+        lines += [f"| `{r['op']}` | {'yes' if r['supported'] else 'no'} |" for r in aten]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    from coverage_zoo import SUITES, names
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--suite", action="append", choices=SUITES, help="a suite to sweep (repeatable; default all)")
+    ap.add_argument("--only", action="append", default=[], help="a model name within the suites (repeatable)")
+    ap.add_argument("--sample", action="store_true", help="the fixed CI-sized sample instead of whole suites")
+    ap.add_argument("--limit", type=int, default=0, help="at most this many models per suite")
+    ap.add_argument("--timeout", type=float, default=600.0, help="seconds per model (default 600)")
+    ap.add_argument("--out", default=str(ROOT / "docs" / "torch_coverage.md"), help="the table ('-': stdout)")
+    ap.add_argument("--json", help="also write the results as JSON here")
+    ap.add_argument("--no-aten", action="store_true", help="leave out the core ATen table")
+    args = ap.parse_args(argv)
+    if args.sample:
+        jobs = [tuple(s.split(":", 1)) for s in SAMPLE]
+    else:
+        jobs = []
+        for suite in args.suite or SUITES:
+            listed = [n for n in names(suite) if not args.only or n in args.only]
+            jobs += [(suite, n) for n in (listed[: args.limit] if args.limit else listed)]
+    if not jobs:
+        ap.error("no model matches --suite/--only")
+    results = sweep(jobs, args.timeout, sys.stderr)
+    aten = [] if args.no_aten else aten_rows()
+    command = "python scripts/torch_coverage.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    text = table(results, aten, command.strip())
+    if args.out == "-":
+        sys.stdout.write(text)
+    else:
+        Path(args.out).write_text(text)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    bad = [k for k, r in results.items() if r["status"] in ("mismatch", "error", "crash")]
+    if bad:
+        print(f"torch_coverage: {len(bad)} wrong answers or untyped errors: {', '.join(bad[:10])}", file=sys.stderr)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
