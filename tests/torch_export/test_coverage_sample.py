@@ -1,0 +1,52 @@
+"""The coverage sweep's fixed sample (scripts/torch_coverage.py ``SAMPLE``), run in this process: every model
+either matches eager torch at two sizes of each dynamic dim or is refused with a typed error that names the op
+and the model's source line; never a wrong answer or an untyped error. The whole sweep writes
+docs/torch_coverage.md and is run by hand (minutes to hours)."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from torch_kit import torchvision_module, transformers_module
+
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+sys.path.insert(0, str(SCRIPTS))
+
+from torch_coverage import SAMPLE, _leaves, run_case, table  # noqa: E402
+
+
+@pytest.mark.parametrize("job", SAMPLE)
+def test_a_sampled_model_matches_eager_or_is_refused_naming_its_op_and_line(job: str) -> None:
+    suite, name = job.split(":", 1)
+    torchvision_module() if suite == "torchvision" else transformers_module()
+    r = run_case(suite, name)
+    assert r["status"] in ("pass", "refused", "skip"), r
+    if r["status"] == "refused":
+        assert re.fullmatch(r".+\.py:\d+", r["where"]), r  # the model's own source line
+        assert r["op"].startswith("aten.") or "not supported" in r["detail"], r
+
+
+def test_leaves_name_outputs_by_key_and_position() -> None:
+    np = pytest.importorskip("numpy")
+    a, b = np.zeros(2), np.ones(3)
+    assert set(_leaves({"out": a, "aux": (b, None)})) == {"out", "aux[0]"}
+    assert list(_leaves(a)) == [""]
+
+
+def test_the_table_counts_what_ran_and_leaves_skips_out() -> None:
+    results = {
+        "torchvision:classification/a": {"status": "pass", "dims": "batch"},
+        "torchvision:classification/b": {"status": "refused", "op": "aten.x.default", "where": "m.py:3", "detail": "d"},
+        "torchvision:classification/c": {"status": "skip", "detail": "does not build"},
+        "hf:t/M": {"status": "mismatch", "detail": "output at (2, 7): max |diff| 1"},
+    }
+    text = table(
+        results, [{"op": "aten.add.Tensor", "supported": True}, {"op": "aten.y.default", "supported": False}], "c"
+    )
+    assert "| torchvision classification | 1 (50%) | 2 |" in text
+    assert "| Hugging Face architectures | 0 (0%) | 1 |" in text
+    assert "| core ATen overloads | 1 (50%) | 2 |" in text
+    assert "| `aten.x.default` | 1 |" in text
