@@ -13,6 +13,7 @@ from typing import Any
 
 from aotc.frontend import layout
 from aotc.frontend.context import Tracer, trace_error
+from aotc.frontend.conv_transpose import conv_transpose1d, conv_transpose2d
 from aotc.frontend.elementwise import as_tensor, tracer_of, unary, value_of, where, wrap
 from aotc.frontend.functions import repeat_interleave
 from aotc.frontend.symint import as_dim
@@ -25,6 +26,8 @@ __all__ = [
     "avg_pool2d",
     "batch_norm",
     "conv2d",
+    "conv_transpose1d",
+    "conv_transpose2d",
     "dropout",
     "elu",
     "embedding",

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from aotc.errors import ShapeError
+from aotc.frontend.conv_transpose import conv_transpose_value
 from aotc.ir.dtypes import DType
 from aotc.ir.ops import Op
 from aotc.ir.shapes import norm_axis, numel
@@ -132,7 +133,7 @@ def _conv_transpose(imp: Importer, node: OnnxNode) -> list[Operand]:
     """Transposed conv = zeros inserted between input elements, padded, then a conv with the flipped kernel."""
     x, w = values(imp, node, 0, 1)
     bias = None if node.input(2) is None else imp.value(node.inputs[2], x.type.dtype, what=f"{node.label} bias")
-    nsp, b = x.type.rank - 2, imp.b
+    nsp = x.type.rank - 2
     kernel = w.type.shape[2:]
     if nsp < 1 or w.type.rank != x.type.rank or not all(isinstance(k, int) for k in w.type.shape):
         raise node.fail("ConvTranspose needs input (N, C, ...) and a static weight of the same rank")
@@ -157,50 +158,9 @@ def _conv_transpose(imp: Importer, node: OnnxNode) -> list[Operand]:
     else:
         p = tuple(node.attr("pads") or (0,) * 2 * nsp)
         lo, hi = list(p[:nsp]), list(p[nsp:])
-    y = x
-    for i in range(nsp):
-        y = _dilate(imp, y, 2 + i, strides[i])
-    # pad by span-1-lo before and span-1-hi+output_padding after; negative amounts crop
-    edges = []
-    for i in range(nsp):
-        edges += [spans[i] - 1 - lo[i], spans[i] - 1 - hi[i] + out_pad[i]]
-    y = _pad_or_crop(imp, node, y, edges)
-    cin, cout_g = w.type.shape[0], w.type.shape[1]
-    wg = b.reshape(w, (groups, cin // groups, cout_g, *kernel))
-    wt = b.reshape(b.permute(wg, (0, 2, 1, *range(3, 3 + nsp))), (groups * cout_g, cin // groups, *kernel))
-    wt = b.op(Op.FLIP, wt, axes=tuple(range(2, 2 + nsp)))
-    attrs = {"strides": (1,) * nsp, "pads": (0,) * 2 * nsp, "dilations": dil, "groups": groups}
-    y = b.op(Op.CONV, y, wt, **attrs)
-    if bias is not None:
-        y = b.op(Op.ADD, y, b.reshape(bias, (bias.type.shape[0],) + (1,) * nsp))
-    return [y]
-
-
-def _dilate(imp: Importer, x: Value, axis: int, s: int) -> Value:
-    """Insert s-1 zeros between elements along ``axis``."""
-    if s == 1:
-        return x
-    shape = x.type.shape
-    d = shape[axis]
-    y = imp.b.reshape(x, shape[: axis + 1] + (1,) + shape[axis + 1 :])
-    pads = [0] * 2 * y.type.rank
-    pads[2 * (axis + 1) + 1] = s - 1
-    y = imp.b.op(Op.PAD, y, pads=tuple(pads), value=0.0)
-    y = imp.b.reshape(y, shape[:axis] + (d * s,) + shape[axis + 1 :])
-    return slice_axis(imp, y, axis, 0, (d - 1) * s + 1)
-
-
-def _pad_or_crop(imp: Importer, node: OnnxNode, x: Value, edges: list[ShapeDim]) -> Value:
-    nsp = len(edges) // 2
-    if not all(isinstance(e, int) for e in edges):
+    if not all(isinstance(e, int) for e in lo + hi):
         raise node.fail("ConvTranspose padding must be static")
-    crop = [max(-e, 0) for e in edges]
-    if any(crop):
-        shape = x.type.shape
-        starts = (0, 0) + tuple(crop[2 * i] for i in range(nsp))
-        stops = tuple(shape[:2]) + tuple(shape[2 + i] - crop[2 * i + 1] for i in range(nsp))
-        x = imp.b.op(Op.SLICE, x, starts=starts, stops=stops, steps=(1,) * x.type.rank)
-    return _explicit_pad(imp, x, [max(e, 0) for e in edges], 0.0)
+    return [conv_transpose_value(imp.b, x, w, bias, strides, lo, hi, dil, out_pad, groups)]
 
 
 # -- pooling -------------------------------------------------------------------------------------------------

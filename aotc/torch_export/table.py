@@ -225,6 +225,8 @@ ATEN: dict[str, Translation] = {
     "aten.conv2d.default": N.conv(2),
     "aten.conv1d.padding": N.conv(1),
     "aten.conv2d.padding": N.conv(2),
+    "aten.conv_transpose1d.default": N.conv_transpose(1),
+    "aten.conv_transpose2d.input": N.conv_transpose(2),
     "aten.max_pool2d.default": N.max_pool2d,
     "aten.max_pool2d_with_indices.default": N.max_pool2d_with_indices,
     "aten.avg_pool2d.default": N.avg_pool2d,
