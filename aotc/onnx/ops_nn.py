@@ -11,6 +11,7 @@ from aotc.errors import ShapeError
 from aotc.frontend.conv_transpose import conv_transpose_value
 from aotc.ir.dtypes import DType
 from aotc.ir.ops import Op
+from aotc.ir.ops.vision import ceil_extra, pool_length
 from aotc.ir.shapes import norm_axis, numel
 from aotc.ir.symbolic import floordiv, smax
 from aotc.ir.types import ShapeDim, Value
@@ -174,22 +175,19 @@ def _pool_geometry(imp: Importer, node: OnnxNode, x: Value) -> tuple[tuple, tupl
         raise ShapeError(f"{node.label}: kernel_shape needs {nsp} entries")
     strides, dil = _spatial_attrs(node, nsp)
     pads = _pads(imp, node, x, kernel, strides, dil)
+    ceil = bool(node.attr("ceil_mode", 0))
+    if ceil and not all(isinstance(p, int) for p in pads):
+        raise node.fail("ceil_mode with auto_pad SAME over a dynamic dim is not supported")
     extra, out = [], []
     for i in range(nsp):
-        d = x.type.shape[2 + i]
+        d, lo, hi = x.type.shape[2 + i], pads[2 * i], pads[2 * i + 1]
         span = (kernel[i] - 1) * dil[i] + 1
-        room = d + pads[2 * i] + pads[2 * i + 1] - span
-        if node.attr("ceil_mode", 0):
-            n = floordiv(room + strides[i] - 1, strides[i]) + 1
-            if not isinstance(n, int):
-                raise node.fail("ceil_mode over a dynamic dim is not supported")
-            if (n - 1) * strides[i] >= d + pads[2 * i]:
-                n -= 1  # the last window must start inside the input or its left padding
-        else:
-            n = floordiv(room, strides[i]) + 1
+        try:
+            n = pool_length(d, span, strides[i], lo, hi, ceil)
+        except ShapeError as e:
+            raise node.fail(str(e)) from None
         out.append(n)
-        need = (n - 1) * strides[i] + span - (d + pads[2 * i] + pads[2 * i + 1])
-        extra.append(need if isinstance(need, int) and need > 0 else 0)
+        extra.append(ceil_extra(n, d, span, strides[i], lo, hi) if ceil else 0)
     return kernel, strides, dil, pads, extra, out
 
 
@@ -215,15 +213,24 @@ def _full_pads(pads: list, extra: list) -> list:
     return [p + (e if j % 2 else 0) for j, (p, e) in enumerate(zip(pads, [v for e in extra for v in (0, e)]))]
 
 
+def _whole(x: Value, kernel: tuple, dil: tuple, pads: list) -> bool:
+    """Whether aotc's 2-D pool op (static pads of at most half the kernel, no dilation) computes this node."""
+    fits = all(isinstance(p, int) and p <= kernel[j // 2] // 2 for j, p in enumerate(pads))
+    return x.type.rank == 4 and all(d == 1 for d in dil) and fits
+
+
+def _ceil(node: OnnxNode) -> dict[str, bool]:
+    return {"ceil_mode": True} if node.attr("ceil_mode", 0) else {}
+
+
 def _max_pool(imp: Importer, node: OnnxNode) -> list[Operand]:
     (x,) = values(imp, node, 0)
     float_input(node, x)
     if node.wants(1):
         raise node.fail("the Indices output of MaxPool is not supported")
     kernel, strides, dil, pads, extra, out = _pool_geometry(imp, node, x)
-    simple = x.type.rank == 4 and all(d == 1 for d in dil) and not any(extra)
-    if simple and all(isinstance(p, int) and p <= kernel[j // 2] // 2 for j, p in enumerate(pads)):
-        return [imp.b.op(Op.MAX_POOL2D, x, kernel=kernel, strides=strides, pads=tuple(pads))]
+    if _whole(x, kernel, dil, pads):
+        return [imp.b.op(Op.MAX_POOL2D, x, kernel=kernel, strides=strides, pads=tuple(pads), **_ceil(node))]
     xp = _explicit_pad(imp, x, _full_pads(pads, extra), -math.inf)
     return [_sum_all(imp, _windows(imp, xp, kernel, strides, dil, out), Op.MAXIMUM)]
 
@@ -233,11 +240,9 @@ def _avg_pool(imp: Importer, node: OnnxNode) -> list[Operand]:
     float_input(node, x0)
     kernel, strides, dil, pads, extra, out = _pool_geometry(imp, node, x0)
     include = bool(node.attr("count_include_pad", 0))
-    simple = x0.type.rank == 4 and all(d == 1 for d in dil) and not any(extra)
-    if simple and all(isinstance(p, int) and p <= kernel[j // 2] // 2 for j, p in enumerate(pads)):
-        return [
-            imp.b.op(Op.AVG_POOL2D, x0, kernel=kernel, strides=strides, pads=tuple(pads), count_include_pad=include)
-        ]
+    if _whole(x0, kernel, dil, pads):
+        attrs = {"kernel": kernel, "strides": strides, "pads": tuple(pads), "count_include_pad": include}
+        return [imp.b.op(Op.AVG_POOL2D, x0, **attrs, **_ceil(node))]
     x = imp.b.cast(x0, F32)
     total = _sum_all(imp, _windows(imp, _explicit_pad(imp, x, _full_pads(pads, extra), 0.0), kernel, strides, dil, out))
     # the divisor counts real elements, plus explicit padding when count_include_pad (never the ceil-mode extra)

@@ -251,10 +251,27 @@ def test_pooling():
     close(avg_ex, sums / counts)
 
 
+def test_ceil_mode_pooling_keeps_the_last_partial_window_in_1d_and_2d():
+    x = randn(2, 3, 7, 8)
+    mx = trace_run(lambda x: F.max_pool2d(x, 3, 2, ceil_mode=True), x)
+    xp = np.pad(x, ((0, 0), (0, 0), (0, 1), (0, 2)), constant_values=-np.inf)  # 3 windows of 3 need 7 + 0, 8 + 1
+    close(mx, np.lib.stride_tricks.sliding_window_view(xp, (3, 3), axis=(2, 3))[:, :, ::2, ::2].max((-1, -2)))
+    assert mx.shape == (2, 3, 3, 4)
+    # avg over (C, L), L = 6, kernel 3, stride 2, padding 1: windows start at -1, 1, 3 and (ceil mode) 5, inside
+    # the input; that last one covers element 5, the pad at 6 and the overhang at 7: its divisor is 2
+    v = randn(3, 6)
+    avg = trace_run(lambda v: F.avg_pool1d(v, 3, 2, 1, ceil_mode=True), v)
+    vp = np.pad(v, ((0, 0), (1, 1)))
+    want = [vp[:, i : i + 3].sum(-1) / 3 for i in range(0, 6, 2)] + [vp[:, 6:8].sum(-1) / 2]
+    close(avg, np.stack(want, -1))
+
+
 @pytest.mark.parametrize(
     ("fn", "match"),
     [
-        (lambda x: F.max_pool2d(x, 2, ceil_mode=True), "ceil_mode"),
+        (lambda x: F.max_pool2d(x, 2, ceil_mode="yes"), "ceil_mode must be a bool, got 'yes'"),
+        (lambda x: F.max_pool1d(x[0], 2, dilation=2), "dilation"),
+        (lambda x: F.avg_pool1d(x[0], (2, 2)), "one int"),
         (lambda x: F.max_pool2d(x, 2, dilation=2), "dilation"),
         (lambda x: F.max_pool2d(x, 2, return_indices=True), "return_indices"),
         (lambda x: F.avg_pool2d(x, 2, divisor_override=3), "divisor_override"),

@@ -18,11 +18,13 @@ nn = torch.nn
 BATCH = Dim("batch", min=1, max=8)
 
 
-def check(module: Any, spec: tuple, shapes: list[tuple], name: str = "input") -> None:
-    """``module`` compiled over ``{name: spec}`` matches eager at each of ``shapes`` on cpu and reference."""
+def check(
+    module: Any, spec: tuple, shapes: list[tuple], name: str = "input", devices: tuple = ("cpu", "reference")
+) -> None:
+    """``module`` compiled over ``{name: spec}`` matches eager at each of ``shapes`` on each of ``devices``."""
     module.eval()
     compiled = aotc.compile(module, {name: TensorSpec(spec)})
-    runs = {dev: aotc.load(compiled.artifact_bytes, device=dev) for dev in ("cpu", "reference")}
+    runs = {dev: aotc.load(compiled.artifact_bytes, device=dev) for dev in devices}
     rng = np.random.default_rng(0)
     for shape in shapes:
         x = rng.standard_normal(shape).astype(np.float32)
@@ -84,3 +86,62 @@ def test_the_functional_form_and_an_unbatched_input() -> None:
     weight = torch.randn(3, 2, 3, 3)
     module = Fn(lambda x: torch.nn.functional.conv_transpose2d(x, weight, stride=2, padding=1, dilation=2))
     check(module, (3, 4, 5), [(3, 4, 5)])
+
+
+# -- ceil-mode pooling ---------------------------------------------------------------------------------------
+
+TF = torch.nn.functional
+POOLS = {
+    # 7 = 2 * 3 + 1: the last window holds one input element and the padding past it
+    "max2d_last_partial_window": (lambda x: TF.max_pool2d(x, 3, 2, 0, ceil_mode=True), (3, 7, 8)),
+    "max2d_padded": (lambda x: TF.max_pool2d(x, 3, 2, 1, ceil_mode=True), (3, 8, 6)),
+    # stride 3 > kernel - padding: torch drops the window that would start in the right padding
+    "max2d_window_in_the_padding_dropped": (lambda x: TF.max_pool2d(x, 3, 3, 1, ceil_mode=True), (2, 7, 7)),
+    "avg2d_counts_pads_not_the_overhang": (lambda x: TF.avg_pool2d(x, 3, 2, 1, ceil_mode=True), (3, 8, 6)),
+    "avg2d_excluding_pads": (
+        lambda x: TF.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False),
+        (3, 8, 6),
+    ),
+    "avg2d_unpadded": (lambda x: TF.avg_pool2d(x, (2, 3), (2, 2), 0, ceil_mode=True), (2, 5, 8)),
+    "max1d": (lambda x: TF.max_pool1d(x, 3, 2, 1, ceil_mode=True), (3, 10)),
+    "avg1d": (lambda x: TF.avg_pool1d(x, 4, 3, 2, ceil_mode=True), (3, 10)),
+    "avg1d_excluding_pads": (lambda x: TF.avg_pool1d(x, 4, 3, 2, ceil_mode=True, count_include_pad=False), (3, 11)),
+}
+
+
+@pytest.mark.parametrize("case", list(POOLS))
+def test_ceil_mode_pooling_matches_torch_with_a_dynamic_batch(case: str) -> None:
+    fn, tail = POOLS[case]
+    check(Fn(fn), (BATCH, *tail), [(2, *tail), (3, *tail)])
+
+
+@pytest.mark.parametrize("kind", ["max", "avg", "avg_excluding_pads", "avg_unpadded"])
+def test_ceil_mode_pooling_over_dynamic_height_and_width(kind: str) -> None:
+    """The window count is symbolic: at 7 the last window is partial, at 8 it is whole."""
+    h, w = Dim("h", min=4, max=32), Dim("w", min=4, max=32)
+    fn = {
+        "max": lambda x: TF.max_pool2d(x, 3, 2, 1, ceil_mode=True),
+        "avg": lambda x: TF.avg_pool2d(x, 3, 2, 1, ceil_mode=True),
+        "avg_excluding_pads": lambda x: TF.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False),
+        "avg_unpadded": lambda x: TF.avg_pool2d(x, 3, 2, 0, ceil_mode=True),
+    }[kind]
+    check(Fn(fn), (BATCH, 2, h, w), [(2, 2, 7, 8), (1, 2, 10, 7)])
+
+
+def test_ceil_mode_over_a_dynamic_dim_where_the_last_window_may_start_in_the_padding_is_refused() -> None:
+    """Stride 3 > kernel 3 - padding 1: torch drops that window at some sizes (7) and not at others (8)."""
+    h = Dim("h", min=4, max=32)
+    with pytest.raises(aotc.TraceError, match=r"test_torch_conv_pool\.py:\d+: .*stride 3 > kernel 3 - padding 1 "
+                                              r".*aten\.max_pool2d"):  # fmt: skip
+        check(Fn(lambda x: TF.max_pool2d(x, 3, 3, 1, ceil_mode=True)), (BATCH, 2, h, 8), [])
+
+
+def test_the_kernels_match_under_the_triton_interpreter() -> None:
+    """The lowered forms (a dilated input convolved; padded strided window slices) as generated Triton kernels."""
+    pytest.importorskip("triton")
+    torch.manual_seed(0)
+    module, tail = TRANSPOSED["2d_groups_output_padding"]
+    check(module, (BATCH, *tail), [(2, *tail)], devices=("interpret",))
+    h, w = Dim("h", min=4, max=32), Dim("w", min=4, max=32)
+    pool = Fn(lambda x: TF.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False))
+    check(pool, (BATCH, 2, h, w), [(2, 2, 7, 8), (1, 2, 10, 9)], devices=("interpret",))
