@@ -151,6 +151,13 @@ ATEN: dict[str, Translation] = {
     "aten.all.default": M.all_,
     "aten.logsumexp.default": M.logsumexp,
     "aten.cumsum.default": M.cumsum,
+    "aten.linalg_vector_norm.default": M.vector_norm,
+    "aten.norm.Scalar": M.norm,
+    "aten.norm.ScalarOpt_dim": M.norm,
+    "aten.norm.ScalarOpt_dtype": lambda cx, x, p, dtype: M.norm(cx, x, p, None, False, dtype),
+    "aten.norm.ScalarOpt_dim_dtype": M.norm,
+    "aten.linalg_matrix_norm.default": M.matrix_norm,
+    "aten.linalg_matrix_norm.str_ord": M.matrix_norm,
     # -- creation
     "aten.full.default": M.full,
     "aten.zeros.default": M.zeros,
