@@ -112,6 +112,21 @@ def test_a_floordiv_reshape_becomes_a_multiple_of_guard_checked_at_run_time() ->
         compiled(x=np.zeros((10, 8), F32))
 
 
+class QuarterRows(nn.Module):
+    def forward(self, x: Any) -> Any:
+        return x.reshape(x.shape[0] // 4, 4, -1).sum(1)
+
+
+def test_a_minus_one_reshape_over_a_multiple_of_dim_is_inferred() -> None:
+    """The -1 is 6*batch elements / (4*(batch//4)): exactly 6, since batch is a multiple of 4."""
+    batch = Dim("batch", min=8, max=64, multiple_of=4)
+    compiled = aotc.compile(QuarterRows(), {"x": TensorSpec((batch, 6))})
+    rng = np.random.default_rng(0)
+    for n in (8, 20):
+        x = rng.standard_normal((n, 6)).astype(F32)
+        np.testing.assert_allclose(compiled(x=x), _eager(QuarterRows(), x=x).numpy(), rtol=1e-6)
+
+
 def test_a_relational_guard_torch_records_is_kept() -> None:
     class Branch(nn.Module):
         def forward(self, x: Any) -> Any:
