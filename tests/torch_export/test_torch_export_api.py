@@ -5,6 +5,7 @@ dim and the model's source line) and the artifact of a torch model being like an
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import warnings
@@ -207,7 +208,7 @@ HERE = Path(__file__).name
         (
             Spectrum,
             aotc.UnsupportedError,
-            rf"{HERE}:\d+: aten\._fft_r2c\.default is not supported by aotc \(supported ",
+            rf"{HERE}:\d+: aten\._fft_r2c\.default is not supported by aotc \(no supported op shares its name",
         ),
         (NonZero, aotc.TraceError, rf"{HERE}:\d+: aten\.nonzero\.default gives a data-dependent shape"),
         (Specialized, aotc.TraceError, rf"{HERE}:\d+: dim 'batch' .* specialized it to the constant 8"),
@@ -218,6 +219,27 @@ def test_errors_are_one_line_naming_the_op_or_dim_and_the_source_line(module: An
     with pytest.raises(error, match=message) as info:
         aotc.compile(module(), ROWS)
     assert "\n" not in str(info.value)
+
+
+def test_a_refusal_lists_only_supported_ops_of_the_same_name_stem() -> None:
+    class Volume(nn.Module):
+        def forward(self, x: Any) -> Any:
+            return nn.functional.max_pool3d(x, 2)
+
+    with pytest.raises(aotc.UnsupportedError) as info:
+        aotc.compile(Volume(), {"x": TensorSpec((Dim("batch", min=1, max=4), 2, 4, 4, 4))})
+    msg = str(info.value)
+    assert re.search(rf"{HERE}:\d+: aten\.max_pool3d_with_indices\.default is not supported by aotc", msg), msg
+    assert msg.endswith(
+        "(supported ops of the same name: aten.max_pool2d.default, aten.max_pool2d_with_indices.default)"
+    ), msg
+    from aotc.torch_export.table import nearby
+
+    assert nearby("aten.add.out") == ["aten.add.Scalar", "aten.add.Tensor"]  # other overloads, same namespace only
+    assert nearby("aten.native_group_norm.default") == ["aten.group_norm.default"]
+    assert nearby("aten.max_pool3d.default") == ["aten.max_pool2d.default", "aten.max_pool2d_with_indices.default"]
+    assert nearby("aten.linalg_svd.default")[0].startswith("aten.linalg_")  # the first word: linalg_*
+    assert nearby("aten.sort.default") == [] and nearby("aten._fft_r2c.default") == []
 
 
 def test_a_value_dependent_size_is_refused_at_its_line() -> None:
@@ -388,8 +410,6 @@ def test_torch_models_are_recognized_without_importing_torch_for_others() -> Non
 
 
 def test_readme_pytorch_example_runs_as_printed() -> None:
-    import re
-
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     section = readme[readme.index("## PyTorch models") :]
     code = re.search(r"```python\n(.+?)```", section, re.S).group(1)
