@@ -16,6 +16,7 @@ from aotc.frontend.context import Tracer, trace_error
 from aotc.frontend.conv_transpose import conv_transpose1d, conv_transpose2d
 from aotc.frontend.elementwise import as_tensor, tracer_of, unary, value_of, where, wrap
 from aotc.frontend.functions import repeat_interleave
+from aotc.frontend.resample import interpolate
 from aotc.frontend.symint import as_dim
 from aotc.frontend.tensor import Tensor
 from aotc.ir.dtypes import DType
@@ -34,6 +35,7 @@ __all__ = [
     "embedding",
     "gelu",
     "hardtanh",
+    "interpolate",
     "layer_norm",
     "leaky_relu",
     "linear",

@@ -11,6 +11,7 @@ from aotc.frontend import functions as T
 from aotc.frontend import layout
 from aotc.frontend.context import trace_error
 from aotc.frontend.conv_transpose import conv_transpose as conv_transpose_nd
+from aotc.frontend.resample import resample
 from aotc.frontend.tensor import Tensor
 
 Cx = Any
@@ -173,6 +174,30 @@ def adaptive_avg_pool2d(cx: Cx, x: Tensor, output_size: Sequence[Any]) -> Tensor
     if not all(isinstance(d, int) for d in (h, w, oh, ow)) or h % oh or w % ow:
         raise trace_error(f"adaptive_avg_pool2d to {oh}x{ow} needs static input sizes that it divides, got {h}x{w}")
     return F.avg_pool2d(x, [h // oh, w // ow], [h // oh, w // ow], 0)
+
+
+# -- upsampling ------------------------------------------------------------------------------------------------
+
+
+def upsample(mode: str, linear: bool, vec: bool) -> Any:
+    """``aten.upsample_<mode>.vec`` (input, output_size?, [align_corners], scale_factors?) or ``.default``
+    (input, output_size, [align_corners], scales per spatial dim...)."""
+    what = f"upsample_{mode}"
+
+    def fn(cx: Cx, x: Tensor, output_size: Any, *rest: Any) -> Tensor:
+        align = bool(rest[0]) if linear else False
+        rest = rest[1:] if linear else rest
+        if vec:
+            scales = None if rest[0] is None else list(rest[0])
+            sizes = None if output_size is None else list(output_size)
+            return resample(x, sizes, None if sizes is not None else scales, _MODES[mode], align, what)
+        scales = list(rest) if any(r is not None for r in rest) else None
+        return resample(x, list(output_size), scales, _MODES[mode], align, what)
+
+    return fn
+
+
+_MODES = {"nearest1d": "nearest", "nearest2d": "nearest", "linear1d": "linear", "bilinear2d": "bilinear"}
 
 
 # -- attention ------------------------------------------------------------------------------------------------

@@ -301,3 +301,28 @@ def test_pad():
     for kw, match in [({"mode": "reflect"}, "reflect"), ({"pad": (-1, 0)}, "negative"), ({"pad": (1, 1, 1)}, "pairs")]:
         with pytest.raises(TraceError, match=match):
             trace_run(lambda x, kw=kw: F.pad(x, **{"pad": (1, 1), **kw}), x)
+
+
+def test_interpolate_nearest_and_bilinear():
+    x = randn(2, 3, 4, 5)
+    near = trace_run(lambda x: F.interpolate(x, scale_factor=2), x)
+    close(near, x.repeat(2, axis=2).repeat(2, axis=3))
+    # align_corners: 4 -> 7 samples every half step, so odd outputs are the mean of their neighbours
+    lin = trace_run(lambda x: F.interpolate(x, size=(7, 5), mode="bilinear", align_corners=True), x)
+    close(lin[:, :, ::2], x)
+    close(lin[:, :, 1::2], (x[:, :, :-1] + x[:, :, 1:]) / 2)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"size": 8, "scale_factor": 2}, "exactly one of size and scale_factor"),
+        ({"scale_factor": 2, "antialias": True}, "antialias"),
+        ({"scale_factor": 2, "mode": "bicubic"}, "mode 'bicubic' is not supported"),
+        ({"scale_factor": 2, "mode": "linear"}, "rank-3"),
+        ({"scale_factor": 2, "align_corners": True}, "align_corners only applies"),
+    ],
+)
+def test_interpolate_errors(kwargs, match):
+    with pytest.raises(TraceError, match=match):
+        trace_run(lambda x: F.interpolate(x, **kwargs), randn(1, 2, 4, 4))
