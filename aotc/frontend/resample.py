@@ -1,5 +1,5 @@
-"""Nearest and (bi)linear resampling as gathers and pointwise math, over static or dynamic spatial dims: torch's
-``F.interpolate`` / ``aten.upsample_nearest*d`` / ``aten.upsample_(bi)linear*d``, and the ONNX importer's Resize of
+"""Nearest, (bi)linear and bicubic resampling as gathers and pointwise math, over static or dynamic spatial dims: torch's
+``F.interpolate`` / ``aten.upsample_nearest*d`` / ``aten.upsample_(bi)linear*d`` / ``aten.upsample_bicubic2d``, and the ONNX importer's Resize of
 a dynamic dim. Each resized axis is one step: source coordinates from an iota over the output length (float32,
 as torch's CPU kernels compute them), then a gather (nearest) or two gathers blended by the fractional part
 (linear). Separable, so a 2-D resize is the width step then the height step."""
@@ -25,7 +25,8 @@ from aotc.ir.types import ShapeDim, Value
 # ``full`` and ``cast``.
 B = Any
 F32, I64 = DType.float32, DType.int64
-MODES = ("nearest", "linear")
+MODES = ("nearest", "linear", "cubic")
+CUBIC_A = -0.75  # torch's bicubic coefficient
 
 
 def scaled_length(n_in: ShapeDim, scale: float, what: str) -> ShapeDim:
@@ -71,7 +72,7 @@ def resample_axis(
         src = b.op(Op.FLOOR, b.op(Op.MUL, i, _ratio(b, n_in, n_out, scale)))
         idx = b.op(Op.MINIMUM, b.cast(src, I64), last)
         return b.op(Op.GATHER, x, idx, axis=axis)
-    if mode != "linear":
+    if mode not in MODES:
         raise ShapeError(f"resampling mode {mode!r} is not supported ({', '.join(MODES)} are)")
     if align_corners:
         if isinstance(n_out, int) and n_out <= 1:
@@ -82,7 +83,10 @@ def resample_axis(
     else:
         half = b.full(0.5, F32)
         src = b.op(Op.SUB, b.op(Op.MUL, b.op(Op.ADD, i, half), _ratio(b, n_in, n_out, scale)), half)
-        src = b.op(Op.MAXIMUM, src, b.full(0.0, F32))
+        if mode == "linear":  # torch clamps a linear source coordinate at 0, a cubic one not
+            src = b.op(Op.MAXIMUM, src, b.full(0.0, F32))
+    if mode == "cubic":
+        return _cubic(b, x, axis, src, last)
     lo_f = b.op(Op.FLOOR, src)
     lo = b.op(Op.MINIMUM, b.cast(lo_f, I64), last)
     hi = b.op(Op.MINIMUM, b.op(Op.ADD, lo, b.full(1, I64)), last)
@@ -97,10 +101,48 @@ def resample_axis(
     return b.cast(y, x.type.dtype)
 
 
+def _cubic(b: B, x: Value, axis: int, src: Value, last: Value) -> Value:
+    """torch's bicubic step: the four taps floor(src) - 1 .. floor(src) + 2, each clamped into the input, weighted
+    by the cubic convolution kernel with A = -0.75 at the distance t = src - floor(src)."""
+    base_f = b.op(Op.FLOOR, src)
+    t = b.op(Op.SUB, src, base_f)
+    base = b.cast(base_f, I64)
+    one = b.full(1.0, F32)
+
+    def c(v: float) -> Value:
+        return b.full(v, F32)
+
+    def near(d: Value) -> Value:  # |d| <= 1: ((A + 2) d - (A + 3)) d^2 + 1
+        inner = b.op(Op.SUB, b.op(Op.MUL, c(CUBIC_A + 2), d), c(CUBIC_A + 3))
+        return b.op(Op.ADD, b.op(Op.MUL, b.op(Op.MUL, inner, d), d), one)
+
+    def far(d: Value) -> Value:  # 1 < |d| < 2: ((A d - 5A) d + 8A) d - 4A
+        inner = b.op(Op.ADD, b.op(Op.MUL, b.op(Op.SUB, b.op(Op.MUL, c(CUBIC_A), d), c(5 * CUBIC_A)), d), c(8 * CUBIC_A))
+        return b.op(Op.SUB, b.op(Op.MUL, inner, d), c(4 * CUBIC_A))
+
+    u = b.op(Op.SUB, one, t)
+    weights = [far(b.op(Op.ADD, t, one)), near(t), near(u), far(b.op(Op.ADD, u, one))]
+    xf = b.cast(x, F32) if x.type.dtype is not F32 else x
+    rank = x.type.rank
+    zero = b.full(0, I64)
+    y = None
+    for k, w in enumerate(weights):
+        idx = b.op(Op.MINIMUM, b.op(Op.MAXIMUM, b.op(Op.ADD, base, b.full(k - 1, I64)), zero), last)
+        term = b.op(Op.MUL, b.op(Op.GATHER, xf, idx, axis=axis), _along(b, w, rank, axis))
+        y = term if y is None else b.op(Op.ADD, y, term)
+    return b.cast(y, x.type.dtype)
+
+
 # -- torch.nn.functional.interpolate ------------------------------------------------------------------------
 
-_TORCH_MODES = {"nearest": "nearest", "linear": "linear", "bilinear": "linear", "trilinear": "linear"}
-_RANKS = {"linear": 3, "bilinear": 4, "trilinear": 5}
+_TORCH_MODES = {
+    "nearest": "nearest",
+    "linear": "linear",
+    "bilinear": "linear",
+    "trilinear": "linear",
+    "bicubic": "cubic",
+}
+_RANKS = {"linear": 3, "bilinear": 4, "trilinear": 5, "bicubic": 4}
 
 
 def resample(
@@ -156,7 +198,7 @@ def interpolate(
     recompute_scale_factor: bool | None = None,
     antialias: bool = False,
 ) -> Tensor:
-    """``torch.nn.functional.interpolate`` for modes nearest, linear, bilinear and trilinear."""
+    """``torch.nn.functional.interpolate`` for modes nearest, linear, bilinear, bicubic and trilinear."""
     t = as_tensor(x)
     nsp = t.ndim - 2
     if antialias:

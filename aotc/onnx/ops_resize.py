@@ -87,7 +87,8 @@ def _resize_dynamic(
 ) -> Value:
     """A dynamic axis has no matrix to precompute: its source coordinates are computed from an iota instead
     (aotc/frontend/resample.py, torch's rules), for the forms exporters write: nearest with asymmetric
-    coordinates and floor (torch's nearest), linear with half_pixel, pytorch_half_pixel or align_corners; by a
+    coordinates and floor (torch's nearest), linear with half_pixel, pytorch_half_pixel or align_corners, cubic
+    with torch's coefficient -0.75 and half_pixel or align_corners; by a
     power-of-two scale, whose reciprocal is exact, so multiplying by it is ONNX's division by the scale."""
     n_in = x.type.shape[axis]
     mode = attrs.get("mode", "nearest")
@@ -105,10 +106,13 @@ def _resize_dynamic(
         form = ("linear", False)  # pytorch_half_pixel differs only where an output length is 1
     elif mode == "linear" and ctm == "align_corners":
         form = ("linear", True)
+    elif mode == "cubic" and attrs.get("cubic_coeff_a", -0.75) == -0.75 and ctm in ("half_pixel", "align_corners"):
+        form = ("cubic", ctm == "align_corners")  # torch's bicubic
     else:
         raise node.fail(
             f"{refuse} with mode {mode!r} and coordinate_transformation_mode {ctm!r} is not supported (nearest with "
-            "asymmetric and nearest_mode floor, linear with half_pixel, pytorch_half_pixel or align_corners are)"
+            "asymmetric and nearest_mode floor, linear with half_pixel, pytorch_half_pixel or align_corners, cubic "
+            "with cubic_coeff_a -0.75 and half_pixel or align_corners are)"
         )
     try:
         n_out = scaled_length(n_in, scale, node.label)

@@ -197,7 +197,13 @@ def upsample(mode: str, linear: bool, vec: bool) -> Any:
     return fn
 
 
-_MODES = {"nearest1d": "nearest", "nearest2d": "nearest", "linear1d": "linear", "bilinear2d": "bilinear"}
+_MODES = {
+    "nearest1d": "nearest",
+    "nearest2d": "nearest",
+    "linear1d": "linear",
+    "bilinear2d": "bilinear",
+    "bicubic2d": "bicubic",
+}
 
 
 # -- attention ------------------------------------------------------------------------------------------------

@@ -247,6 +247,8 @@ ATEN: dict[str, Translation] = {
     "aten.upsample_linear1d.default": N.upsample("linear1d", True, False),
     "aten.upsample_bilinear2d.vec": N.upsample("bilinear2d", True, True),
     "aten.upsample_bilinear2d.default": N.upsample("bilinear2d", True, False),
+    "aten.upsample_bicubic2d.vec": N.upsample("bicubic2d", True, True),
+    "aten.upsample_bicubic2d.default": N.upsample("bicubic2d", True, False),
     "aten.scaled_dot_product_attention.default": N.sdpa,
     "aten._scaled_dot_product_flash_attention_for_cpu.default": N.sdpa_flash_cpu,
     # -- sizes, tuples and asserts

@@ -318,7 +318,7 @@ def test_interpolate_nearest_and_bilinear():
     [
         ({"size": 8, "scale_factor": 2}, "exactly one of size and scale_factor"),
         ({"scale_factor": 2, "antialias": True}, "antialias"),
-        ({"scale_factor": 2, "mode": "bicubic"}, "mode 'bicubic' is not supported"),
+        ({"scale_factor": 2, "mode": "area"}, "mode 'area' is not supported"),
         ({"scale_factor": 2, "mode": "linear"}, "rank-3"),
         ({"scale_factor": 2, "align_corners": True}, "align_corners only applies"),
     ],

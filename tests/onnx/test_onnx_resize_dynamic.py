@@ -30,6 +30,10 @@ FORMS = {
     "linear_pytorch_half_pixel_x4_w": ([1, 1, 1, 4], dict(mode="linear",
                                                           coordinate_transformation_mode="pytorch_half_pixel")),
     "linear_align_corners_x2": ([1, 1, 2, 2], dict(mode="linear", coordinate_transformation_mode="align_corners")),
+    "cubic_half_pixel_x2": ([1, 1, 2, 2], dict(mode="cubic", cubic_coeff_a=-0.75,
+                                               coordinate_transformation_mode="half_pixel")),
+    "cubic_align_corners_x2": ([1, 1, 2, 2], dict(mode="cubic", cubic_coeff_a=-0.75,
+                                                  coordinate_transformation_mode="align_corners")),
     "linear_half_pixel_down_half": ([1, 1, 0.5, 0.5], dict(mode="linear",
                                                            coordinate_transformation_mode="half_pixel")),
 }  # fmt: skip
@@ -55,7 +59,7 @@ def test_resize_of_dynamic_height_and_width_matches_onnxruntime(form: str) -> No
         ([1, 1, 3, 3], dict(mode="nearest", coordinate_transformation_mode="asymmetric", nearest_mode="floor"),
          "needs a power-of-two scale"),
         ([1, 1, 2, 2], dict(mode="nearest"), "mode 'nearest' and coordinate_transformation_mode 'half_pixel'"),
-        ([1, 1, 2, 2], dict(mode="cubic"), "mode 'cubic'"),
+        ([1, 1, 2, 2], dict(mode="cubic", coordinate_transformation_mode="asymmetric"), "mode 'cubic'"),
     ],
 )  # fmt: skip
 def test_other_forms_over_a_dynamic_dim_are_refused_naming_it(scales: list, attrs: dict, match: str) -> None:

@@ -1,4 +1,4 @@
-"""Upsampling (``F.interpolate`` / ``nn.Upsample``: nearest and bilinear, align_corners both ways, by scale or by
+"""Upsampling (``F.interpolate`` / ``nn.Upsample``: nearest, bilinear and bicubic, align_corners both ways, by scale or by
 size) through ``aotc.compile(torch_module, specs)`` with dynamic batch, height and width, against torch eager at
 two sizes on the cpu and reference backends."""
 
@@ -49,6 +49,8 @@ DYNAMIC = {
     "bilinear_x2": lambda x: TF.interpolate(x, scale_factor=2, mode="bilinear"),
     "bilinear_x2_align_corners": lambda x: TF.interpolate(x, scale_factor=2, mode="bilinear", align_corners=True),
     "bilinear_x1_5": lambda x: TF.interpolate(x, scale_factor=1.5, mode="bilinear"),
+    "bicubic_x2": lambda x: TF.interpolate(x, scale_factor=2, mode="bicubic"),
+    "bicubic_x2_align_corners": lambda x: TF.interpolate(x, scale_factor=2, mode="bicubic", align_corners=True),
     "bilinear_to_a_size_of_the_input": lambda x: TF.interpolate(x, size=(x.shape[2] * 2 + 1, x.shape[3]),
                                                                 mode="bilinear"),
 }  # fmt: skip
@@ -64,6 +66,7 @@ STATIC = {
     "bilinear_to_size": lambda x: TF.interpolate(x, size=(7, 9), mode="bilinear"),
     "bilinear_down_align_corners": lambda x: TF.interpolate(x, size=(3, 2), mode="bilinear", align_corners=True),
     "bilinear_odd_scale": lambda x: TF.interpolate(x, scale_factor=1.7, mode="bilinear"),
+    "bicubic_down_to_size": lambda x: TF.interpolate(x, size=(3, 4), mode="bicubic"),
     "linear_1d": lambda x: TF.interpolate(x[:, :, 0], scale_factor=2.5, mode="linear"),
     "nearest_1d": lambda x: TF.interpolate(x[:, :, 0], size=11),
     # over a dynamic dim torch.export writes these sizes as float arithmetic (sym_float, trunc), refused as such
