@@ -81,6 +81,20 @@ def test_transposed_convolution_over_a_dynamic_length() -> None:
     check(module, (BATCH, 3, length), [(2, 3, 5), (3, 3, 11)])
 
 
+def test_a_3d_transposed_convolution_is_refused_at_the_models_line() -> None:
+    class Volume(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = nn.Parameter(torch.randn(2, 2, 3, 3, 3))
+
+        def forward(self, input: Any) -> Any:
+            return torch.nn.functional.conv_transpose3d(input, self.weight)
+
+    with pytest.raises(aotc.TraceError, match=r"test_torch_conv_pool\.py:\d+: 3-D transposed convolution is not "
+                                              r"supported \(1-D and 2-D are\) \(in aten\.convolution"):  # fmt: skip
+        aotc.compile(Volume(), {"input": TensorSpec((BATCH, 2, 4, 4, 4))})
+
+
 def test_the_functional_form_and_an_unbatched_input() -> None:
     torch.manual_seed(0)
     weight = torch.randn(3, 2, 3, 3)
