@@ -69,8 +69,7 @@ STATIC = {
     "bicubic_down_to_size": lambda x: TF.interpolate(x, size=(3, 4), mode="bicubic"),
     "linear_1d": lambda x: TF.interpolate(x[:, :, 0], scale_factor=2.5, mode="linear"),
     "nearest_1d": lambda x: TF.interpolate(x[:, :, 0], size=11),
-    # over a dynamic dim torch.export writes these sizes as float arithmetic (sym_float, trunc), refused as such
-    "nearest_down_half": lambda x: TF.interpolate(x, scale_factor=0.5),
+    # over a dynamic dim torch.export computes this size in Python floats (torch.sym_float nodes): refused there
     "nearest_recomputed_scale": lambda x: TF.interpolate(x, scale_factor=1.5, recompute_scale_factor=True),
 }
 
@@ -78,6 +77,13 @@ STATIC = {
 @pytest.mark.parametrize("case", list(STATIC))
 def test_upsampling_of_static_spatial_dims_matches_torch(case: str) -> None:
     check(STATIC[case], (BATCH, 3, 5, 6), [(2, 3, 5, 6), (3, 3, 5, 6)])
+
+
+@pytest.mark.parametrize("mode", ["nearest", "bilinear"])
+def test_downsampling_by_half_over_dynamic_dims_takes_torchs_truncated_size_guards(mode: str) -> None:
+    """torch guards the output size as ``math.trunc(0.5 * torch.sym_float(h)) >= 2``: read as (h // 2) >= 2."""
+    h, w = Dim("h", min=4, max=32), Dim("w", min=4, max=32)
+    check(lambda x: TF.interpolate(x, scale_factor=0.5, mode=mode), (BATCH, 3, h, w), [(2, 3, 5, 7), (1, 3, 8, 4)])
 
 
 def test_a_scale_without_an_exact_length_over_a_dynamic_dim_is_refused_at_its_line() -> None:
