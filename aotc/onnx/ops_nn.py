@@ -182,10 +182,7 @@ def _pool_geometry(imp: Importer, node: OnnxNode, x: Value) -> tuple[tuple, tupl
     for i in range(nsp):
         d, lo, hi = x.type.shape[2 + i], pads[2 * i], pads[2 * i + 1]
         span = (kernel[i] - 1) * dil[i] + 1
-        try:
-            n = pool_length(d, span, strides[i], lo, hi, ceil)
-        except ShapeError as e:
-            raise node.fail(str(e)) from None
+        n = pool_length(d, span, strides[i], lo, hi, ceil)
         out.append(n)
         extra.append(ceil_extra(n, d, span, strides[i], lo, hi) if ceil else 0)
     return kernel, strides, dil, pads, extra, out

@@ -330,6 +330,16 @@ def test_symbolic_decompositions_run_for_many_bindings() -> None:
             {"kernel": (3, 3), "strides": (2, 2), "pads": (1, 1, 1, 1), "ceil_mode": True},
         ),
         (Op.AVG_POOL2D, [("x", (b, 2, h, w))], {"kernel": (3, 3), "strides": (2, 2), "ceil_mode": True}),
+        (
+            Op.MAX_POOL2D,
+            [("x", (b, 2, h, w))],
+            {"kernel": (3, 3), "strides": (3, 3), "pads": (1, 1, 1, 1), "ceil_mode": True},
+        ),
+        (
+            Op.AVG_POOL2D,
+            [("x", (b, 2, h, w))],
+            {"kernel": (2, 3), "strides": (3, 3), "pads": (1, 0, 1, 1), "ceil_mode": True, "count_include_pad": True},
+        ),
     ]
     rng = np.random.default_rng(9)
     for op, specs, attrs in cases:

@@ -10,7 +10,6 @@ from onnx import TensorProto, helper
 from test_onnx_import import model_of
 
 from aotc.compiler import compile_graph
-from aotc.errors import UnsupportedError
 from aotc.onnx import import_onnx
 
 torch = pytest.importorskip("torch")
@@ -61,10 +60,17 @@ def test_a_dilated_ceil_mode_max_pool_whose_last_window_starts_in_the_padding() 
     np.testing.assert_allclose(got, want)
 
 
-def test_ceil_mode_where_the_dropped_window_depends_on_a_dynamic_size_is_refused() -> None:
-    model = pool_model("MaxPool", [1, 2, "h", 8], kernel_shape=[3, 3], strides=[3, 3], pads=[1, 1, 1, 1])
-    with pytest.raises(UnsupportedError, match=r"MaxPool.*dynamic size h with stride 3 > kernel 3 - padding 1"):
-        import_onnx(model, dims={"h": (4, 32)})
+def test_ceil_mode_where_the_dropped_window_depends_on_a_dynamic_size() -> None:
+    """Kernel 3, stride 3, pads 1 over h: torch (and ONNX) drop the ceil window at h = 8, keep it at 7 and 10."""
+    model = pool_model("MaxPool", ["n", 2, "h", 8], kernel_shape=[3, 3], strides=[3, 3], pads=[1, 1, 1, 1])
+    compiled = compile_graph(import_onnx(model, dims={"n": (1, 4), "h": (4, 32)}))
+    rng = np.random.default_rng(3)
+    for h in (7, 8, 10):
+        x = rng.standard_normal((1, 2, h, 8)).astype(np.float32)
+        (got,) = compiled.run({"x": x})
+        want = F.max_pool2d(torch.from_numpy(x), 3, 3, 1, ceil_mode=True).numpy()
+        assert got.shape == want.shape, h
+        np.testing.assert_allclose(got, want)
 
 
 def test_a_ceil_mode_pool_exports_as_its_decomposition_and_onnxruntime_matches_torch() -> None:

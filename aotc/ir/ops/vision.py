@@ -107,26 +107,22 @@ def pool_length(d: ShapeDim, span: int, stride: int, lo: int, hi: int, ceil_mode
     room = d + lo + hi - span
     if not ceil_mode:
         return floordiv(room, stride) + 1
-    n = floordiv(room + stride - 1, stride) + 1
+    # With r = d + lo - 1 (the last position a window may start at) and c = span - hi - 1, ceil mode counts
+    # floor((r - c + stride - 1) / stride) + 1 windows, less any that start past r: that is the ceil count itself
+    # when c >= stride - 1, and floor(r / stride) + 1 otherwise (the ceil count is then that or one more).
     if stride <= span - hi:
-        # then n - 1 = floor((d + lo - 1 - c + stride - 1) / stride) with c = span - hi - 1 >= stride - 1: the last
-        # window always starts inside the input or its left padding, for every d
-        return n
-    last = floordiv(d + lo - 1, stride) + 1  # windows that start inside the input or its left padding
-    if isinstance(n, int) and isinstance(last, int):
-        return min(n, last)
-    raise ShapeError(
-        f"ceil_mode pooling over the dynamic size {d} with stride {stride} > kernel {span} - padding {hi} is not "
-        "supported: whether the last window starts in the padding depends on the size; pin the dim or use "
-        f"stride <= {span - hi}"
-    )
+        return floordiv(room + stride - 1, stride) + 1
+    return floordiv(d + lo - 1, stride) + 1
 
 
 def ceil_extra(n: ShapeDim, d: ShapeDim, span: int, stride: int, lo: int, hi: int) -> ShapeDim:
-    """The padding past ``hi`` that the last of ``n`` windows reaches (0 outside ceil mode's partial window);
-    symbolic only where ``pool_length`` proved it in [0, stride)."""
+    """How much padding past ``hi`` the last of ``n`` windows may reach (0 outside ceil mode's partial window).
+    Over a dynamic dim that is exact where ``pool_length`` took the ceil count (it is then in [0, stride)), else
+    the bound span - hi - 1: the padding past where the last window ends is never read."""
     e = (n - 1) * stride + span - (d + lo + hi)
-    return max(e, 0) if isinstance(e, int) else e
+    if isinstance(e, int):
+        return max(e, 0)
+    return e if stride <= span - hi else max(span - hi - 1, 0)
 
 
 def _pool_infer(ts: Sequence[TensorType], attrs: Attrs, ctx: ShapeCtx) -> tuple[TensorType, ...]:
