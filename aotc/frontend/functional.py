@@ -13,8 +13,10 @@ from typing import Any
 
 from aotc.frontend import layout
 from aotc.frontend.context import Tracer, trace_error
+from aotc.frontend.conv_transpose import conv_transpose1d, conv_transpose2d
 from aotc.frontend.elementwise import as_tensor, tracer_of, unary, value_of, where, wrap
 from aotc.frontend.functions import repeat_interleave
+from aotc.frontend.resample import interpolate
 from aotc.frontend.symint import as_dim
 from aotc.frontend.tensor import Tensor
 from aotc.ir.dtypes import DType
@@ -22,18 +24,23 @@ from aotc.ir.ops import Op
 from aotc.ir.types import Value
 
 __all__ = [
+    "avg_pool1d",
     "avg_pool2d",
     "batch_norm",
     "conv2d",
+    "conv_transpose1d",
+    "conv_transpose2d",
     "dropout",
     "elu",
     "embedding",
     "gelu",
     "hardtanh",
+    "interpolate",
     "layer_norm",
     "leaky_relu",
     "linear",
     "log_softmax",
+    "max_pool1d",
     "max_pool2d",
     "normalize",
     "pad",
@@ -344,6 +351,56 @@ def _pool_args(kernel_size: Any, stride: Any, padding: Any, what: str) -> tuple[
     return kernel, strides, (ph, ph, pw, pw)
 
 
+def _ceil(ceil_mode: Any) -> dict[str, bool]:
+    """The attr only when set, so graphs without ceil mode (and their kernel cache keys) stay as they were."""
+    if ceil_mode not in (True, False) or isinstance(ceil_mode, float):
+        raise trace_error(f"pooling ceil_mode must be a bool, got {ceil_mode!r}")
+    return {"ceil_mode": True} if ceil_mode else {}
+
+
+def _as_2d(fn: Any, x: Any, kernel_size: Any, stride: Any, padding: Any, what: str, *rest: Any) -> Tensor:
+    """A 1-D pool as the 2-D one over a height of one: (N, C, L) -> (N, C, 1, L)."""
+    t = _t(x)
+    if t.ndim not in (2, 3):
+        raise trace_error(f"{what} needs a (N, C, L) or (C, L) input, got rank {t.ndim}")
+
+    def one(v: Any, height: int) -> tuple[int, int] | None:
+        if v is None or (isinstance(v, (list, tuple)) and not v):
+            return None  # stride: the kernel's
+        vals = (v,) if isinstance(v, int) else tuple(v)
+        if len(vals) != 1 or isinstance(vals[0], bool) or not isinstance(vals[0], int):
+            raise trace_error(f"{what} kernel_size, stride and padding must each be an int or one int, got {v!r}")
+        return (height, vals[0])
+
+    y = fn(layout.unsqueeze(t, -2), one(kernel_size, 1), one(stride, 1), one(padding, 0), *rest)
+    return layout.squeeze(y, -2)
+
+
+def max_pool1d(
+    x: Any,
+    kernel_size: Any,
+    stride: Any = None,
+    padding: Any = 0,
+    dilation: Any = 1,
+    ceil_mode: bool = False,
+    return_indices: bool = False,
+) -> Tensor:
+    if dilation not in (1, (1,), [1]):
+        raise trace_error("max_pool1d with dilation != 1 is not supported")
+    return _as_2d(max_pool2d, x, kernel_size, stride, padding, "max_pool1d", 1, ceil_mode, return_indices)
+
+
+def avg_pool1d(
+    x: Any,
+    kernel_size: Any,
+    stride: Any = None,
+    padding: Any = 0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+) -> Tensor:
+    return _as_2d(avg_pool2d, x, kernel_size, stride, padding, "avg_pool1d", ceil_mode, count_include_pad)
+
+
 def max_pool2d(
     x: Any,
     kernel_size: Any,
@@ -355,14 +412,12 @@ def max_pool2d(
 ) -> Tensor:
     if _pair(dilation, "max_pool2d dilation") != (1, 1):
         raise trace_error("max_pool2d with dilation != 1 is not supported")
-    if ceil_mode:
-        raise trace_error("max_pool2d with ceil_mode=True is not supported")
     if return_indices:
         raise trace_error("max_pool2d with return_indices=True is not supported")
     t, unbatched = _batched(_t(x), "max_pool2d")
     kernel, strides, pads = _pool_args(kernel_size, stride, padding, "max_pool2d")
     tr = t._t()
-    y = wrap(tr.op(Op.MAX_POOL2D, t._v(), kernel=kernel, strides=strides, pads=pads), tr)
+    y = wrap(tr.op(Op.MAX_POOL2D, t._v(), kernel=kernel, strides=strides, pads=pads, **_ceil(ceil_mode)), tr)
     return layout.squeeze(y, 0) if unbatched else y
 
 
@@ -375,8 +430,6 @@ def avg_pool2d(
     count_include_pad: bool = True,
     divisor_override: int | None = None,
 ) -> Tensor:
-    if ceil_mode:
-        raise trace_error("avg_pool2d with ceil_mode=True is not supported")
     if divisor_override is not None:
         raise trace_error("avg_pool2d with divisor_override is not supported")
     t, unbatched = _batched(_t(x), "avg_pool2d")
@@ -384,7 +437,13 @@ def avg_pool2d(
     tr = t._t()
     y = wrap(
         tr.op(
-            Op.AVG_POOL2D, t._v(), kernel=kernel, strides=strides, pads=pads, count_include_pad=bool(count_include_pad)
+            Op.AVG_POOL2D,
+            t._v(),
+            kernel=kernel,
+            strides=strides,
+            pads=pads,
+            count_include_pad=bool(count_include_pad),
+            **_ceil(ceil_mode),
         ),
         tr,
     )

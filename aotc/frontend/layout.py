@@ -12,7 +12,7 @@ from aotc.frontend.tensor_base import TensorBase
 from aotc.ir.dtypes import DType
 from aotc.ir.ops import Op
 from aotc.ir.shapes import fmt_shape, numel
-from aotc.ir.symbolic import exact_div, floordiv, mod
+from aotc.ir.symbolic import SymExpr, floordiv, mod, to_infix
 from aotc.ir.types import Shape, ShapeDim, Value
 
 
@@ -70,10 +70,14 @@ def reshape(x: TensorBase, args: Sequence[Any]) -> TensorBase:
     if holes:
         total = numel(src)
         known = numel(tuple(d for i, d in enumerate(shape) if i != holes[0]))
-        q = exact_div(total, known) if known != 0 else None
+        q = x._t().ctx.exact_div(total, known) if known != 0 else None
         if q is None:
-            if not isinstance(known, int) or known == 0:
-                raise trace_error(f"reshape {fmt_shape(src)} to {tuple(shape)}: cannot infer the -1 size")
+            if known == 0:
+                raise trace_error(
+                    f"reshape {fmt_shape(src)} to {fmt_shape(shape)}: -1 next to a size-0 dim is ambiguous"
+                )
+            if not isinstance(known, int):
+                raise trace_error(_inexact(x, src, shape, total, known))
             if isinstance(total, int):
                 raise trace_error(f"reshape: shape {tuple(shape)} is invalid for input of size {total}")
             # exact only for some sizes: guard the divisibility the hint shows
@@ -81,6 +85,22 @@ def reshape(x: TensorBase, args: Sequence[Any]) -> TensorBase:
             q = floordiv(total, known)
         shape[holes[0]] = q
     return reshape_to(x, shape)
+
+
+def _inexact(x: TensorBase, src: Shape, shape: Sequence[ShapeDim], total: ShapeDim, known: ShapeDim) -> str:
+    ctx = x._t().ctx
+    names = sorted(known.free_symbols() | (total.free_symbols() if isinstance(total, SymExpr) else set()))
+    dims = ", ".join(
+        f"{n} in [{ctx.ranges[n][0]}, {ctx.ranges[n][1]}]"
+        + (f" multiple_of {ctx.multiples[n]}" if ctx.multiples.get(n, 1) > 1 else "")
+        for n in names
+        if n in ctx.ranges
+    )
+    return (
+        f"reshape {fmt_shape(src)} to {fmt_shape(shape)}: cannot infer the -1 size: {to_infix(total)} elements "
+        f"divided by {to_infix(known)} is not a whole number for every value of {dims or ', '.join(names)}; "
+        "declare the multiple_of that makes it exact on the Dim, or give the size explicitly"
+    )
 
 
 def permute(x: TensorBase, dims: Sequence[Any]) -> TensorBase:

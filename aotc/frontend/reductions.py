@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import namedtuple
 from typing import Any
 
@@ -115,3 +116,69 @@ def logsumexp(x: TensorBase, dim: Any, keepdim: bool) -> TensorBase:
     m = m.masked_fill(m.isinf(), 0.0)
     out = unary(Op.LOG, sum_((x - m).exp(), dims, True, None)) + m
     return out if keepdim else reshape_to(out, [d for i, d in enumerate(out._v().type.shape) if i not in dims])
+
+
+# -- norms (torch.linalg.vector_norm / matrix_norm), as reductions of |x| accumulated in float32 -----------------
+
+
+def _norm_order(ord: Any, what: str) -> float:
+    if isinstance(ord, bool) or not isinstance(ord, (int, float)) or math.isnan(ord):
+        raise trace_error(f"{what} ord must be a number (inf and -inf included), got {ord!r}")
+    return float(ord)
+
+
+def vector_norm(x: TensorBase, ord: Any = 2, dim: Any = None, keepdim: bool = False, dtype: Any = None) -> TensorBase:
+    """``torch.linalg.vector_norm``: ord inf / -inf (max / min of |x|), 0 (the count of nonzeros), 1, 2 and any
+    other p (``sum(|x|^p)^(1/p)``) over ``dim`` (None: every dim)."""
+    p = _norm_order(ord, "vector_norm")
+    if dtype is not None:
+        x = cast(x, dtype)
+    if not x.dtype.is_float:
+        raise trace_error(f"vector_norm needs a floating-point tensor, got {x.dtype.value}; use .float() first")
+    out_dtype = x.dtype
+    xf = cast(x, DType.float32) if x.dtype in (DType.float16, DType.bfloat16) else x
+    dims = reduce_axes(xf, dim)
+    a = unary(Op.ABS, xf)
+    if p == math.inf:
+        r = extreme(a, Op.REDUCE_MAX, dims, keepdim)
+    elif p == -math.inf:
+        r = extreme(a, Op.REDUCE_MIN, dims, keepdim)
+    elif p == 0:
+        r = sum_(cast(xf != 0, xf.dtype), dims, keepdim, None)
+    elif p == 1:
+        r = sum_(a, dims, keepdim, None)
+    elif p == 2:
+        r = unary(Op.SQRT, sum_(xf * xf, dims, keepdim, None))
+    else:
+        r = sum_(a**p, dims, keepdim, None) ** (1.0 / p)
+    return cast(r, out_dtype)
+
+
+MATRIX_ORDS = "'fro', 1, -1, inf and -inf"
+
+
+def matrix_norm(
+    x: TensorBase, ord: Any = "fro", dim: Any = (-2, -1), keepdim: bool = False, dtype: Any = None
+) -> TensorBase:
+    """``torch.linalg.matrix_norm`` over the two dims ``dim``: 'fro', and 1 / -1 (max / min column sum of |x|),
+    inf / -inf (max / min row sum). 'nuc', 2 and -2 need singular values: refused."""
+    if ord in ("nuc", 2, -2):
+        raise trace_error(
+            f"matrix_norm ord={ord!r} needs singular values (an SVD), which aotc does not compute; "
+            f"ord {MATRIX_ORDS} are supported"
+        )
+    dims = tuple(dim) if isinstance(dim, (list, tuple)) else None
+    if dims is None or len(dims) != 2 or len({axis(d, x.ndim) for d in dims}) != 2:
+        raise trace_error(f"matrix_norm needs two distinct dims, got dim={dim!r}")
+    rows, cols = (axis(d, x.ndim) for d in dims)
+    if ord == "fro":
+        return vector_norm(x, 2, (rows, cols), keepdim, dtype)
+    p = _norm_order(ord, "matrix_norm") if not isinstance(ord, str) else None
+    if p not in (1.0, -1.0, math.inf, -math.inf):
+        raise trace_error(f"matrix_norm ord must be one of {MATRIX_ORDS}, got {ord!r}")
+    summed, over = (rows, cols) if abs(p) == 1 else (cols, rows)  # 1: sum each column; inf: sum each row
+    s = vector_norm(x, 1, summed, True, dtype)
+    r = extreme(s, Op.REDUCE_MAX if p > 0 else Op.REDUCE_MIN, (over,), True)
+    if keepdim:
+        return r
+    return reshape_to(r, [d for i, d in enumerate(r._v().type.shape) if i not in (rows, cols)])

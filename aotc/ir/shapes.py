@@ -7,8 +7,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from fractions import Fraction
 
 from aotc.errors import ShapeError
-from aotc.ir.symbolic import SymExpr, add, floordiv, mul, to_infix
-from aotc.ir.symbolic_values import Range, bounds
+from aotc.ir.symbolic import SymExpr, add, exact_div, floordiv, mul, sym, to_infix
+from aotc.ir.symbolic_values import Range, bounds, substitute
 from aotc.ir.types import Shape, ShapeDim
 
 
@@ -77,6 +77,24 @@ class ShapeCtx:
             known = self.bounds(e)[0] >= 0 or any(self.bounds(add(e, mul(f, -1)))[0] >= 0 for f in self._nonneg)
             self._proven[e] = known
         return known
+
+    def exact_div(self, a: ShapeDim, b: ShapeDim) -> ShapeDim | None:
+        """``a / b`` when it is exact for every binding, also where that takes the dims' ``multiple_of``: a dim
+        ``n`` with multiple_of m is ``m * (n // m)``, so ``6*batch / (4*(batch//4))`` is 6 when batch is a
+        multiple of 4. None when it is not exact for some binding (or this cannot show that it is)."""
+        q = exact_div(a, b)
+        if q is not None or isinstance(b, int):
+            return q
+        names = set(b.free_symbols()) | (set(a.free_symbols()) if isinstance(a, SymExpr) else set())
+        env = {
+            n: mul(self.multiples[n], floordiv(sym(n), self.multiples[n]))
+            for n in names
+            if self.multiples.get(n, 1) > 1
+        }
+        if not env:
+            return None
+        env.update({n: sym(n) for n in names - set(env)})
+        return exact_div(substitute(a, env), substitute(b, env))
 
     def known_equal(self, a: ShapeDim, b: ShapeDim) -> bool:
         if a == b or frozenset((a, b)) in self.equal_pairs:

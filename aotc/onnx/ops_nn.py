@@ -8,8 +8,10 @@ from typing import Any
 import numpy as np
 
 from aotc.errors import ShapeError
+from aotc.frontend.conv_transpose import conv_transpose_value
 from aotc.ir.dtypes import DType
 from aotc.ir.ops import Op
+from aotc.ir.ops.vision import ceil_extra, pool_length
 from aotc.ir.shapes import norm_axis, numel
 from aotc.ir.symbolic import floordiv, smax
 from aotc.ir.types import ShapeDim, Value
@@ -132,7 +134,7 @@ def _conv_transpose(imp: Importer, node: OnnxNode) -> list[Operand]:
     """Transposed conv = zeros inserted between input elements, padded, then a conv with the flipped kernel."""
     x, w = values(imp, node, 0, 1)
     bias = None if node.input(2) is None else imp.value(node.inputs[2], x.type.dtype, what=f"{node.label} bias")
-    nsp, b = x.type.rank - 2, imp.b
+    nsp = x.type.rank - 2
     kernel = w.type.shape[2:]
     if nsp < 1 or w.type.rank != x.type.rank or not all(isinstance(k, int) for k in w.type.shape):
         raise node.fail("ConvTranspose needs input (N, C, ...) and a static weight of the same rank")
@@ -157,50 +159,9 @@ def _conv_transpose(imp: Importer, node: OnnxNode) -> list[Operand]:
     else:
         p = tuple(node.attr("pads") or (0,) * 2 * nsp)
         lo, hi = list(p[:nsp]), list(p[nsp:])
-    y = x
-    for i in range(nsp):
-        y = _dilate(imp, y, 2 + i, strides[i])
-    # pad by span-1-lo before and span-1-hi+output_padding after; negative amounts crop
-    edges = []
-    for i in range(nsp):
-        edges += [spans[i] - 1 - lo[i], spans[i] - 1 - hi[i] + out_pad[i]]
-    y = _pad_or_crop(imp, node, y, edges)
-    cin, cout_g = w.type.shape[0], w.type.shape[1]
-    wg = b.reshape(w, (groups, cin // groups, cout_g, *kernel))
-    wt = b.reshape(b.permute(wg, (0, 2, 1, *range(3, 3 + nsp))), (groups * cout_g, cin // groups, *kernel))
-    wt = b.op(Op.FLIP, wt, axes=tuple(range(2, 2 + nsp)))
-    attrs = {"strides": (1,) * nsp, "pads": (0,) * 2 * nsp, "dilations": dil, "groups": groups}
-    y = b.op(Op.CONV, y, wt, **attrs)
-    if bias is not None:
-        y = b.op(Op.ADD, y, b.reshape(bias, (bias.type.shape[0],) + (1,) * nsp))
-    return [y]
-
-
-def _dilate(imp: Importer, x: Value, axis: int, s: int) -> Value:
-    """Insert s-1 zeros between elements along ``axis``."""
-    if s == 1:
-        return x
-    shape = x.type.shape
-    d = shape[axis]
-    y = imp.b.reshape(x, shape[: axis + 1] + (1,) + shape[axis + 1 :])
-    pads = [0] * 2 * y.type.rank
-    pads[2 * (axis + 1) + 1] = s - 1
-    y = imp.b.op(Op.PAD, y, pads=tuple(pads), value=0.0)
-    y = imp.b.reshape(y, shape[:axis] + (d * s,) + shape[axis + 1 :])
-    return slice_axis(imp, y, axis, 0, (d - 1) * s + 1)
-
-
-def _pad_or_crop(imp: Importer, node: OnnxNode, x: Value, edges: list[ShapeDim]) -> Value:
-    nsp = len(edges) // 2
-    if not all(isinstance(e, int) for e in edges):
+    if not all(isinstance(e, int) for e in lo + hi):
         raise node.fail("ConvTranspose padding must be static")
-    crop = [max(-e, 0) for e in edges]
-    if any(crop):
-        shape = x.type.shape
-        starts = (0, 0) + tuple(crop[2 * i] for i in range(nsp))
-        stops = tuple(shape[:2]) + tuple(shape[2 + i] - crop[2 * i + 1] for i in range(nsp))
-        x = imp.b.op(Op.SLICE, x, starts=starts, stops=stops, steps=(1,) * x.type.rank)
-    return _explicit_pad(imp, x, [max(e, 0) for e in edges], 0.0)
+    return [conv_transpose_value(imp.b, x, w, bias, strides, lo, hi, dil, out_pad, groups)]
 
 
 # -- pooling -------------------------------------------------------------------------------------------------
@@ -214,22 +175,16 @@ def _pool_geometry(imp: Importer, node: OnnxNode, x: Value) -> tuple[tuple, tupl
         raise ShapeError(f"{node.label}: kernel_shape needs {nsp} entries")
     strides, dil = _spatial_attrs(node, nsp)
     pads = _pads(imp, node, x, kernel, strides, dil)
+    ceil = bool(node.attr("ceil_mode", 0))
+    if ceil and not all(isinstance(p, int) for p in pads):
+        raise node.fail("ceil_mode with auto_pad SAME over a dynamic dim is not supported")
     extra, out = [], []
     for i in range(nsp):
-        d = x.type.shape[2 + i]
+        d, lo, hi = x.type.shape[2 + i], pads[2 * i], pads[2 * i + 1]
         span = (kernel[i] - 1) * dil[i] + 1
-        room = d + pads[2 * i] + pads[2 * i + 1] - span
-        if node.attr("ceil_mode", 0):
-            n = floordiv(room + strides[i] - 1, strides[i]) + 1
-            if not isinstance(n, int):
-                raise node.fail("ceil_mode over a dynamic dim is not supported")
-            if (n - 1) * strides[i] >= d + pads[2 * i]:
-                n -= 1  # the last window must start inside the input or its left padding
-        else:
-            n = floordiv(room, strides[i]) + 1
+        n = pool_length(d, span, strides[i], lo, hi, ceil)
         out.append(n)
-        need = (n - 1) * strides[i] + span - (d + pads[2 * i] + pads[2 * i + 1])
-        extra.append(need if isinstance(need, int) and need > 0 else 0)
+        extra.append(ceil_extra(n, d, span, strides[i], lo, hi) if ceil else 0)
     return kernel, strides, dil, pads, extra, out
 
 
@@ -255,15 +210,24 @@ def _full_pads(pads: list, extra: list) -> list:
     return [p + (e if j % 2 else 0) for j, (p, e) in enumerate(zip(pads, [v for e in extra for v in (0, e)]))]
 
 
+def _whole(x: Value, kernel: tuple, dil: tuple, pads: list) -> bool:
+    """Whether aotc's 2-D pool op (static pads of at most half the kernel, no dilation) computes this node."""
+    fits = all(isinstance(p, int) and p <= kernel[j // 2] // 2 for j, p in enumerate(pads))
+    return x.type.rank == 4 and all(d == 1 for d in dil) and fits
+
+
+def _ceil(node: OnnxNode) -> dict[str, bool]:
+    return {"ceil_mode": True} if node.attr("ceil_mode", 0) else {}
+
+
 def _max_pool(imp: Importer, node: OnnxNode) -> list[Operand]:
     (x,) = values(imp, node, 0)
     float_input(node, x)
     if node.wants(1):
         raise node.fail("the Indices output of MaxPool is not supported")
     kernel, strides, dil, pads, extra, out = _pool_geometry(imp, node, x)
-    simple = x.type.rank == 4 and all(d == 1 for d in dil) and not any(extra)
-    if simple and all(isinstance(p, int) and p <= kernel[j // 2] // 2 for j, p in enumerate(pads)):
-        return [imp.b.op(Op.MAX_POOL2D, x, kernel=kernel, strides=strides, pads=tuple(pads))]
+    if _whole(x, kernel, dil, pads):
+        return [imp.b.op(Op.MAX_POOL2D, x, kernel=kernel, strides=strides, pads=tuple(pads), **_ceil(node))]
     xp = _explicit_pad(imp, x, _full_pads(pads, extra), -math.inf)
     return [_sum_all(imp, _windows(imp, xp, kernel, strides, dil, out), Op.MAXIMUM)]
 
@@ -273,11 +237,9 @@ def _avg_pool(imp: Importer, node: OnnxNode) -> list[Operand]:
     float_input(node, x0)
     kernel, strides, dil, pads, extra, out = _pool_geometry(imp, node, x0)
     include = bool(node.attr("count_include_pad", 0))
-    simple = x0.type.rank == 4 and all(d == 1 for d in dil) and not any(extra)
-    if simple and all(isinstance(p, int) and p <= kernel[j // 2] // 2 for j, p in enumerate(pads)):
-        return [
-            imp.b.op(Op.AVG_POOL2D, x0, kernel=kernel, strides=strides, pads=tuple(pads), count_include_pad=include)
-        ]
+    if _whole(x0, kernel, dil, pads):
+        attrs = {"kernel": kernel, "strides": strides, "pads": tuple(pads), "count_include_pad": include}
+        return [imp.b.op(Op.AVG_POOL2D, x0, **attrs, **_ceil(node))]
     x = imp.b.cast(x0, F32)
     total = _sum_all(imp, _windows(imp, _explicit_pad(imp, x, _full_pads(pads, extra), 0.0), kernel, strides, dil, out))
     # the divisor counts real elements, plus explicit padding when count_include_pad (never the ceil-mode extra)

@@ -4,17 +4,19 @@ ONNX resizes separably, one axis at a time, so each axis is a fixed linear map f
 output length. The importer computes that map's matrix at compile time by running ONNX's reference Resize on
 an identity matrix (every mode, coordinate transform, cubic coefficient and antialias option comes out
 exactly as the spec defines it), then applies it: a GATHER for nearest (the matrix only selects), a MATMUL
-along the axis for linear and cubic. Resized axes need static lengths; the others may be dynamic.
+along the axis for linear and cubic. A dynamic resized axis takes the forms exporters write (``_resize_dynamic``).
 """
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Any
 
 import numpy as np
 
 from aotc.errors import ShapeError
+from aotc.frontend.resample import resample_axis, scaled_length
 from aotc.ir.dtypes import DType
 from aotc.ir.ops import Op
 from aotc.ir.shapes import norm_axis
@@ -78,6 +80,45 @@ def _resize_axis(imp: Importer, node: OnnxNode, x: Value, axis: int, w: np.ndarr
         outside = imp.value(Known.of((~rows_used).reshape(shape)), DType.bool)
         y = b.op(Op.WHERE, outside, imp.full(float(extrap), y.type.dtype), y)
     return y
+
+
+def _resize_dynamic(
+    imp: Importer, node: OnnxNode, x: Value, axis: int, attrs: dict[str, Any], scale: float | None, roi: tuple | None
+) -> Value:
+    """A dynamic axis has no matrix to precompute: its source coordinates are computed from an iota instead
+    (aotc/frontend/resample.py, torch's rules), for the forms exporters write: nearest with asymmetric
+    coordinates and floor (torch's nearest), linear with half_pixel, pytorch_half_pixel or align_corners, cubic
+    with torch's coefficient -0.75 and half_pixel or align_corners; by a
+    power-of-two scale, whose reciprocal is exact, so multiplying by it is ONNX's division by the scale."""
+    n_in = x.type.shape[axis]
+    mode = attrs.get("mode", "nearest")
+    ctm = attrs.get("coordinate_transformation_mode", "half_pixel")
+    refuse = f"resizing dynamic dim {n_in} (axis {axis})"
+    if scale is None or scale <= 0 or math.frexp(scale)[0] != 0.5:
+        raise node.fail(
+            f"{refuse} needs a power-of-two scale (2, 4, 0.5, ...), got {'sizes' if scale is None else scale}"
+        )
+    if roi is not None or attrs.get("antialias", 0) or attrs.get("exclude_outside", 0):
+        raise node.fail(f"{refuse} with a roi, antialias or exclude_outside is not supported")
+    if mode == "nearest" and ctm == "asymmetric" and attrs.get("nearest_mode", "round_prefer_floor") == "floor":
+        form = ("nearest", False)
+    elif mode == "linear" and (ctm == "half_pixel" or (ctm == "pytorch_half_pixel" and scale >= 1)):
+        form = ("linear", False)  # pytorch_half_pixel differs only where an output length is 1
+    elif mode == "linear" and ctm == "align_corners":
+        form = ("linear", True)
+    elif mode == "cubic" and attrs.get("cubic_coeff_a", -0.75) == -0.75 and ctm in ("half_pixel", "align_corners"):
+        form = ("cubic", ctm == "align_corners")  # torch's bicubic
+    else:
+        raise node.fail(
+            f"{refuse} with mode {mode!r} and coordinate_transformation_mode {ctm!r} is not supported (nearest with "
+            "asymmetric and nearest_mode floor, linear with half_pixel, pytorch_half_pixel or align_corners, cubic "
+            "with cubic_coeff_a -0.75 and half_pixel or align_corners are)"
+        )
+    try:
+        n_out = scaled_length(n_in, scale, node.label)
+        return resample_axis(imp.b, x, axis, n_out, form[0], form[1], scale)
+    except ShapeError as e:
+        raise node.fail(str(e)) from None
 
 
 def _targets(
@@ -148,7 +189,8 @@ def _resize(imp: Importer, node: OnnxNode) -> list[Operand]:
         if scales[i] is not None and scales[i] == 1.0 and roi is None:
             continue
         if not isinstance(n_in, int):
-            raise node.fail(f"resizing dynamic dim {n_in} (axis {a}) is not supported")
+            y = _resize_dynamic(imp, node, y, a, attrs, scales[i], roi)
+            continue
         w = _axis_matrix(node, attrs, n_in, scales[i], sizes[i], roi)
         y = _resize_axis(imp, node, y, a, w, float(attrs.get("extrapolation_value", 0.0)))
     return [y]

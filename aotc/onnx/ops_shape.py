@@ -10,7 +10,7 @@ from aotc.errors import ShapeError
 from aotc.ir.dtypes import DType
 from aotc.ir.ops import Op
 from aotc.ir.shapes import norm_axis, numel
-from aotc.ir.symbolic import SymExpr, exact_div, floordiv, smax, smin
+from aotc.ir.symbolic import SymExpr, floordiv, smax, smin
 from aotc.ir.types import Shape, ShapeDim, Value
 from aotc.onnx._common import dtype_from_np
 from aotc.onnx.node import Known, OnnxNode, Operand
@@ -54,7 +54,7 @@ def infer_dim(imp: Importer, node: OnnxNode, src: Shape, others: list[ShapeDim])
         return floordiv(num, divisor)
     if num == divisor:
         return 1
-    q = exact_div(num, divisor)
+    q = imp.ctx.exact_div(num, divisor)
     if q is None:
         raise node.fail(f"cannot infer the -1 dim: {num} / {divisor} is not exact symbolically")
     return q

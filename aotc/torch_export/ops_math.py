@@ -11,6 +11,7 @@ from typing import Any
 from aotc.frontend import elementwise as ew
 from aotc.frontend import functional as F
 from aotc.frontend import functions as T
+from aotc.frontend import reductions as red
 from aotc.frontend.context import trace_error
 from aotc.frontend.tensor import Tensor
 from aotc.ir.dtypes import DType
@@ -263,6 +264,20 @@ def all_(cx: Cx, x: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
 
 def logsumexp(cx: Cx, x: Tensor, dim: Any, keepdim: bool = False) -> Tensor:
     return T.logsumexp(x, dim, keepdim)
+
+
+def vector_norm(cx: Cx, x: Tensor, ord: Any = 2, dim: Any = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
+    return red.vector_norm(x, ord, _dims(dim), keepdim, dtype)
+
+
+def norm(cx: Cx, x: Tensor, p: Any = 2, dim: Any = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
+    """``aten.norm`` (``torch.norm`` with a number p): p None is the 2-norm."""
+    return red.vector_norm(x, 2 if p is None else p, _dims(dim), keepdim, dtype)
+
+
+def matrix_norm(cx: Cx, x: Tensor, ord: Any = "fro", dim: Any = (-2, -1), keepdim: bool = False,
+                dtype: Any = None) -> Tensor:  # fmt: skip
+    return red.matrix_norm(x, ord, dim, keepdim, dtype)
 
 
 def softmax(cx: Cx, x: Tensor, dim: int, dtype: Any = None) -> Tensor:

@@ -1,5 +1,5 @@
 """ATen neural-network ops aotc keeps whole -> aotc's high-level ops: linear and matmuls, embedding, layer/RMS/batch
-norm, convolution (1-D as 2-D), pooling and scaled-dot-product attention."""
+norm, convolution (1-D as 2-D; transposed 1-D and 2-D), pooling and scaled-dot-product attention."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from aotc.frontend import functional as F
 from aotc.frontend import functions as T
 from aotc.frontend import layout
 from aotc.frontend.context import trace_error
+from aotc.frontend.conv_transpose import conv_transpose as conv_transpose_nd
+from aotc.frontend.resample import resample
 from aotc.frontend.tensor import Tensor
 
 Cx = Any
@@ -98,9 +100,11 @@ def convolution(
     output_padding: Sequence[int] = (),
     groups: int = 1,
 ) -> Tensor:
-    if transposed:
-        raise trace_error("transposed convolution is not supported by the torch.export importer yet")
     nsp = weight.ndim - 2
+    if transposed:
+        if nsp not in (1, 2):
+            raise trace_error(f"{nsp}-D transposed convolution is not supported (1-D and 2-D are)")
+        return conv_transpose_nd(x, weight, bias, stride, padding, output_padding, groups, dilation, nsp)
     if nsp == 2:
         pad = padding if isinstance(padding, str) else _ints(padding, 2, "padding")
         return F.conv2d(x, weight, bias, _ints(stride, 2, "stride"), pad, _ints(dilation, 2, "dilation"), groups)
@@ -120,6 +124,14 @@ def conv(n: int) -> Any:
     def fn(cx: Cx, x: Tensor, weight: Tensor, bias: Any = None, stride: Any = 1, padding: Any = 0, dilation: Any = 1,
            groups: int = 1) -> Tensor:  # fmt: skip
         return convolution(cx, x, weight, bias, stride, padding, dilation, False, (), groups)
+
+    return fn
+
+
+def conv_transpose(n: int) -> Any:
+    def fn(cx: Cx, x: Tensor, weight: Tensor, bias: Any = None, stride: Any = 1, padding: Any = 0,
+           output_padding: Any = 0, groups: int = 1, dilation: Any = 1) -> Tensor:  # fmt: skip
+        return convolution(cx, x, weight, bias, stride, padding, dilation, True, output_padding, groups)
 
     return fn
 
@@ -162,6 +174,36 @@ def adaptive_avg_pool2d(cx: Cx, x: Tensor, output_size: Sequence[Any]) -> Tensor
     if not all(isinstance(d, int) for d in (h, w, oh, ow)) or h % oh or w % ow:
         raise trace_error(f"adaptive_avg_pool2d to {oh}x{ow} needs static input sizes that it divides, got {h}x{w}")
     return F.avg_pool2d(x, [h // oh, w // ow], [h // oh, w // ow], 0)
+
+
+# -- upsampling ------------------------------------------------------------------------------------------------
+
+
+def upsample(mode: str, linear: bool, vec: bool) -> Any:
+    """``aten.upsample_<mode>.vec`` (input, output_size?, [align_corners], scale_factors?) or ``.default``
+    (input, output_size, [align_corners], scales per spatial dim...)."""
+    what = f"upsample_{mode}"
+
+    def fn(cx: Cx, x: Tensor, output_size: Any, *rest: Any) -> Tensor:
+        align = bool(rest[0]) if linear else False
+        rest = rest[1:] if linear else rest
+        if vec:
+            scales = None if rest[0] is None else list(rest[0])
+            sizes = None if output_size is None else list(output_size)
+            return resample(x, sizes, None if sizes is not None else scales, _MODES[mode], align, what)
+        scales = list(rest) if any(r is not None for r in rest) else None
+        return resample(x, list(output_size), scales, _MODES[mode], align, what)
+
+    return fn
+
+
+_MODES = {
+    "nearest1d": "nearest",
+    "nearest2d": "nearest",
+    "linear1d": "linear",
+    "bilinear2d": "bilinear",
+    "bicubic2d": "bicubic",
+}
 
 
 # -- attention ------------------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import ast
 import itertools
 import math
 from collections.abc import Callable, Sequence
+from fractions import Fraction
 from typing import Any
 
 from aotc.ir.graph import Guard, Symbol
@@ -18,6 +19,8 @@ from aotc.ir.symbolic import SymExpr, floordiv, mod, smax, smin
 from aotc.ir.types import ShapeDim
 
 Fact = tuple[ShapeDim, str, ShapeDim]
+# The largest denominator of a float in guard code taken as an exact fraction (a scale factor: 0.5, 1.5, 0.25).
+MAX_DENOMINATOR = 64
 # A single-symbol guard is folded into the symbol's range or multiple_of when its range has at most this many values.
 MAX_REFINE_VALUES = 1 << 15
 
@@ -126,6 +129,12 @@ def _int_expr(node: ast.expr, size_of: Callable[[str, int], ShapeDim]) -> ShapeD
         if isinstance(node.op, ast.Mod):
             return mod(a, b) if isinstance(a, SymExpr) or isinstance(b, SymExpr) else a % b
         raise Untranslatable(f"operator {type(node.op).__name__}")
+    if (
+        isinstance(node, ast.Call)
+        and ast.unparse(node.func) in ("math.trunc", "math.floor", "int")
+        and len(node.args) == 1
+    ):
+        return _floor_of_rational(node, size_of)
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("max", "min"):
         args = [_int_expr(a, size_of) for a in node.args]
         if not args or node.keywords:
@@ -142,6 +151,36 @@ def _int_expr(node: ast.expr, size_of: Callable[[str, int], ShapeDim]) -> ShapeD
     ):
         return size_of(ast.unparse(node.value.func.value), int(node.slice.value))
     raise Untranslatable(ast.unparse(node))
+
+
+def _floor_of_rational(node: ast.Call, size_of: Callable[[str, int], ShapeDim]) -> ShapeDim:
+    """``math.trunc(0.5 * torch.sym_float(L['x'].size()[2]))`` (an output size for a scale factor): a size times an
+    exact fraction, rounded down; trunc is floor there because sizes are never negative."""
+    num, den = _rational(node.args[0], size_of)
+    negative = num < 0 if isinstance(num, int) else num.const < 0 or any(c < 0 for _, c in num.terms)
+    if negative and ast.unparse(node.func) != "math.floor":
+        raise Untranslatable(f"{ast.unparse(node)} of a value that may be negative")
+    return floordiv(num, den) if isinstance(num, SymExpr) else num // den
+
+
+def _rational(node: ast.expr, size_of: Callable[[str, int], ShapeDim]) -> tuple[ShapeDim, int]:
+    """A float expression of sizes as (integer expression, positive denominator): constants exactly (0.5 is 1/2),
+    ``torch.sym_float(size)``, products and quotients by constants."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+        f = Fraction(node.value)
+        if f.denominator > MAX_DENOMINATOR:
+            raise Untranslatable(f"{node.value} is not a fraction with a small denominator")
+        return f.numerator, f.denominator
+    if isinstance(node, ast.Call) and ast.unparse(node.func) == "torch.sym_float" and len(node.args) == 1:
+        return _int_expr(node.args[0], size_of), 1
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.Div)):
+        (a, da), (b, db) = _rational(node.left, size_of), _rational(node.right, size_of)
+        if isinstance(node.op, ast.Mult):
+            return a * b, da * db  # type: ignore[operator]
+        if not isinstance(b, int) or b <= 0:
+            raise Untranslatable(f"{ast.unparse(node)} divides by a size")
+        return a * db, da * b  # type: ignore[operator]
+    return _int_expr(node, size_of), 1
 
 
 def single_symbol_refinements(symbols: Sequence[Symbol], guards: Sequence[Guard]) -> tuple[list[Symbol], list[Guard]]:

@@ -9,7 +9,7 @@ decomposed by torch to core ATen first, and core ATen ops are rows here too. Add
 
 from __future__ import annotations
 
-import difflib
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -151,6 +151,13 @@ ATEN: dict[str, Translation] = {
     "aten.all.default": M.all_,
     "aten.logsumexp.default": M.logsumexp,
     "aten.cumsum.default": M.cumsum,
+    "aten.linalg_vector_norm.default": M.vector_norm,
+    "aten.norm.Scalar": M.norm,
+    "aten.norm.ScalarOpt_dim": M.norm,
+    "aten.norm.ScalarOpt_dtype": lambda cx, x, p, dtype: M.norm(cx, x, p, None, False, dtype),
+    "aten.norm.ScalarOpt_dim_dtype": M.norm,
+    "aten.linalg_matrix_norm.default": M.matrix_norm,
+    "aten.linalg_matrix_norm.str_ord": M.matrix_norm,
     # -- creation
     "aten.full.default": M.full,
     "aten.zeros.default": M.zeros,
@@ -225,11 +232,23 @@ ATEN: dict[str, Translation] = {
     "aten.conv2d.default": N.conv(2),
     "aten.conv1d.padding": N.conv(1),
     "aten.conv2d.padding": N.conv(2),
+    "aten.conv_transpose1d.default": N.conv_transpose(1),
+    "aten.conv_transpose2d.input": N.conv_transpose(2),
     "aten.max_pool2d.default": N.max_pool2d,
     "aten.max_pool2d_with_indices.default": N.max_pool2d_with_indices,
     "aten.avg_pool2d.default": N.avg_pool2d,
     "aten.adaptive_avg_pool2d.default": N.adaptive_avg_pool2d,
     "aten._adaptive_avg_pool2d.default": N.adaptive_avg_pool2d,
+    "aten.upsample_nearest1d.vec": N.upsample("nearest1d", False, True),
+    "aten.upsample_nearest1d.default": N.upsample("nearest1d", False, False),
+    "aten.upsample_nearest2d.vec": N.upsample("nearest2d", False, True),
+    "aten.upsample_nearest2d.default": N.upsample("nearest2d", False, False),
+    "aten.upsample_linear1d.vec": N.upsample("linear1d", True, True),
+    "aten.upsample_linear1d.default": N.upsample("linear1d", True, False),
+    "aten.upsample_bilinear2d.vec": N.upsample("bilinear2d", True, True),
+    "aten.upsample_bilinear2d.default": N.upsample("bilinear2d", True, False),
+    "aten.upsample_bicubic2d.vec": N.upsample("bicubic2d", True, True),
+    "aten.upsample_bicubic2d.default": N.upsample("bicubic2d", True, False),
     "aten.scaled_dot_product_attention.default": N.sdpa,
     "aten._scaled_dot_product_flash_attention_for_cpu.default": N.sdpa_flash_cpu,
     # -- sizes, tuples and asserts
@@ -270,12 +289,35 @@ def target_name(target: Any) -> str:
     return f"{module}.{getattr(target, '__name__', repr(target))}"
 
 
-def nearby(name: str, n: int = 5) -> list[str]:
-    """Supported ops whose names are closest to ``name`` (same op, other overloads first)."""
-    base = name.rsplit(".", 1)[0] + "."
-    same = sorted(k for k in ATEN if k.startswith(base))
-    close = difflib.get_close_matches(name, list(ATEN), n=n, cutoff=0.5)
-    return list(dict.fromkeys(same + close))[:n]
+def _split_key(key: str) -> tuple[str, str]:
+    """(namespace, op name) of a table key: ``("aten", "conv_transpose2d")`` of ``aten.conv_transpose2d.input``."""
+    parts = key.split(".")
+    return parts[0], parts[1] if len(parts) == 3 else parts[-1]
+
+
+def _stem(base: str) -> str:
+    """The op's name less its private or ``native_`` prefix and its rank suffix: ``conv_transpose3d`` ->
+    ``conv_transpose``, ``native_group_norm`` -> ``group_norm``."""
+    return re.sub(r"(?<=[a-z_])[0-9]d(_.*)?$", "", re.sub(r"^_*(native_)?", "", base))
+
+
+def nearby(name: str, n: int = 6) -> list[str]:
+    """Supported ops of the same name stem as ``name``: its other overloads, then the ops that differ only in
+    rank (``conv_transpose3d`` -> ``conv_transpose1d``, ``conv_transpose2d``), else those sharing its first word
+    (``upsample_bicubic2d`` -> ``upsample_*``); none when no op is that close (a list of unrelated names would
+    only mislead)."""
+    ns, base = _split_key(name)
+    ours = [(k, _split_key(k)[1]) for k in ATEN if _split_key(k)[0] == ns]
+    same = sorted(k for k, b in ours if b == base)
+    stem = _stem(base)
+    ranks = sorted(k for k, b in ours if b != base and _stem(b) == stem)
+    word = stem.split("_", 1)[0]
+    words = (
+        []
+        if ranks or word == stem
+        else sorted(k for k, b in ours if _stem(b) == word or _stem(b).startswith(word + "_"))
+    )
+    return list(dict.fromkeys(same + ranks + words))[:n]
 
 
 def decomposition_table() -> dict[Any, Any]:

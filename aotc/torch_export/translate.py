@@ -241,8 +241,13 @@ class Translator:
         if fn is None and node.name in self.inplace:
             fn = ATEN.get(functional_twin(name) or "")
         if fn is None:
-            near = ", ".join(nearby(name)) or "see aotc/torch_export/table.py"
-            raise UnsupportedError(f"{where}{name} is not supported by aotc (supported ops nearby: {near})")
+            near = nearby(name)
+            hint = (
+                f"supported ops of the same name: {', '.join(near)}"
+                if near
+                else "no supported op shares its name; aotc/torch_export/table.py lists those that are"
+            )
+            raise UnsupportedError(f"{where}{name} is not supported by aotc ({hint})")
         args = self._args(node)
         module = node_module(node)
         with source_loc(f"{loc} ({module})" if loc and module else loc):

@@ -251,10 +251,27 @@ def test_pooling():
     close(avg_ex, sums / counts)
 
 
+def test_ceil_mode_pooling_keeps_the_last_partial_window_in_1d_and_2d():
+    x = randn(2, 3, 7, 8)
+    mx = trace_run(lambda x: F.max_pool2d(x, 3, 2, ceil_mode=True), x)
+    xp = np.pad(x, ((0, 0), (0, 0), (0, 1), (0, 2)), constant_values=-np.inf)  # 3 windows of 3 need 7 + 0, 8 + 1
+    close(mx, np.lib.stride_tricks.sliding_window_view(xp, (3, 3), axis=(2, 3))[:, :, ::2, ::2].max((-1, -2)))
+    assert mx.shape == (2, 3, 3, 4)
+    # avg over (C, L), L = 6, kernel 3, stride 2, padding 1: windows start at -1, 1, 3 and (ceil mode) 5, inside
+    # the input; that last one covers element 5, the pad at 6 and the overhang at 7: its divisor is 2
+    v = randn(3, 6)
+    avg = trace_run(lambda v: F.avg_pool1d(v, 3, 2, 1, ceil_mode=True), v)
+    vp = np.pad(v, ((0, 0), (1, 1)))
+    want = [vp[:, i : i + 3].sum(-1) / 3 for i in range(0, 6, 2)] + [vp[:, 6:8].sum(-1) / 2]
+    close(avg, np.stack(want, -1))
+
+
 @pytest.mark.parametrize(
     ("fn", "match"),
     [
-        (lambda x: F.max_pool2d(x, 2, ceil_mode=True), "ceil_mode"),
+        (lambda x: F.max_pool2d(x, 2, ceil_mode="yes"), "ceil_mode must be a bool, got 'yes'"),
+        (lambda x: F.max_pool1d(x[0], 2, dilation=2), "dilation"),
+        (lambda x: F.avg_pool1d(x[0], (2, 2)), "one int"),
         (lambda x: F.max_pool2d(x, 2, dilation=2), "dilation"),
         (lambda x: F.max_pool2d(x, 2, return_indices=True), "return_indices"),
         (lambda x: F.avg_pool2d(x, 2, divisor_override=3), "divisor_override"),
@@ -284,3 +301,28 @@ def test_pad():
     for kw, match in [({"mode": "reflect"}, "reflect"), ({"pad": (-1, 0)}, "negative"), ({"pad": (1, 1, 1)}, "pairs")]:
         with pytest.raises(TraceError, match=match):
             trace_run(lambda x, kw=kw: F.pad(x, **{"pad": (1, 1), **kw}), x)
+
+
+def test_interpolate_nearest_and_bilinear():
+    x = randn(2, 3, 4, 5)
+    near = trace_run(lambda x: F.interpolate(x, scale_factor=2), x)
+    close(near, x.repeat(2, axis=2).repeat(2, axis=3))
+    # align_corners: 4 -> 7 samples every half step, so odd outputs are the mean of their neighbours
+    lin = trace_run(lambda x: F.interpolate(x, size=(7, 5), mode="bilinear", align_corners=True), x)
+    close(lin[:, :, ::2], x)
+    close(lin[:, :, 1::2], (x[:, :, :-1] + x[:, :, 1:]) / 2)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"size": 8, "scale_factor": 2}, "exactly one of size and scale_factor"),
+        ({"scale_factor": 2, "antialias": True}, "antialias"),
+        ({"scale_factor": 2, "mode": "area"}, "mode 'area' is not supported"),
+        ({"scale_factor": 2, "mode": "linear"}, "rank-3"),
+        ({"scale_factor": 2, "align_corners": True}, "align_corners only applies"),
+    ],
+)
+def test_interpolate_errors(kwargs, match):
+    with pytest.raises(TraceError, match=match):
+        trace_run(lambda x: F.interpolate(x, **kwargs), randn(1, 2, 4, 4))

@@ -178,6 +178,30 @@ def test_multiple_of_proves_divisibility():
     assert g.guards == ()
 
 
+def test_a_minus_one_next_to_a_quotient_of_a_multiple_of_dim_is_inferred():
+    """6*batch elements over (batch//4) * 4 is exactly 6 once batch is a multiple of 4: written as 4*(batch//4)."""
+    f = lambda x: x.reshape(x.shape[0] // 4, 4, -1) * 2  # noqa: E731
+    g = trace(f, spec(Dim("batch", 4, 64, multiple_of=4), 6))
+    assert g.guards == ()
+    assert str(g.outputs[0].type.shape[2]) == "6"
+    for n in (4, 12):
+        x = np.arange(n * 6, dtype=np.float32).reshape(n, 6)
+        np.testing.assert_array_equal(run(g, x=x), x.reshape(n // 4, 4, 6) * 2)
+    # two dims: (b, s, 8) -> (b // 2, s // 4, -1) is 64 per group when b and s are multiples of 2 and 4
+    h = lambda x: x.reshape(x.shape[0] // 2, x.shape[1] // 4, -1)  # noqa: E731
+    g = trace(h, spec(Dim("b", 2, 8, multiple_of=2), Dim("s", 4, 64, multiple_of=4), 8))
+    assert str(g.outputs[0].type.shape[2]) == "64"
+
+
+def test_a_minus_one_that_is_not_exact_for_every_size_names_the_dims():
+    with pytest.raises(TraceError) as e:
+        trace(lambda x: x.reshape(x.shape[0] // 4, 4, -1), spec(Dim("batch", 1, 64), 6))  # marker: inexact
+    msg = str(e.value)
+    assert f"test_guards.py:{line_of('marker: inexact')}:" in msg
+    assert "cannot infer the -1 size: 6*batch elements divided by 4*(batch//4) is not a whole number" in msg
+    assert "batch in [1, 64]" in msg and "multiple_of" in msg
+
+
 def test_seq_modulo_heads_is_checked():
     def f(x):
         s = x.shape[0]

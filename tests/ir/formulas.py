@@ -71,10 +71,17 @@ def pool(x: np.ndarray, a: dict, kind: str) -> np.ndarray:
     sh, sw = a.get("strides", a["kernel"])
     pt, pb, pl, pr = a.get("pads", (0, 0, 0, 0))
     n, c, h, w = x.shape
-    oh, ow = (h + pt + pb - kh) // sh + 1, (w + pl + pr - kw) // sw + 1
+
+    def length(d: int, k: int, s: int, lo: int, hi: int) -> int:
+        if not a.get("ceil_mode", False):
+            return (d + lo + hi - k) // s + 1
+        m = -(-(d + lo + hi - k) // s) + 1
+        return m - 1 if (m - 1) * s >= d + lo else m  # torch drops a last window that starts in the right padding
+
+    oh, ow = length(h, kh, sh, pt, pb), length(w, kw, sw, pl, pr)
     out = np.zeros((n, c, oh, ow))
     for ni, ci, i, j in np.ndindex(n, c, oh, ow):
-        vals, inside = [], 0
+        vals, inside, padded = [], 0, 0
         for di, dj in np.ndindex(kh, kw):
             r, col = i * sh + di - pt, j * sw + dj - pl
             if 0 <= r < h and 0 <= col < w:
@@ -82,10 +89,11 @@ def pool(x: np.ndarray, a: dict, kind: str) -> np.ndarray:
                 inside += 1
             elif kind == "avg":
                 vals.append(0.0)
+            padded += -pt <= r < h + pb and -pl <= col < w + pr  # a ceil window's overhang is not padding
         if kind == "max":
             out[ni, ci, i, j] = max(vals)
         else:
-            out[ni, ci, i, j] = math.fsum(vals) / (kh * kw if a.get("count_include_pad", True) else inside)
+            out[ni, ci, i, j] = math.fsum(vals) / (padded if a.get("count_include_pad", True) else inside)
     return out
 
 

@@ -100,12 +100,21 @@ CASES: dict[Op, list[tuple[list[Spec], dict[str, Any], float]]] = {
         ([_x(1, 2, 7, 5)], {"kernel": (3, 3), "strides": (2, 1), "pads": (1, 1, 1, 0)}, 1),
         ([_x(1, 1, 5, 4)], {"kernel": (2, 3), "strides": (1, 2), "pads": (1, 0, 0, 1)}, 1),
         ([("val", -np.ones((1, 1, 3, 3)))], {"kernel": (3, 3), "strides": (1, 1), "pads": (1, 1, 1, 1)}, 1),
+        ([_x(1, 2, 7, 8)], {"kernel": (3, 3), "strides": (2, 2), "ceil_mode": True}, 1),  # a partial last window
+        ([_x(1, 1, 7, 7)], {"kernel": (3, 3), "strides": (3, 3), "pads": (1, 1, 1, 1), "ceil_mode": True}, 1),
     ],
     Op.AVG_POOL2D: [
         ([_x(2, 3, 6, 6)], {"kernel": (2, 2)}, 2),
         ([_x(1, 2, 7, 5)], {"kernel": (3, 3), "strides": (2, 1), "pads": (1, 1, 1, 0), "count_include_pad": True}, 2),
         ([_x(1, 2, 7, 5)], {"kernel": (3, 3), "strides": (2, 1), "pads": (1, 1, 1, 0), "count_include_pad": False}, 2),
         ([_x(1, 1, 5, 4)], {"kernel": (2, 3), "strides": (1, 2), "pads": (1, 0, 0, 1), "count_include_pad": False}, 2),
+        ([_x(1, 2, 7, 8)], {"kernel": (3, 3), "strides": (2, 2), "pads": (1, 1, 1, 1), "ceil_mode": True}, 2),
+        (
+            [_x(1, 2, 7, 8)],
+            {"kernel": (3, 2), "strides": (2, 3), "pads": (1, 0, 1, 1), "ceil_mode": True, "count_include_pad": False},
+            2,
+        ),
+        ([_x(2, 1, 5, 5)], {"kernel": (2, 2), "strides": (2, 2), "ceil_mode": True}, 2),
     ],
     Op.BATCH_NORM: [
         ([_x(2, 3, 4, 4), _x(3), ("pos", (3,)), _x(3), _x(3)], {"eps": 1e-5}, 4),
@@ -314,6 +323,22 @@ def test_symbolic_decompositions_run_for_many_bindings() -> None:
             Op.AVG_POOL2D,
             [("x", (b, 2, h, w))],
             {"kernel": (3, 2), "strides": (2, 2), "pads": (1, 1, 0, 1), "count_include_pad": False},
+        ),
+        (
+            Op.MAX_POOL2D,
+            [("x", (b, 2, h, w))],
+            {"kernel": (3, 3), "strides": (2, 2), "pads": (1, 1, 1, 1), "ceil_mode": True},
+        ),
+        (Op.AVG_POOL2D, [("x", (b, 2, h, w))], {"kernel": (3, 3), "strides": (2, 2), "ceil_mode": True}),
+        (
+            Op.MAX_POOL2D,
+            [("x", (b, 2, h, w))],
+            {"kernel": (3, 3), "strides": (3, 3), "pads": (1, 1, 1, 1), "ceil_mode": True},
+        ),
+        (
+            Op.AVG_POOL2D,
+            [("x", (b, 2, h, w))],
+            {"kernel": (2, 3), "strides": (3, 3), "pads": (1, 0, 1, 1), "ceil_mode": True, "count_include_pad": True},
         ),
     ]
     rng = np.random.default_rng(9)

@@ -34,6 +34,23 @@ def test_sympy_size_expressions_translate() -> None:
         to_dim(s0 / 3, NAMES.__getitem__)  # a rational is not a size
 
 
+def test_a_truncated_float_size_in_guard_code_is_an_exact_floor_division() -> None:
+    def size_of(source: str, axis: int) -> object:
+        return {("L['x']", 2): B, ("L['x']", 3): S}[(source, axis)]
+
+    code = "math.trunc(0.5*torch.sym_float(L['x'].size()[2])) >= 2 and math.floor(1.5*torch.sym_float(L['x'].size()[3])) != 1"
+    assert guard_facts(code, size_of, lambda alts: alts[0]) == [
+        (floordiv(B, 2), ">=", 2),
+        (floordiv(3 * S, 2), "!=", 1),
+    ]
+    for bad in (
+        "math.trunc(0.1*torch.sym_float(L['x'].size()[2])) >= 2",
+        "math.trunc(-0.5*torch.sym_float(L['x'].size()[2])) < 0",
+    ):
+        with pytest.raises(Untranslatable):
+            guard_facts(bad, size_of, lambda alts: alts[0])
+
+
 def test_guard_code_becomes_facts_and_a_disjunction_is_chosen_by_the_caller() -> None:
     def size_of(source: str, axis: int) -> object:
         return {("L['x']", 0): B, ("L['x']", 1): S}[(source, axis)]

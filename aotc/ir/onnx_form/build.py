@@ -44,7 +44,7 @@ from aotc.ir.gather_ids import (
 from aotc.ir.graph import Graph
 from aotc.ir.onnx_form import proto
 from aotc.ir.onnx_form.context import ExportCtx, unique
-from aotc.ir.onnx_form.emitters import EMITTERS
+from aotc.ir.onnx_form.emitters import DECOMPOSED_WHEN, EMITTERS
 from aotc.ir.onnx_form.opset import (
     EXPORT_OPSET,
     GUARDS_META_KEY,
@@ -289,7 +289,8 @@ def _emit(ctx: ExportCtx, node: Node) -> None:
             ctx.names[o.id] = ctx.fresh(f"v{o.id}")
         outs.append(ctx.names[o.id])
     emitter = EMITTERS.get(node.op)
-    if emitter is not None:
+    declines = DECOMPOSED_WHEN.get(node.op)
+    if emitter is not None and not (declines is not None and declines(node)):
         emitter(ctx, node, ins, outs)
         return
     d = OPS[node.op]

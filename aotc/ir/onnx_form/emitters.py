@@ -382,3 +382,10 @@ EMITTERS: dict[Op, Emitter] = {
     Op.TRIU: _tri(1),
     Op.EMBEDDING: _embedding,
 }
+
+# Nodes written as their decomposition although their op has an emitter: a ceil-mode pool, whose last partial
+# window's divisor ONNX runtimes have computed differently from torch across versions; the decomposition is exact.
+DECOMPOSED_WHEN: dict[Op, Callable[[Node], bool]] = {
+    Op.MAX_POOL2D: lambda node: bool(node.attrs.get("ceil_mode", False)),
+    Op.AVG_POOL2D: lambda node: bool(node.attrs.get("ceil_mode", False)),
+}

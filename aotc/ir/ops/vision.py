@@ -13,7 +13,7 @@ from aotc.ir.ops.nn import F32, B, _up
 from aotc.ir.ops.reduce import _conv_infer, _conv_params, _conv_ref
 from aotc.ir.shapes import ShapeCtx
 from aotc.ir.symbolic import add, floordiv
-from aotc.ir.types import Attrs, TensorType, Value
+from aotc.ir.types import Attrs, ShapeDim, TensorType, Value
 
 # -- batch norm (inference form) -----------------------------------------------------------------------
 
@@ -96,7 +96,33 @@ def _pool_params(attrs: Attrs, nsp: int) -> tuple[tuple, tuple, tuple]:
     )
     if any(pads[2 * i] > kernel[i] // 2 or pads[2 * i + 1] > kernel[i] // 2 for i in range(nsp)):
         raise ShapeError("pool padding must be at most half the kernel size")
+    if not isinstance(attrs.get("ceil_mode", False), bool):
+        raise ShapeError(f"pool ceil_mode must be a bool, got {attrs.get('ceil_mode')!r}")
     return kernel, strides, pads
+
+
+def pool_length(d: ShapeDim, span: int, stride: int, lo: int, hi: int, ceil_mode: bool) -> ShapeDim:
+    """How many windows of ``span`` (the dilated kernel) fit ``d`` padded by ``lo``/``hi``: torch's and ONNX's rule.
+    In ceil mode a last, partial window counts too, unless it would start in the right padding."""
+    room = d + lo + hi - span
+    if not ceil_mode:
+        return floordiv(room, stride) + 1
+    # With r = d + lo - 1 (the last position a window may start at) and c = span - hi - 1, ceil mode counts
+    # floor((r - c + stride - 1) / stride) + 1 windows, less any that start past r: that is the ceil count itself
+    # when c >= stride - 1, and floor(r / stride) + 1 otherwise (the ceil count is then that or one more).
+    if stride <= span - hi:
+        return floordiv(room + stride - 1, stride) + 1
+    return floordiv(d + lo - 1, stride) + 1
+
+
+def ceil_extra(n: ShapeDim, d: ShapeDim, span: int, stride: int, lo: int, hi: int) -> ShapeDim:
+    """How much padding past ``hi`` the last of ``n`` windows may reach (0 outside ceil mode's partial window).
+    Over a dynamic dim that is exact where ``pool_length`` took the ceil count (it is then in [0, stride)), else
+    the bound span - hi - 1: the padding past where the last window ends is never read."""
+    e = (n - 1) * stride + span - (d + lo + hi)
+    if isinstance(e, int):
+        return max(e, 0)
+    return e if stride <= span - hi else max(span - hi - 1, 0)
 
 
 def _pool_infer(ts: Sequence[TensorType], attrs: Attrs, ctx: ShapeCtx) -> tuple[TensorType, ...]:
@@ -105,20 +131,31 @@ def _pool_infer(ts: Sequence[TensorType], attrs: Attrs, ctx: ShapeCtx) -> tuple[
     if x.rank < 3:
         raise ShapeError(f"pool needs (N, C, ...), got {x}")
     kernel, strides, pads = _pool_params(attrs, x.rank - 2)
+    ceil_mode = attrs.get("ceil_mode", False)
     out = list(x.shape[:2])
     for i, k in enumerate(kernel):
         padded = add(add(x.shape[2 + i], pads[2 * i]), pads[2 * i + 1])
         ctx.check_true(padded, ">=", k, f"pool: input dim {2 + i} smaller than the kernel")
-        out.append(add(floordiv(add(padded, -k), strides[i]), 1))
+        out.append(pool_length(x.shape[2 + i], k, strides[i], pads[2 * i], pads[2 * i + 1], ceil_mode))
     return one(x.dtype, tuple(out))
 
 
-def _pool_windows(b: B, x: Value, attrs: Attrs, pad_value: float) -> tuple[list[Value], tuple]:
-    """Every kernel offset as one strided slice of the padded input."""
+def _pool_windows(b: B, x: Value, attrs: Attrs, pad_value: float, extra_value: float) -> tuple[list[Value], tuple]:
+    """Every kernel offset as one strided slice of the padded input (``pad_value`` over the pads, ``extra_value``
+    over what ceil mode's last window reaches past them)."""
     nsp = x.type.rank - 2
     kernel, strides, pads = _pool_params(attrs, nsp)
-    xp = b.op(Op.PAD, x, pads=(0, 0, 0, 0) + pads, value=pad_value) if any(pads) else x
     (out_t,) = _pool_infer([x.type], attrs, b.ctx)
+    xp = b.op(Op.PAD, x, pads=(0, 0, 0, 0) + pads, value=pad_value) if any(pads) else x
+    extra = [
+        ceil_extra(out_t.shape[2 + i], x.type.shape[2 + i], k, strides[i], pads[2 * i], pads[2 * i + 1])
+        if attrs.get("ceil_mode", False)
+        else 0
+        for i, k in enumerate(kernel)
+    ]
+    if any(not isinstance(e, int) or e for e in extra):
+        more = tuple(v for e in extra for v in (0, e))
+        xp = b.op(Op.PAD, xp, pads=(0, 0, 0, 0) + more, value=extra_value)
     outs = []
     for k in np.ndindex(*kernel):
         starts = (0, 0) + tuple(int(k[i]) for i in range(nsp))
@@ -130,7 +167,7 @@ def _pool_windows(b: B, x: Value, attrs: Attrs, pad_value: float) -> tuple[list[
 
 
 def _max_pool_dec(b: B, xs: Sequence[Value], a: Attrs) -> tuple[Value, ...]:
-    wins, _ = _pool_windows(b, xs[0], a, -math.inf)
+    wins, _ = _pool_windows(b, xs[0], a, -math.inf, -math.inf)
     y = wins[0]
     for w in wins[1:]:
         y = b.op(Op.MAXIMUM, y, w)
@@ -139,15 +176,17 @@ def _max_pool_dec(b: B, xs: Sequence[Value], a: Attrs) -> tuple[Value, ...]:
 
 def _avg_pool_dec(b: B, xs: Sequence[Value], a: Attrs) -> tuple[Value, ...]:
     x = _up(b, xs[0])
-    wins, kernel = _pool_windows(b, x, a, 0.0)
+    wins, kernel = _pool_windows(b, x, a, 0.0, 0.0)
     y = wins[0]
     for w in wins[1:]:
         y = b.op(Op.ADD, y, w)
-    if a.get("count_include_pad", True) or not any(a.get("pads", ())):
+    include = a.get("count_include_pad", True)
+    if not a.get("ceil_mode", False) and (include or not any(a.get("pads", ()))):
         count = b.full(float(np.prod(kernel)), F32)
     else:
+        # the divisor counts the input and (count_include_pad) the pads, never what a ceil-mode window reaches past
         ones = b.full(1.0, F32, x.type.shape)
-        cwins, _ = _pool_windows(b, ones, a, 0.0)
+        cwins, _ = _pool_windows(b, ones, a, 1.0 if include else 0.0, 0.0)
         count = cwins[0]
         for w in cwins[1:]:
             count = b.op(Op.ADD, count, w)
@@ -160,9 +199,20 @@ def _pool_ref(kind: str):
         nsp = x.ndim - 2
         kernel, strides, pads = _pool_params(a, nsp)
         fill = -np.inf if kind == "max" else 0.0
-        widths = [(0, 0), (0, 0)] + [(pads[2 * i], pads[2 * i + 1]) for i in range(nsp)]
+        include = a.get("count_include_pad", True)
+        widths = [(0, 0), (0, 0)]
+        for i, k in enumerate(kernel):
+            d, lo, hi = x.shape[2 + i], pads[2 * i], pads[2 * i + 1]
+            n = pool_length(d, k, strides[i], lo, hi, a.get("ceil_mode", False))
+            widths.append((lo, hi + max((n - 1) * strides[i] + k - (d + lo + hi), 0)))
         xp = np.pad(x, widths, constant_values=fill)
-        cnt = np.pad(np.ones_like(x), widths)
+        # 1 over the input, and over the pads when they count; never over a ceil-mode window's overhang
+        cnt = np.pad(
+            np.ones_like(x),
+            [(0, 0), (0, 0)] + [(pads[2 * i], pads[2 * i + 1]) for i in range(nsp)],
+            constant_values=1.0 if include else 0.0,
+        )
+        cnt = np.pad(cnt, [(0, 0)] * 2 + [(0, w[1] - pads[2 * i + 1]) for i, w in enumerate(widths[2:])])
         view = np.lib.stride_tricks.sliding_window_view(xp, kernel, axis=tuple(range(2, 2 + nsp)))
         cview = np.lib.stride_tricks.sliding_window_view(cnt, kernel, axis=tuple(range(2, 2 + nsp)))
         sl = (slice(None), slice(None)) + tuple(slice(None, None, s) for s in strides)
@@ -171,7 +221,7 @@ def _pool_ref(kind: str):
         if kind == "max":
             return (view.max(axis=red).astype(xs[0].dtype),)
         total = view.sum(axis=red)
-        count = np.prod(kernel) if a.get("count_include_pad", True) else cview.sum(axis=red)
+        count = cview.sum(axis=red)
         return ((total / count).astype(xs[0].dtype),)
 
     return ref
@@ -195,7 +245,7 @@ DEFS = [
         (1, 1),
         _max_pool_dec,
         onnx="MaxPool",
-        attrs=("kernel", "strides", "pads"),
+        attrs=("kernel", "strides", "pads", "ceil_mode"),
         kind=OpKind.REDUCTION,
     ),
     OpDef(
@@ -205,7 +255,7 @@ DEFS = [
         (1, 1),
         _avg_pool_dec,
         onnx="AveragePool",
-        attrs=("kernel", "strides", "pads", "count_include_pad"),
+        attrs=("kernel", "strides", "pads", "count_include_pad", "ceil_mode"),
         kind=OpKind.REDUCTION,
     ),
     OpDef(

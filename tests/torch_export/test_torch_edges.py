@@ -1,0 +1,59 @@
+"""The torch importer at its edges: a -1 in a reshape over a multiple_of dim, and what an unsupported op's refusal
+lists (the supported ops of the same name stem, or none)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+import pytest
+from torch_kit import torch_module
+
+import aotc
+from aotc import Dim, TensorSpec
+from aotc.torch_export.table import nearby
+
+torch = torch_module()
+nn = torch.nn
+F32 = np.float32
+HERE = "test_torch_edges.py"
+
+
+def _eager(module: Any, **feeds: np.ndarray) -> Any:
+    with torch.no_grad():
+        return module(**{k: torch.from_numpy(v) for k, v in feeds.items()})
+
+
+class QuarterRows(nn.Module):
+    def forward(self, x: Any) -> Any:
+        return x.reshape(x.shape[0] // 4, 4, -1).sum(1)
+
+
+def test_a_minus_one_reshape_over_a_multiple_of_dim_is_inferred() -> None:
+    """The -1 is 6*batch elements / (4*(batch//4)): exactly 6, since batch is a multiple of 4."""
+    batch = Dim("batch", min=8, max=64, multiple_of=4)
+    compiled = aotc.compile(QuarterRows(), {"x": TensorSpec((batch, 6))})
+    rng = np.random.default_rng(0)
+    for n in (8, 20):
+        x = rng.standard_normal((n, 6)).astype(F32)
+        np.testing.assert_allclose(compiled(x=x), _eager(QuarterRows(), x=x).numpy(), rtol=1e-6)
+
+
+def test_a_refusal_lists_only_supported_ops_of_the_same_name_stem() -> None:
+    class Volume(nn.Module):
+        def forward(self, x: Any) -> Any:
+            return nn.functional.max_pool3d(x, 2)
+
+    with pytest.raises(aotc.UnsupportedError) as info:
+        aotc.compile(Volume(), {"x": TensorSpec((Dim("batch", min=1, max=4), 2, 4, 4, 4))})
+    msg = str(info.value)
+    assert re.search(rf"{HERE}:\d+: aten\.max_pool3d_with_indices\.default is not supported by aotc", msg), msg
+    assert msg.endswith(
+        "(supported ops of the same name: aten.max_pool2d.default, aten.max_pool2d_with_indices.default)"
+    ), msg
+    assert nearby("aten.add.out") == ["aten.add.Scalar", "aten.add.Tensor"]  # other overloads, same namespace only
+    assert nearby("aten.native_group_norm.default") == ["aten.group_norm.default"]
+    assert nearby("aten.max_pool3d.default") == ["aten.max_pool2d.default", "aten.max_pool2d_with_indices.default"]
+    assert nearby("aten.linalg_svd.default")[0].startswith("aten.linalg_")  # the first word: linalg_*
+    assert nearby("aten.sort.default") == [] and nearby("aten._fft_r2c.default") == []
