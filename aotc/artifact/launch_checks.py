@@ -7,9 +7,11 @@
 - its size args: each is a dim the kernel's values give (a symbol, a product of some of one value's
   dims, a concat position or a node's symbolic attr, or the negative of one); an arg named after a dim
   passes that dim;
-- its grid: each dim non-negative, within CUDA's limits (x < 2**31, y and z < 2**16) and within what its
-  outputs need (the grid column of its template's row in aotc/ir/templates.py: what the template launches
-  for the launch's nodes and block sizes);
+- its grid: each dim non-negative, within CUDA's limits (x < 2**31, y and z < 2**16) and exactly what its
+  template launches (the grid column of its template's row in aotc/ir/templates.py, for the launch's nodes and
+  block sizes): a larger grid works on tiles outside its outputs, a smaller one leaves some unwritten. Proved at
+  load where the two expressions compare, refused where they differ at the dims' bounds, else left to the call
+  as a fact checked per shape before the first launch;
 - its index-check slots: distinct and below the schedule's ``flags``.
 
 A bound launch's digest and extents are checked in binding_checks.py.
@@ -237,8 +239,8 @@ def _known_size(p: Plan, e: Size, shapes: Iterable[Shape], extra: Sequence[Size]
 
 
 def check_grids(p: Plan, i: int, k: Kernel, nodes: LaunchNodes, what: str) -> None:
-    """Each grid dim (the launch's and each arch launch's) is >= 0, within CUDA's limits and within
-    what its outputs need (``grid_need``: its template's row, aotc/ir/templates.py)."""
+    """Each grid dim (the launch's and each arch launch's) is >= 0, within CUDA's limits and exactly what its
+    template launches for its outputs (``grid_need``: its template's row, aotc/ir/templates.py)."""
     outs = tuple(id(p.values[v].type) for v in k.outputs)
     for kernel, kw in ((k, what), *((v.kernel, f"{what} arch launch {v.arch!r}") for v in k.arch_launches)):
         # the need depends on the code (kind, block sizes, source) and on the nodes' ops, attrs and types
@@ -263,8 +265,14 @@ def check_grids(p: Plan, i: int, k: Kernel, nodes: LaunchNodes, what: str) -> No
                 claim = lambda d=d, g=g, top=top: f"grid[{d}] = {to_infix(g)} <= {top}, CUDA's limit"  # noqa: E731
                 p.space.require(add(top, mul(g, -1)), p.facts, kw, "grid", claim, per_shape=True, **where)
             claim = lambda d=d, g=g, most=most: (  # noqa: E731
-                f"grid[{d}] = {to_infix(g)} <= {to_infix(most)}, what its outputs need"
+                f"grid[{d}] = {to_infix(g)} <= {to_infix(most)}, what its template launches for its outputs"
             )
             p.space.at_most(g, most, p.facts, kw, "grid", claim, **where)
+            # and no fewer: a program short of the template's grid leaves its tiles of the outputs unwritten, and on
+            # a GPU they would hold whatever the previous call (another request's) left in that memory
+            claim = lambda d=d, g=g, most=most: (  # noqa: E731
+                f"grid[{d}] = {to_infix(g)} >= {to_infix(most)}, what its template launches for its outputs"
+            )
+            p.space.at_most(most, g, p.facts, kw, "grid", claim, **where)
         if len(p.facts) == known:
             p.proved_grids[key] = (need, kernel.grid)  # keeps both alive, so the ids stay theirs

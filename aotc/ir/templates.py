@@ -126,9 +126,17 @@ def _written(graph: Graph, k: Kernel) -> list[tuple[Size, ...]]:
 
 
 def flat_grid(graph: Graph, k: Kernel) -> tuple[Size, Size, Size]:
-    """A BLOCK of elements per program over its outputs' elements (a scatter's writes: over the updates')."""
-    shapes = _written(graph, k)
-    shapes += [graph.nodes[i].inputs[-1].type.shape for i in k.nodes if graph.nodes[i].op is Op.SCATTER]
+    """A BLOCK of elements per program over its outputs' elements (a scatter's copy: over the output it copies
+    the updated value into)."""
+    return (_largest(_cdiv(_numel(s), _block(k, "BLOCK")) for s in _written(graph, k)), 1, 1)
+
+
+def scatter_grid(graph: Graph, k: Kernel) -> tuple[Size, Size, Size]:
+    """A BLOCK of updates per program: a scatter writes its output in place at the updates' positions only (its
+    copy launch, ``flat_grid``, wrote the rest)."""
+    shapes = [graph.nodes[i].inputs[-1].type.shape for i in k.nodes if graph.nodes[i].op is Op.SCATTER]
+    if not shapes:
+        raise ValueError("a scatter launch computes no scatter")
     return (_largest(_cdiv(_numel(s), _block(k, "BLOCK")) for s in shapes), 1, 1)
 
 
@@ -223,7 +231,7 @@ TEMPLATES: tuple[Template, ...] = (
     ),
     # A scatter's output takes two launches: a copy of its data, then its writes into that buffer in place.
     Template(K("scatter_copy"), frozenset(), flat_grid, emit="scatter:emit_copy_plan"),
-    Template(K("scatter"), frozenset(), flat_grid, emit="scatter:emit_plan"),
+    Template(K("scatter"), frozenset(), scatter_grid, emit="scatter:emit_plan"),
     # The steps of an unrolled recurrence (an LSTM's time loop), each its products, gates and state update.
     Template(
         K("recurrent_cell"), frozenset(), recurrent_grid, emit="recurrent:emit_plan", group="recurrent:node_groups"
@@ -249,6 +257,7 @@ def template(kind: str) -> Template:
 
 
 def grid_need(graph: Graph, k: Kernel) -> tuple[Size, Size, Size]:
-    """Per axis, the most programs the template of ``k.kind`` launches for ``k``'s nodes, outputs and block sizes;
-    a program past it would work on tiles outside its outputs. ValueError when ``k`` lacks what its template has."""
+    """Per axis, the programs the template of ``k.kind`` launches for ``k``'s nodes, outputs and block sizes, which
+    the reader holds every launch's grid equal to: a program past it would work on tiles outside its outputs, and
+    one short of it would leave tiles of them unwritten. ValueError when ``k`` lacks what its template has."""
     return template(k.kind).grid(graph, k)

@@ -2,8 +2,8 @@
 checked for the dims a call actually has, once per shape, before any launch of that shape.
 
 ``aotc.artifact.plan_checks`` proves what it can of a plan over the symbols' whole ranges (buffer sizes and
-offsets, no two live buffers overlapping, grids within CUDA's limits and within what the launches' outputs
-need, views' bytes, and for a bound plan each pointer's extents inside its value) and returns the rest as
+offsets, no two live buffers overlapping, grids within CUDA's limits and equal to what the launches' templates
+launch for their outputs, views' bytes, and for a bound plan each pointer's extents inside its value) and returns the rest as
 ``Fact``s, each ``expr >= 0``, plus the arena's buffers when their disjointness was not proved. A fact of one
 launch's code (its grid, its extents) counts only where that code runs (an arch launch's on the GPUs
 that launch it). Every backend that runs a launch plan (``interpret``, ``cuda``) calls

@@ -63,7 +63,8 @@ def _attacks() -> list[tuple[str, Change, str]]:
     """(label, the hostile plan, what the refusal says)."""
     ids = _ids()
     x, w2, w3, h1 = ids["x"], ids["w2"], ids["w3"], ids["h1"]
-    need = r"grid check failed: grid\[0\] = .* <= 2\*\(\(batch\*seq \+ 127\)//128\), what its outputs need"
+    need = r"grid check failed: grid\[0\] = .* <= 2\*\(\(batch\*seq \+ 127\)//128\), what its template launches"
+    short = r"grid check failed: grid\[0\] = .* >= 2\*\(\(batch\*seq \+ 127\)//128\), what its template launches"
     return [
         # grids: doubled (reads past a weight, stores past the output where no mask guards the rows), 64x
         # (segfaulted the interpret backend), 2**31 - 1 programs (hung it)
@@ -76,6 +77,13 @@ def _attacks() -> list[tuple[str, Change, str]]:
             "an arch launch's grid doubled",
             lambda s: with_arch_launch(s, 1, times(2)),
             rf"{_where(1)} arch launch 'sm_90': {need}",
+        ),
+        # and no fewer programs: one short leaves a tile of the output unwritten (on a GPU: the previous call's data)
+        ("grid one short", lambda s: launch(s, 0, grid=(add(s.kernels[0].grid[0], -1), 1, 1)), f"{_where(0)}: {short}"),
+        (
+            "an arch launch's grid one short",
+            lambda s: with_arch_launch(s, 1, lambda k: (add(k.grid[0], -1), 1, 1)),
+            rf"{_where(1)} arch launch 'sm_90': {short}",
         ),
         # size args
         (

@@ -10,8 +10,10 @@ replay them. The fake checks what a real driver would reject: launch geometry ag
 metadata, large shared memory without the opt-in attribute, cluster kernels launched without a cluster,
 scratch pointers, memcpys while capturing, cubins for another arch, PTX newer than the driver. A kernel that
 touches memory it does not own faults as on a GPU: every later call fails (``fail`` injects such failures). The
-interpreter's address fence (triton_interp) checks every access a kernel makes against its arguments' allocations
-(from each pointer to its allocation's end); a refused access is such a fault, and is kept in ``faults``.
+interpreter's address fence (triton_interp) checks every access a kernel makes against the argument its pointer
+came from: a launch of a plan (with ``Extents``) to the offsets those claim, which the reader proved inside the
+argument's value, so a read past one arena buffer into the next faults; a hand-written kernel from its pointer to
+its allocation's end. A refused access is such a fault, and is kept in ``faults``.
 """
 
 from __future__ import annotations
@@ -412,7 +414,7 @@ class FakeDriver(StreamsMixin, MemoryMixin):
         self.launches.append((f.name, grid, m.threads, m.shared, cluster))
         try:
             with np.errstate(all="ignore"):
-                launch(kernel, (grid[0] // cluster, grid[1], grid[2]), args)
+                launch(kernel, (grid[0] // cluster, grid[1], grid[2]), args, extents=True)
         except AddressFenceError as e:  # an illegal address, as the GPU would fault on
             raise _Fault(str(e)) from None
 

@@ -206,8 +206,12 @@ def _exec_kernel_module(name: str, source: str) -> _Loaded:
     return _Loaded(fn, filename, namespace)
 
 
-def launch(kernel: Kernel, grid: Sequence[int], args: Sequence[Any]) -> None:
+def launch(kernel: Kernel, grid: Sequence[int], args: Sequence[Any], *, extents: bool = False) -> None:
     """Run ``kernel`` over ``grid`` (up to three ints) with ``args`` in ``kernel.args`` order.
+
+    ``extents``: fence each pointer to the offsets its kernel's ``Extents`` claim (which the reader proved inside
+    the pointer's value), not to its array: for a caller whose arrays run past their values, as the fake CUDA
+    driver's run from a pointer to its allocation's end.
 
     Pointer args are C-contiguous numpy arrays whose dtype matches the arg's Triton type (written
     in place); size args are ints, passed with exactly the arg's integer type so int32 and int64
@@ -230,7 +234,7 @@ def launch(kernel: Kernel, grid: Sequence[int], args: Sequence[Any]) -> None:
                 f"kernel {kernel.name}: its source takes ({', '.join(fn.arg_names)}) but the schedule passes "
                 f"({', '.join(expected)})"
             )
-        fence = _fence_of(kernel, values, dims) if FENCE else None
+        fence = _fence_of(kernel, values, dims, extents or CHECK_EXTENTS) if FENCE else None
         try:
             # Masked-off lanes compute on padding (0/0, log(0)) as the GPU does; their results are never
             # stored, so numpy's floating-point warnings about them say nothing about the outputs.
@@ -251,9 +255,17 @@ def _interpreting(fence: Fence | None = None) -> Iterator[None]:
     accesses behind ``fence``."""
     t = _triton()
     builder = t.interpreter.InterpreterBuilder
+    with contextlib.ExitStack() as fenced:
+        for owner, name, wrap in fence.patches(t.interpreter) if fence is not None else ():
+            fenced.enter_context(_patched(owner, name, wrap))
+        with _mended(t, builder):
+            yield
+
+
+@contextlib.contextmanager
+def _mended(t: types.SimpleNamespace, builder: Any) -> Iterator[None]:
+    """The interpreter's gaps (below) mended for a block."""
     with (
-        _patched(t.interpreter, "_interpreter", fence.around) if fence is not None else contextlib.nullcontext(),
-        _patched(builder, "create_addptr", fence.tracing) if fence is not None else contextlib.nullcontext(),
         _patched(t.JITFunction, "__call__", _call_interpreted),
         knob(t.triton.knobs.runtime, "interpret", True),
         _patched(builder, "create_dot", _bf16_dot_widened),
@@ -278,22 +290,23 @@ def _patched(owner: Any, name: str, wrap: Callable[[Any], Any]) -> Iterator[None
         setattr(owner, name, orig)
 
 
-def _fence_of(kernel: Kernel, values: Sequence[Any], grid: Sequence[int] = (1, 1, 1)) -> Fence:
+def _fence_of(kernel: Kernel, values: Sequence[Any], grid: Sequence[int] = (1, 1, 1), narrow: bool = False) -> Fence:
     """The fence of ``kernel`` launched over ``grid`` with ``values`` (converted args). A kernel of a plan
     writes only the values it lists among its outputs and its error flags; a hand-written one (no outputs
-    listed) any of its arrays. With ``CHECK_EXTENTS``, each pointer is narrowed to its extents' offsets."""
+    listed) any of its arrays. With ``narrow``, each pointer is narrowed to its extents' offsets."""
     writes = set(kernel.outputs)
-    reach = _extent_spans(kernel, values, grid) if CHECK_EXTENTS and kernel.extents is not None else None
-    regions = []
+    reach = _extent_spans(kernel, values, grid) if narrow and kernel.extents is not None else None
+    regions, sources = [], []
     for j, (spec, value) in enumerate(zip(kernel.args, values)):
         if isinstance(value, HostTensor):
+            sources.append(value)
             start, end = value.data_ptr(), value.data_ptr() + value.array.nbytes
             if reach is not None:
                 item = value.array.itemsize
                 start, end = start + reach[j][0] * item, min(end, start + (reach[j][1] + 1) * item)
             writable = not writes or spec.kind is ArgKind.FLAG or spec.value in writes
             regions.append((start, max(start, end), spec.name, writable))
-    return Fence(kernel.name, regions)
+    return Fence(kernel.name, regions, sources)
 
 
 def _extent_spans(kernel: Kernel, values: Sequence[Any], grid: Sequence[int]) -> list[tuple[int, int]]:
