@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from aotc.frontend import functional as F
 from aotc.frontend import functions as T
 from aotc.frontend import layout
@@ -166,14 +168,29 @@ def avg_pool2d(
 
 
 def adaptive_avg_pool2d(cx: Cx, x: Tensor, output_size: Sequence[Any]) -> Tensor:
-    """Global pooling (output 1x1) as a mean; other sizes as avg_pool2d when the input divides evenly."""
+    """Global pooling (output 1x1) as a mean; other sizes as avg_pool2d when the input divides evenly, else (static
+    sizes) as two matmuls with torch's bins as averaging matrices (VGG and AlexNet pool a 64x64 image's 2x2 or 1x1
+    features to 7x7 or 6x6: overlapping or repeated bins no strided window gives)."""
     oh, ow = tuple(output_size)
     if oh == 1 and ow == 1:
         return x.mean((-2, -1), keepdim=True)
     h, w = x.shape[-2], x.shape[-1]
-    if not all(isinstance(d, int) for d in (h, w, oh, ow)) or h % oh or w % ow:
-        raise trace_error(f"adaptive_avg_pool2d to {oh}x{ow} needs static input sizes that it divides, got {h}x{w}")
-    return F.avg_pool2d(x, [h // oh, w // ow], [h // oh, w // ow], 0)
+    if not all(isinstance(d, int) for d in (h, w, oh, ow)):
+        raise trace_error(f"adaptive_avg_pool2d to {oh}x{ow} needs static input sizes, got {h}x{w}")
+    if h % oh == 0 and w % ow == 0:
+        return F.avg_pool2d(x, [h // oh, w // ow], [h // oh, w // ow], 0)
+    dtype = x.dtype.np
+    rows = (x @ _bins(w, ow).T.astype(dtype)).transpose(-1, -2)  # (..., ow, h)
+    return (rows @ _bins(h, oh).T.astype(dtype)).transpose(-1, -2)
+
+
+def _bins(n: int, out: int) -> np.ndarray:
+    """(out, n): row i averages torch's adaptive bin [floor(i n / out), ceil((i + 1) n / out))."""
+    m = np.zeros((out, n), np.float32)
+    for i in range(out):
+        lo, hi = i * n // out, -(-(i + 1) * n // out)
+        m[i, lo:hi] = 1.0 / (hi - lo)
+    return m
 
 
 # -- upsampling ------------------------------------------------------------------------------------------------

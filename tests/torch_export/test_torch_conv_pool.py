@@ -184,3 +184,18 @@ def test_the_kernels_match_under_the_triton_interpreter() -> None:
     h, w = Dim("h", min=4, max=32), Dim("w", min=4, max=32)
     pool = Fn(lambda x: TF.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False))
     check(pool, (BATCH, 2, h, w), [(2, 2, 7, 8), (1, 2, 10, 9)], devices=("interpret",))
+
+
+@pytest.mark.parametrize(
+    "hw, out",
+    [((1, 1), (6, 6)), ((2, 2), (7, 7)), ((5, 7), (3, 2)), ((6, 4), (4, 3)), ((8, 8), (2, 4))],
+    ids=["alexnet-1x1-to-6x6", "vgg-2x2-to-7x7", "overlapping", "mixed", "dividing"],
+)
+def test_adaptive_avg_pool_to_any_size_over_static_input_sizes(hw: tuple, out: tuple) -> None:
+    check(nn.AdaptiveAvgPool2d(out), (BATCH, 3, *hw), [(1, 3, *hw), (3, 3, *hw)])
+
+
+def test_adaptive_avg_pool_over_a_dynamic_size_that_does_not_divide_is_refused() -> None:
+    height = Dim("height", min=2, max=64)
+    with pytest.raises(aotc.errors.AotcError, match="adaptive_avg_pool2d to 3x3 needs static input sizes"):
+        aotc.compile(nn.AdaptiveAvgPool2d(3).eval(), {"input": TensorSpec((BATCH, 3, height, 8))})
