@@ -248,7 +248,7 @@ class Executable:
         if without:
             raise UnsupportedError(
                 f"the {without[0]} backend does not keep state across calls yet; load this artifact with "
-                "device='cpu', 'reference' or 'interpret' to run it in a session"
+                "device='cpu', 'reference', 'interpret' or 'cuda' to run it in a session"
             )
         from aotc.runtime.session import Session
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+import numpy as np
 
 from aotc.artifact.code_checks import derive_driver_floor
 from aotc.errors import ExecError, UnsupportedError
@@ -19,6 +21,8 @@ from aotc.runtime.backends.cuda.model import DeviceModel
 from aotc.runtime.backends.cuda.modules import check_driver_floor
 from aotc.runtime.backends.cuda.program import CudaProgram
 from aotc.runtime.backends.cuda.slots import release_all
+from aotc.runtime.backends.cuda.states import DeviceStates
+from aotc.runtime.state import StateSpec
 
 
 class CudaBackend:
@@ -85,6 +89,15 @@ class CudaBackend:
                     chosen = k
             kernels.append(chosen)
         return dataclasses.replace(schedule, kernels=tuple(kernels))
+
+    def state_memory(self, specs: Sequence[StateSpec], env: Mapping[str, int], dims: tuple[int, ...]) -> DeviceStates:
+        """A session's states in device memory of its own (states.py)."""
+        if self._closed:
+            raise ExecError("the cuda backend was closed")
+        return DeviceStates(self.device, specs, env, dims)
+
+    def read_state(self, memory: DeviceStates, index: int) -> np.ndarray:
+        return memory.read(index)
 
     def adopt(self, value: Any) -> DeviceInput | None:
         """A GPU tensor given as an input, read in place; None for host arrays."""

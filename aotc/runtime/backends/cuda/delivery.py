@@ -52,7 +52,7 @@ class Delivery:
             self.staged_host = self._host(total, f"the numpy outputs of {g.name!r}")
         results, views = [], []
         off = 0
-        for i, o in enumerate(g.outputs):
+        for i, o in enumerate(self.program.results):
             n, dtype = shape.out_nbytes[i], o.type.dtype.np
             if self.staged_host and total <= PINNED_OUTPUTS:
                 dev.download(self.staged_host + off, ptrs[i], n, run)
@@ -67,7 +67,7 @@ class Delivery:
         self.pending = False
         self._check_flags()
         for i, at, n in views:
-            o = g.outputs[i]
+            o = self.program.results[i]
             raw = (ctypes.c_uint8 * max(n, 1)).from_address(self.staged_host + at) if n else b""
             results[i] = np.frombuffer(raw, np.uint8, count=n).view(o.type.dtype.np).reshape(shape.out_shapes[i])
             results[i] = results[i].copy()

@@ -22,16 +22,14 @@ class OutputBinding:
 def bind_out(call: Delivery, out: Any) -> OutputBinding:
 
     program, shape = call.program, call.shape
-    g = program.graph
+    results = program.results
     if not isinstance(out, Sequence) or isinstance(out, (str, bytes)):
-        raise GuardError(
-            f"out= takes a list of {len(g.outputs)} GPU tensors (one per output), got {type(out).__name__}"
-        )
-    if len(out) != len(g.outputs):
-        raise GuardError(f"out= has {len(out)} tensors, the model has {len(g.outputs)} outputs")
+        raise GuardError(f"out= takes a list of {len(results)} GPU tensors (one per output), got {type(out).__name__}")
+    if len(out) != len(results):
+        raise GuardError(f"out= has {len(out)} tensors, the model has {len(results)} outputs")
     ptrs: list[int] = []
     spans = feeds_spans(call)
-    for i, (t, o) in enumerate(zip(out, g.outputs)):
+    for i, (t, o) in enumerate(zip(out, results)):
         what = f"out[{i}]"
         d = program.adopt_out(t)
         if d is None:

@@ -46,6 +46,8 @@ class Storage:
     buffers: dict[int, int]  # root -> index into schedule.buffers
     outputs: dict[int, int]  # root -> graph output index whose fresh storage it is
     group: dict[int, int]  # value id -> root
+    # root of each state's group (a session's buffer, bound by the call: prepared.py's ``fixed``), in state order
+    states: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +126,7 @@ def plan_shape(
                 offsets.append(-1)
         scratch.append((offsets[0], offsets[1]))
     inputs = []
-    for v in graph.inputs:
+    for v in graph.inputs[: graph.num_feeds]:  # a state is no input to stage: it stays in its session's buffer
         n = nbytes_of(v, env)
         off = align(off)
         inputs.append((off, n))
@@ -134,7 +136,8 @@ def plan_shape(
         off = align(off)
         outputs.append((root, off))
         off += nbytes_of(graph.outputs[index], env)
-    out_shapes = tuple(tuple(evaluate(d, env) for d in o.type.shape) for o in graph.outputs)
+    results = graph.outputs[: graph.num_results]  # a state's new value is left in its buffer, never handed out
+    out_shapes = tuple(tuple(evaluate(d, env) for d in o.type.shape) for o in results)
     return ShapePlan(
         total=align(off),
         arena=flag_bytes,
@@ -142,7 +145,7 @@ def plan_shape(
         inputs=tuple(inputs),
         outputs=tuple(outputs),
         out_shapes=out_shapes,
-        out_nbytes=tuple(nbytes_of(o, env) for o in graph.outputs),
+        out_nbytes=tuple(nbytes_of(o, env) for o in results),
         grids=tuple(grids),  # type: ignore[arg-type]
         sizes=tuple(sizes),
         scratch=tuple(scratch),

@@ -81,7 +81,7 @@ class Prepared(Delivery):
             self.derived: list[tuple[int, int, int]] = []  # (output index, source root, offset in the block)
             size = shape.total - self.out_start
             direct = {i: root for root, i in storage.outputs.items()}
-            for i, o in enumerate(g.outputs):
+            for i, o in enumerate(program.results):
                 if direct.get(i) != storage.group[o.id]:
                     size = align(size)
                     self.derived.append((i, storage.group[o.id], size))
@@ -97,7 +97,7 @@ class Prepared(Delivery):
                 addr[root] = outs + off - self.out_start
             addr.update(fixed or {})
             self.addr = addr
-            self.static_out = [addr[direct[i]] if i in direct else 0 for i in range(len(g.outputs))]
+            self.static_out = [addr[direct[i]] if i in direct else 0 for i in range(len(program.results))]
             for i, _, off in self.derived:
                 self.static_out[i] = outs + off
             self.flags = work if program.schedule.flags else 0
@@ -114,7 +114,7 @@ class Prepared(Delivery):
                 DeviceArray(dev, self.out_memory, shape.out_shapes[i], o.type.dtype.np, self.static_out[i], self)
                 if self.out_memory is not None
                 else DeviceArray(dev, _Empty(), shape.out_shapes[i], o.type.dtype.np, 0, self)
-                for i, o in enumerate(g.outputs)
+                for i, o in enumerate(program.results)
             ]
         except BaseException:
             self._release()
@@ -148,7 +148,7 @@ class Prepared(Delivery):
         self.params: list[Params] = []
         self.slots: list[Any] = []  # per launch: its parameters as 64-bit words, written in place
         self.in_slots: list[list[tuple[int, int]]] = [[] for _ in p.storage.inputs]
-        self.out_slots: list[list[tuple[int, int]]] = [[] for _ in p.graph.outputs]
+        self.out_slots: list[list[tuple[int, int]]] = [[] for _ in p.results]
         self.launch_args: list[tuple[Any, ...]] = []
         for li, launch in enumerate(p.launches):
             sizes = shape.sizes[li]

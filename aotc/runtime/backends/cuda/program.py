@@ -24,6 +24,7 @@ from aotc.runtime.backends.cuda.modules import check_signature
 from aotc.runtime.backends.cuda.plan import ShapePlan, Storage, plan_shape, recipe
 from aotc.runtime.backends.cuda.prepared import Prepared, Retired
 from aotc.runtime.backends.cuda.slots import release_all
+from aotc.runtime.backends.cuda.states import DeviceStates
 from aotc.runtime.backends.interpret import InterpretProgram
 
 OUTPUTS = ("numpy", "device")
@@ -52,6 +53,7 @@ class CudaProgram:
         checked = InterpretProgram(graph, schedule)  # the same verification and storage plan as interpret
         self.storage = _storage(graph, checked)
         self._values = checked._values  # value id -> Value
+        self.results = graph.outputs[: graph.num_results]  # what a call hands back (a state's new value is not)
         self.launches: list[Launch] = []
         for k in schedule.kernels:
             binary = binaries.get(k.name)
@@ -106,6 +108,11 @@ class CudaProgram:
         program's; ``fixed`` binds storage roots to addresses that never change (a session's state)."""
         if self._closed:
             raise ExecError(f"variant {self.graph.name!r}: the executable was closed")
+        missing = [r for r in self.storage.states if r not in (fixed or {})]
+        if missing:
+            raise ExecError(
+                f"variant {self.graph.name!r} keeps state across calls: run it in a session (exe.session())"
+            )
         self.device.make_current()
         call = Prepared(self, self._shape(self.env_key(env), env), env, fixed)
         with self._lock:
@@ -138,6 +145,10 @@ class CudaProgram:
             raise ExecError(f"variant {self.graph.name!r}: the executable was closed")
         if outputs not in OUTPUTS:
             raise ExecError(f"outputs must be 'numpy' or 'device', got {outputs!r}")
+        if self.storage.states:
+            raise ExecError(
+                f"variant {self.graph.name!r} keeps state across calls: run it in a session (exe.session())"
+            )
         if len(feeds) != len(self.graph.inputs):
             raise ExecError(f"graph {self.graph.name} takes {len(self.graph.inputs)} inputs, got {len(feeds)}")
         if out is not None and outputs == "numpy":
@@ -154,6 +165,24 @@ class CudaProgram:
                 with self._lock:
                     if self._prepared.get(slot) is call:
                         del self._prepared[slot]
+
+    def run_session(self, feeds: Sequence[Any], env: Mapping[str, int], memory: DeviceStates) -> list[Any]:
+        """A call of a session (the Session serializes them): its preparation at this shape binds the session's
+        state buffers in place, so the state writes land there and nothing of the state is copied (session.py).
+        Numpy outputs: the call is synchronized before it returns, so the next call (on another shape's stream)
+        sees its writes."""
+        if self._closed:
+            raise ExecError(f"variant {self.graph.name!r}: the executable was closed")
+        if len(feeds) != self.graph.num_feeds:
+            raise ExecError(f"graph {self.graph.name} takes {self.graph.num_feeds} inputs, got {len(feeds)}")
+        self.device.make_current()
+        key = (id(self), self.env_key(env))
+        while True:
+            call = memory.prepared(key, lambda: self.prepare(env, dict(zip(self.storage.states, memory.ptrs))))
+            try:
+                return call.run(feeds, "numpy", None, None, None)
+            except Retired:
+                memory.drop(key, call)
 
     def _new(self, slot: tuple[Any, int], env: Mapping[str, int]) -> Prepared:
         call = Prepared(self, self._shape(self.env_key(env), env), env)
@@ -311,8 +340,10 @@ class CudaProgram:
 def _storage(graph: Graph, checked: InterpretProgram) -> Storage:
     homes, group = checked._homes, checked._group
     by_input = {int(h.key): root for root, h in homes.items() if h.kind == "input"}
+    by_state = {int(h.key): root for root, h in homes.items() if h.kind == "state"}
     return Storage(
-        inputs=tuple(by_input[i] for i in range(len(graph.inputs))),
+        inputs=tuple(by_input[i] for i in range(graph.num_feeds)),
+        states=tuple(by_state[i] for i in range(len(graph.states))),
         constants={root: str(h.key) for root, h in homes.items() if h.kind == "constant"},
         buffers={root: int(h.key) for root, h in homes.items() if h.kind == "buffer"},
         outputs={root: int(h.key) for root, h in homes.items() if h.kind == "output"},
