@@ -129,7 +129,8 @@ def model_names(artifacts: tuple[str, ...], names: tuple[str, ...]) -> list[str]
     "trusted_keys",
     multiple=True,
     metavar="KEY.pub",
-    help="Serve each ARTIFACT only if it is signed by this Ed25519 public key (repeatable: any of them).",
+    help="Serve each ARTIFACT only if it is signed by this Ed25519 public key (repeatable: any of them). On cuda "
+    "without one, a warning at start says that the files' cubins and PTX run unchecked.",
 )
 @click.option(
     "--max-sequences",
@@ -208,6 +209,11 @@ def serve_command(
         ]
         for m in models:
             m.load()
+    notice = unchecked_gpu_notice(
+        [m.exe.device for m in models] if not replicas else [_replica_device(device, gpus_per_replica)], keys
+    )
+    if notice:
+        click.echo(notice, err=True)
     serve(
         models,
         host=host,
@@ -217,6 +223,26 @@ def serve_command(
         max_body_bytes=int(max_body_mb * (1 << 20)),
         access_log=access_log,
     )
+
+
+def unchecked_gpu_notice(devices: list[str | None], trusted_keys: list[str]) -> str | None:
+    """The one line a server on cuda without a trusted key prints at start (None on other devices or with a key): a
+    reader proves a file's plans, grids and each pointer's bounds, but not the machine code its cubins and PTX hold,
+    which the GPU runs as given; only a required signature vouches for that code."""
+    if trusted_keys or not any(d and d.startswith("cuda") for d in devices):
+        return None
+    return (
+        "warning: serving on cuda without --trusted-key: the cubins and PTX of the files served run on the GPU "
+        "unchecked (no reader can verify machine code); --trusted-key KEY.pub serves only files signed by that key"
+    )
+
+
+def _replica_device(device: str | None, gpus_per_replica: float) -> str | None:
+    """The device a Ray replica loads on, as far as this process can tell: ``--device``, else cuda where each
+    replica is given a GPU (the best available device there), else unknown."""
+    if device is None and gpus_per_replica > 0:
+        return "cuda"
+    return device
 
 
 def _refuse_stateful(artifacts: tuple[str, ...], option: str) -> None:
