@@ -136,10 +136,12 @@ def serve_lines(args: list[Any]) -> list[str]:
 
 
 @pytest.mark.usefixtures("on_fake_cuda")
+@pytest.mark.parametrize("device", [["--device", "cuda"], []], ids=["explicit", "best-available"])
 def test_a_cuda_server_without_a_trusted_key_says_once_that_cubins_run_unchecked(
-    artifacts: dict[str, Path], started: list[list[str]]
+    artifacts: dict[str, Path], started: list[list[str]], device: list[str]
 ) -> None:
-    lines = serve_lines([artifacts["mlp"], artifacts["cnn"], "--device", "cuda"])
+    """Judged by the device the files loaded on, so a load left to pick the best device warns there too."""
+    lines = serve_lines([artifacts["mlp"], artifacts["cnn"], *device])
     assert started == [["cuda", "cuda"]]
     assert [line for line in lines if line.startswith("warning:")] == [UNCHECKED]
 
