@@ -38,6 +38,7 @@ from aotc.ir.templates import ROOTED_AT, ROOTS, KernelKind
 from aotc.ir.types import Node, Shape, Value
 from aotc.kernels.anchors import epilogues as epilogues_of
 from aotc.kernels.anchors import output_views
+from aotc.kernels.concat_fanout import CONCAT_FANOUT, concat_fanout
 from aotc.kernels.fusion_graph import (
     INDEX_SOURCES,
     VIEWS,
@@ -51,7 +52,7 @@ from aotc.kernels.fusion_graph import (
 )
 from aotc.kernels.fusion_groups import NodeGroup, entering, group_outputs, node_groups
 
-__all__ = ["VIEWS", "FusionPlan", "KernelPlan", "NodeGroup", "plan_fusion"]
+__all__ = ["CONCAT_FANOUT", "VIEWS", "FusionPlan", "KernelPlan", "NodeGroup", "plan_fusion"]
 
 
 @dataclass
@@ -280,6 +281,9 @@ def _needed(
     for k in kernels:  # 3. reductions that cannot share one row loop
         if k.root is None and k.scatter is None and k.group is None and k.reductions:
             grow |= _reduction_conflicts(g, k, declined)
+    if grow:
+        return grow
+    grow = concat_fanout(g, stored, declined)  # 3b. nested concats
     if grow:
         return grow  # 4. (below) sharing, once the kernels' shapes settle
     counts: dict[int, int] = {}
