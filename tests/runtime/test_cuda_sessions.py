@@ -173,24 +173,25 @@ def test_sessions_run_concurrently_each_with_its_own_state(compiled: aotc.Compil
             np.testing.assert_array_equal(np.stack(got), np.stack(want))
 
 
-def test_gpt2_decode_on_cuda_equals_the_cpu_backend_token_for_token() -> None:
+@pytest.mark.parametrize("new", [4, pytest.param(64, marks=pytest.mark.slow)])
+def test_gpt2_decode_on_cuda_equals_the_cpu_backend_token_for_token(new: int) -> None:
     from aotc_cli.loader import import_file
 
     m = import_file(MODELS / "gpt2_decode.py")
-    model = m.GPT2Decoder(64, 16, 16, 1, 2, max_batch=2)
+    model = m.GPT2Decoder(64, 16 if new <= 13 else 72, 16, 1, 2, max_batch=2)
     rng = np.random.default_rng(0)
     model.load_state_dict({k: (rng.standard_normal(v.shape) * 0.3).astype(np.float32)
                            for k, v in model.state_dict().items()})  # fmt: skip
     compiled = aotc.compile(model, m.inputs_of(model), options=aotc.CompileOptions(targets=()))
     prompt = rng.integers(1, 64, (2, 3))
     want_logits: list[np.ndarray] = []
-    want = aotc.generate(aotc.load(compiled.artifact_bytes, device="cpu"), prompt, 4,
+    want = aotc.generate(aotc.load(compiled.artifact_bytes, device="cpu"), prompt, new,
                          on_step=lambda _, x: want_logits.append(x))  # fmt: skip
     _, exe = _exe(compiled)
     with exe:
         logits: list[np.ndarray] = []
         s = exe.session()
-        got = aotc.generate(s, prompt, 4, on_step=lambda _, x: logits.append(x))
+        got = aotc.generate(s, prompt, new, on_step=lambda _, x: logits.append(x))
         np.testing.assert_array_equal(got, want)
         for step, (a, b) in enumerate(zip(logits, want_logits)):
             np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4, err_msg=f"step {step}")
