@@ -5,6 +5,9 @@ and Llama with the static cache of ``transformers.integrations.executorch`` deco
 
 from __future__ import annotations
 
+import importlib
+import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -163,3 +166,14 @@ def test_hugging_face_static_cache_on_the_interpreted_kernels(hf_case: dict[str,
     exe = aotc.load(hf_case["compiled"].artifact_bytes, device="interpret")
     got = aotc.generate(exe, hf_case["prompt"], 2)
     np.testing.assert_array_equal(got, hf_case["want"][:, : hf_case["prompt"].shape[1] + 2])
+
+
+@pytest.mark.parametrize("new", [2, pytest.param(NEW, marks=pytest.mark.slow)])
+def test_hugging_face_static_cache_on_cuda_on_the_fake_driver(hf_case: dict[str, Any], new: int) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))  # the fake driver's modules
+    cuda_sessions = importlib.import_module("test_cuda_sessions")
+
+    _, exe = cuda_sessions._exe(hf_case["compiled"])
+    with exe:
+        got = aotc.generate(exe.session(), hf_case["prompt"], new)
+    np.testing.assert_array_equal(got, hf_case["want"][:, : hf_case["prompt"].shape[1] + new])
