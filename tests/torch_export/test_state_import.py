@@ -162,10 +162,11 @@ def test_hugging_face_static_cache_decodes_as_hf_generate(hf_case: dict[str, Any
     np.testing.assert_array_equal(got, hf_case["want"])
 
 
-def test_hugging_face_static_cache_on_the_interpreted_kernels(hf_case: dict[str, Any]) -> None:
+@pytest.mark.parametrize("new", [2, pytest.param(NEW, marks=pytest.mark.slow)])
+def test_hugging_face_static_cache_on_the_interpreted_kernels(hf_case: dict[str, Any], new: int) -> None:
     exe = aotc.load(hf_case["compiled"].artifact_bytes, device="interpret")
-    got = aotc.generate(exe, hf_case["prompt"], 2)
-    np.testing.assert_array_equal(got, hf_case["want"][:, : hf_case["prompt"].shape[1] + 2])
+    got = aotc.generate(exe, hf_case["prompt"], new)
+    np.testing.assert_array_equal(got, hf_case["want"][:, : hf_case["prompt"].shape[1] + new])
 
 
 @pytest.mark.parametrize("new", [2, pytest.param(NEW, marks=pytest.mark.slow)])
