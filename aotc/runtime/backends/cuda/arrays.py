@@ -197,8 +197,7 @@ def _from_torch(value: Any) -> DeviceInput | None:
     if not value.is_cuda:
         return None
     if not _TORCH_DTYPES:
-        import torch
-
+        torch = sys.modules["torch"]  # the caller's tensor is torch's: read its dtypes, never import torch here
         from aotc.ir.dtypes import DType
 
         for name in ("float32", "float16", "float64", "int64", "int32", "int16", "int8", "uint8", "bool"):
@@ -296,3 +295,13 @@ def _from_cai(value: Any, cai: dict[str, Any]) -> DeviceInput:
         int(stream) if stream else None,
         value,
     )
+
+
+class EmptyMemory:
+    """The memory of an output of no bytes."""
+
+    ptr = 0
+    nbytes = 0
+
+    def free(self) -> None:
+        pass

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from aotc.errors import ExecError, GuardError
-from aotc.runtime.backends.cuda.arrays import DeviceArray, DeviceInput, DeviceMemory
+from aotc.runtime.backends.cuda.arrays import DeviceArray, DeviceInput, DeviceMemory, EmptyMemory
 from aotc.runtime.backends.cuda.delivery import Delivery
 from aotc.runtime.backends.cuda.launch import Params
 from aotc.runtime.backends.cuda.outputs import OutputBinding, bind_out
@@ -113,7 +113,7 @@ class Prepared(Delivery):
             self.outputs = [
                 DeviceArray(dev, self.out_memory, shape.out_shapes[i], o.type.dtype.np, self.static_out[i], self)
                 if self.out_memory is not None
-                else DeviceArray(dev, _Empty(), shape.out_shapes[i], o.type.dtype.np, 0, self)
+                else DeviceArray(dev, EmptyMemory(), shape.out_shapes[i], o.type.dtype.np, 0, self)
                 for i, o in enumerate(program.results)
             ]
         except BaseException:
@@ -497,13 +497,3 @@ class Prepared(Delivery):
         finally:
             self.outputs = []
             self.out_memory = None  # freed once the last output view the caller holds is gone
-
-
-class _Empty:
-    """The memory of an output of no bytes."""
-
-    ptr = 0
-    nbytes = 0
-
-    def free(self) -> None:
-        pass

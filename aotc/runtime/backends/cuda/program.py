@@ -110,9 +110,7 @@ class CudaProgram:
             raise ExecError(f"variant {self.graph.name!r}: the executable was closed")
         missing = [r for r in self.storage.states if r not in (fixed or {})]
         if missing:
-            raise ExecError(
-                f"variant {self.graph.name!r} keeps state across calls: run it in a session (exe.session())"
-            )
+            raise self._stateful()
         self.device.make_current()
         call = Prepared(self, self._shape(self.env_key(env), env), env, fixed)
         with self._lock:
@@ -146,9 +144,7 @@ class CudaProgram:
         if outputs not in OUTPUTS:
             raise ExecError(f"outputs must be 'numpy' or 'device', got {outputs!r}")
         if self.storage.states:
-            raise ExecError(
-                f"variant {self.graph.name!r} keeps state across calls: run it in a session (exe.session())"
-            )
+            raise self._stateful()
         if len(feeds) != len(self.graph.inputs):
             raise ExecError(f"graph {self.graph.name} takes {len(self.graph.inputs)} inputs, got {len(feeds)}")
         if out is not None and outputs == "numpy":
@@ -165,6 +161,9 @@ class CudaProgram:
                 with self._lock:
                     if self._prepared.get(slot) is call:
                         del self._prepared[slot]
+
+    def _stateful(self) -> ExecError:
+        return ExecError(f"variant {self.graph.name!r} keeps state across calls: run it in a session (exe.session())")
 
     def run_session(self, feeds: Sequence[Any], env: Mapping[str, int], memory: DeviceStates) -> list[Any]:
         """A call of a session (the Session serializes them): its preparation at this shape binds the session's
