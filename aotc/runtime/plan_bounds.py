@@ -4,7 +4,9 @@ checked for the dims a call actually has, once per shape, before any launch of t
 ``aotc.artifact.plan_checks`` proves what it can of a plan over the symbols' whole ranges (buffer sizes and
 offsets, no two live buffers overlapping, grids within CUDA's limits and equal to what the launches' templates
 launch for their outputs, views' bytes, and for a bound plan each pointer's extents inside its value) and returns the rest as
-``Fact``s, each ``expr >= 0``, plus the arena's buffers when their disjointness was not proved. A fact of one
+``Fact``s, each ``expr >= 0``, plus the arena's buffers when their disjointness was not proved. Each launch's
+addresses are also bounded from its kernel's source as stored, at each shape, and held to those extents
+(``aotc.artifact.source_bounds``): a source edited to reach further than its extents is refused. A fact of one
 launch's code (its grid, its extents) counts only where that code runs (an arch launch's on the GPUs
 that launch it). Every backend that runs a launch plan (``interpret``, ``cuda``) calls
 ``check_shape`` where it plans a shape; a fact that fails raises ``ArtifactError`` naming the variant, the
@@ -24,6 +26,8 @@ from collections.abc import Mapping
 from aotc.artifact.memory_checks import check_disjoint
 from aotc.artifact.plan_checks import plan_facts
 from aotc.artifact.plan_space import Fact, PlanFacts
+from aotc.artifact.source_bounds import check_source, launch_names
+from aotc.artifact.source_program import parse_program
 from aotc.errors import ArtifactError, ShapeError
 from aotc.ir.graph import Graph
 from aotc.ir.schedule import GRID_LIMITS, Schedule, Size
@@ -32,6 +36,9 @@ from aotc.ir.symbolic_values import evaluate
 
 # Shapes remembered as checked, per plan; past this many the memory starts over.
 MAX_SHAPES = 4096
+# Whether launches' addresses are bounded from their sources. Only tests turn it off, to show that the address
+# fence of the interpret backend and the fake driver stops on its own what the source check refuses first.
+SOURCE_BOUNDS = True
 
 
 class ShapeChecks:
@@ -50,13 +57,23 @@ class ShapeChecks:
                 raise ArtifactError(f"variant {graph.name!r} schedule: its sizes cannot be checked: {e}") from None
         self.arena = schedule.arena_bytes
         self._symbols = tuple(s.name for s in graph.symbols)
-        self._checked: set[tuple[int | None, ...]] = set()
+        self._checked: set[tuple[bool | int | None, ...]] = set()
+        # every launch whose extents the reader proved: its source is read now (what cannot be bounded is
+        # refused before any call) and its addresses bounded per shape (artifact/source_bounds.py)
+        self._sourced = [(i, k) for i, k in enumerate(schedule.kernels) if k.extents is not None]
+        for i, k in self._sourced if SOURCE_BOUNDS else ():
+            try:
+                parse_program(k.source, k.name)
+            except ArtifactError as e:
+                raise ArtifactError(f"{self.facts.what} launch {i} ({k.name}): {e}") from None
+        self._bounded: dict[tuple, bool] = {}  # (source, names, grid) already bounded
 
     def __call__(self, env: Mapping[str, int]) -> None:
         f = self.facts
-        if not f.facts and not f.live:
+        sourced = self._sourced if SOURCE_BOUNDS else ()
+        if not f.facts and not f.live and not sourced:
             return
-        key = tuple(env.get(s) for s in self._symbols)
+        key = (bool(sourced), *(env.get(s) for s in self._symbols))
         if key in self._checked:
             return
         try:
@@ -66,6 +83,14 @@ class ShapeChecks:
                 value = evaluate(fact.expr, env)
                 if value < 0:
                     raise fact.refusal(env, value)
+            for i, k in sourced:
+                names, grid = launch_names(k, env)
+                seen = (k.source, k.name, tuple(names.items()), grid)
+                if seen not in self._bounded:
+                    check_source(k, env, f"{f.what} launch {i} ({k.name})")
+                    if len(self._bounded) >= MAX_SHAPES:
+                        self._bounded.clear()
+                    self._bounded[seen] = True
         except ShapeError as e:  # a symbol unbound or a divisor <= 0: the call's dims are not the plan's
             raise ArtifactError(f"{f.what}: its per-shape checks cannot run at {dict(env)}: {e}") from None
         if len(self._checked) >= MAX_SHAPES:

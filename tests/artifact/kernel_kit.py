@@ -100,3 +100,17 @@ def _replace(s: Schedule, **changes: Any) -> Schedule:
 
 
 replace_schedule = _replace
+
+
+@contextmanager
+def fence_only() -> Iterator[None]:
+    """Launches run with their addresses not bounded from their sources (runtime/plan_bounds.py), so a test
+    can show the address fence of the interpret backend and the fake driver stopping on its own what the
+    source check refuses before any launch."""
+    from aotc.runtime import plan_bounds
+
+    with mock.patch.object(plan_bounds, "SOURCE_BOUNDS", False):
+        yield
+
+
+SOURCE_REFUSAL = r"line \d+ \(.*\) reaches offsets -?\d+\.\.-?\d+ of {pointer} .*, outside -?\d+\.\.-?\d+, the extents"

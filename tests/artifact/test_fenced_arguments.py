@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from kernel_kit import fake_binaries, unchecked
+from kernel_kit import SOURCE_REFUSAL, fake_binaries, fence_only, unchecked
 from mutation import reseal
 
 import aotc
@@ -27,7 +27,7 @@ import aotc.functional as F
 from aotc import Dim, TensorSpec
 from aotc.artifact import read_artifact, write_artifact
 from aotc.artifact.reader import Artifact
-from aotc.errors import ExecError
+from aotc.errors import ArtifactError, ExecError
 from aotc.ir.digest import seal
 from aotc.ir.variant import Variant
 from aotc.runtime import Executable
@@ -76,8 +76,29 @@ def _expected(ids: np.ndarray) -> np.ndarray:
     return (TABLE @ M)[ids] + (TABLE @ (M * 2.0))[ids]
 
 
+def _refused_by_its_source(art: Artifact, pointer: str) -> None:
+    """Before any launch, on interpret and on the fake driver: the edited source reaches past ``pointer``'s
+    extents at the call's shape (artifact/source_bounds.py), whatever the ids, and nothing runs."""
+    from aotc.runtime.backends.cuda import CudaBackend
+
+    match = SOURCE_REFUSAL.format(pointer=pointer)
+    with pytest.raises(ArtifactError, match=match):
+        Executable(art, "interpret")(input_ids=GOOD, m=M)
+    fake = FakeDriver()
+    fake.register(art.variants[0].plan, art.kernels)
+    with Executable(art, CudaBackend(driver=fake)) as exe, pytest.raises(ArtifactError, match=match):
+        exe(input_ids=GOOD, m=M)
+    assert fake.faults == [] and fake.launches == [], (fake.faults, fake.launches)
+
+
 def _on_both(art: Artifact, match: str) -> None:
-    """The valid ids run as before and ``BAD`` is refused by the fence, on interpret and on the fake driver."""
+    """The valid ids run as before and ``BAD`` is refused by the fence, on interpret and on the fake driver
+    (the source check off: what the fence stops on its own)."""
+    with fence_only():
+        _fenced_on_both(art, match)
+
+
+def _fenced_on_both(art: Artifact, match: str) -> None:
     from aotc.runtime.backends.cuda import CudaBackend
 
     np.testing.assert_allclose(Executable(art, "interpret")(input_ids=GOOD, m=M), _expected(GOOD), rtol=1e-5)
@@ -115,6 +136,7 @@ def test_a_gather_bound_raised_reading_into_the_next_arena_buffer_is_fenced() ->
     launch in the same arena. Refused before the read on both backends, naming x and y (before, the read
     happened, and only y's own bounds flag failed the call after the launch)."""
     art = _file("embedding", "(input_ids >= 512)\n    flagged0", "(input_ids >= 1024)\n    flagged0")
+    _refused_by_its_source(art, "x_ptr")
     _on_both(art, r"kernel k\d+_pointwise_embedding: a load through x_ptr .* past the end of x_ptr \(16384 bytes\), "
              r"inside y_ptr")  # fmt: skip
 
@@ -126,13 +148,15 @@ def test_a_loosened_mask_reading_into_the_next_arena_buffer_is_fenced() -> None:
     the launch's extents claim (proved inside each argument's value at load)."""
     old = "(offs_k[:, None] < 8) & mask_n"
     art = _file("matmul", old, old.replace("8", "16"), launch=2)
+    _refused_by_its_source(art, "m_ptr")
     match = r"kernel k2_matmul_edited: a load through m_ptr .* past the end of m_ptr \(256 bytes\), inside out_ptr"
-    with pytest.raises(ExecError, match=match):
-        Executable(art, "interpret")(input_ids=GOOD, m=M)
     from aotc.runtime.backends.cuda import CudaBackend
 
-    fake = FakeDriver()
-    fake.register(art.variants[0].plan, art.kernels)
-    with Executable(art, CudaBackend(driver=fake)) as exe, pytest.raises(ExecError):
-        exe(input_ids=GOOD, m=M)
+    with fence_only():
+        with pytest.raises(ExecError, match=match):
+            Executable(art, "interpret")(input_ids=GOOD, m=M)
+        fake = FakeDriver()
+        fake.register(art.variants[0].plan, art.kernels)
+        with Executable(art, CudaBackend(driver=fake)) as exe, pytest.raises(ExecError):
+            exe(input_ids=GOOD, m=M)
     assert len(fake.faults) == 1 and re.search(match, fake.faults[0]), fake.faults

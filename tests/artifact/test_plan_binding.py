@@ -11,7 +11,7 @@ from unittest import mock
 
 import numpy as np
 import pytest
-from kernel_kit import fake_binaries
+from kernel_kit import SOURCE_REFUSAL, fake_binaries, fence_only
 from plan_kit import (
     BATCH,
     SEQ,
@@ -179,7 +179,14 @@ def test_a_kernel_storing_outside_its_buffer_is_refused_by_the_fence(new: str, m
     art = read_artifact(write(sealed(with_source(model()[1], 2, STORE, new))))
     x = np.random.default_rng(1).standard_normal((2, 3, D)).astype(np.float32)
     before = x.copy()
-    with pytest.raises(ExecError, match=rf"kernel k2_\w+: a store {match}"):
+    first = (
+        "writes through x_ptr, which the launch only reads"
+        if "x_ptr" in new
+        else SOURCE_REFUSAL.format(pointer="out_ptr")
+    )
+    with pytest.raises(ArtifactError, match=first):  # first, by its source
+        aotc.load(art, device="interpret")(x)
+    with fence_only(), pytest.raises(ExecError, match=rf"kernel k2_\w+: a store {match}"):
         aotc.load(art, device="interpret")(x)
     np.testing.assert_array_equal(x, before)  # the store into the graph input never ran
 
@@ -196,8 +203,12 @@ def test_the_fake_gpu_faults_on_a_store_outside_its_buffers() -> None:
     art = read_artifact(write(s, binaries=True))
     fake = FakeDriver()
     fake.register(art.variants[0].plan, art.kernels)
-    with Executable(art, CudaBackend(driver=fake)) as exe, pytest.raises(ExecError):
-        exe(np.ones((2, 3, D), np.float32))
+    with Executable(art, CudaBackend(driver=fake)) as exe:
+        with pytest.raises(ArtifactError, match=SOURCE_REFUSAL.format(pointer="out_ptr")):
+            exe(np.ones((2, 3, D), np.float32))
+        assert fake.launches == []
+        with fence_only(), pytest.raises(ExecError):
+            exe(np.ones((2, 3, D), np.float32))
     assert len(fake.faults) == 1 and "a store through out_ptr of 4 bytes" in fake.faults[0], fake.faults
 
 

@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from kernel_kit import fake_binaries, unchecked
+from kernel_kit import SOURCE_REFUSAL, fake_binaries, fence_only, unchecked
 from mutation import reseal
 from plan_kit import model, write
 from test_plan_binding import GRAPH_EDITS
@@ -52,7 +52,7 @@ import aotc.functional as F
 from aotc import Dim, TensorSpec
 from aotc.artifact import read_artifact, write_artifact
 from aotc.artifact.reader import Artifact
-from aotc.errors import ExecError
+from aotc.errors import ArtifactError, ExecError
 from aotc.ir.digest import seal
 from aotc.ir.variant import Variant
 from aotc.runtime import Executable
@@ -116,10 +116,33 @@ def _embedding(source_edit: tuple[str, str] | None) -> bytes:
         return reseal(write_artifact([Variant(graph, s)], source=art.source, meta=art.meta, binaries=fake_binaries(s)))
 
 
+def test_a_gather_bound_raised_in_a_kernels_source_is_refused_before_any_launch() -> None:
+    """512 -> 912 in the gather's bounds check: the file loads (its extents, plan and digest are consistent), but
+    its source, read at the call's shape, reaches rows 512..911 of the table, past the extents the reader proved:
+    refused on interpret and the fake driver before anything runs, naming the line and the pointer."""
+    from aotc.runtime.backends.cuda import CudaBackend
+
+    art = read_artifact(_embedding((">= 512)", ">= 912)")))
+    good = np.array([[3, 511]], np.int64)
+    match = SOURCE_REFUSAL.format(pointer=r"\w+")
+    with pytest.raises(ArtifactError, match=match):
+        Executable(art, "interpret")(input_ids=good)
+    fake = FakeDriver()
+    fake.register(art.variants[0].plan, art.kernels)
+    with Executable(art, CudaBackend(driver=fake)) as exe, pytest.raises(ArtifactError, match=match):
+        exe(input_ids=good)
+    assert fake.launches == [] and fake.faults == []
+
+
 def test_a_gather_bound_raised_in_a_kernels_source_is_fenced_at_the_call() -> None:
-    """512 -> 912 in the gather's bounds check: the file loads (its extents, plan and digest are consistent), the
-    valid ids run as before, and token id 600, which the original refuses by the kernel's flag, is refused on the
-    interpret backend and in the fake driver by the address fence before the read past the table happens."""
+    """The same edit with the source check off: the valid ids run as before, and token id 600, which the original
+    refuses by the kernel's flag, is refused on the interpret backend and in the fake driver by the address fence
+    before the read past the table happens."""
+    with fence_only():
+        _gather_bound_fenced()
+
+
+def _gather_bound_fenced() -> None:
     from aotc.runtime.backends.cuda import CudaBackend
 
     original = read_artifact(_embedding(None))

@@ -1,0 +1,119 @@
+"""The source-and-plan sweep: one semantic edit of one kernel's source or one launch's grid (source_mutation.py),
+every digest recomputed, the file written by the project's writer (its own checks off) and then read and
+called on every backend it runs on (cpu, interpret, cuda on the fake driver; sweep_run.py).
+
+What must hold for every file: no access outside the extents the reader proved for its pointer (the interpreter's
+fence narrowed to each pointer's extents, and the fake driver's), no crash, hang or untyped error; a shrunk grid
+is refused (at load, or before any launch at the call's shape); and a file that runs and answers differently from
+the original is one only a signature can catch: an edit of kernel arithmetic whose every access stayed inside
+its proven extents (the fence saw them all), which the report counts by kind. The default run draws 12 edits
+per subject; ``-m slow`` / AOTC_RUN_SLOW=1 draws 5,000 in all.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from functools import cache
+
+import numpy as np
+import pytest
+from plan_kit import write
+from source_mutation import KINDS, Edit, draw
+from sweep_run import TIMEOUT, Violation, call_once, deadline, feeds_for, leaves, run, tally
+
+from aotc.artifact import read_artifact
+from aotc.errors import AotcError
+from aotc.ir.graph import Graph
+from aotc.ir.schedule import Schedule
+from aotc.runtime import Executable
+
+SUBJECTS = ("plan_kit", "mlp/plain", "cnn/plain", "gpt2/fused", "bert/plain", "golden")
+
+
+@cache
+def subject(label: str) -> tuple[Graph, Schedule, dict[str, np.ndarray], list[np.ndarray]]:
+    """(graph, plan, feeds, the unedited file's cpu answers)."""
+    from aotc.kernels.scheduler import schedule_graph
+
+    if label == "plan_kit":
+        from plan_kit import model
+
+        graph, plan = model()
+    elif label == "golden":
+        from kernel_kit import golden_model
+
+        _, graph, plan = golden_model()
+    else:
+        from tests.kernels.model_kit import lowered
+
+        name, fused = label.split("/")
+        graph = lowered(name, fuse_attention=fused == "fused")
+        plan = schedule_graph(graph)
+    feeds = feeds_for(graph)
+    ref = leaves(call_once(Executable(read_artifact(write(plan, graph=graph)), "cpu"), feeds))
+    return graph, plan, feeds, ref
+
+
+def outcome(label: str, edit: Edit) -> str:
+    """What the file did; raises Violation for anything the sweep must never see."""
+    graph, _, feeds, ref = subject(label)
+    try:
+        with deadline(TIMEOUT):
+            art = read_artifact(write(edit.schedule, binaries=True, graph=graph))
+    except AotcError:
+        return "refused at load"
+    except Violation:
+        raise
+    except Exception as e:
+        raise Violation(f"untyped error at load: {type(e).__name__}: {e}") from e
+    try:
+        result, _ = run(art, feeds, ref)
+    except Violation as e:
+        if "the backends disagree" not in str(e):
+            raise
+        result = "ran, outputs differ"  # cpu runs the graph, interpret and cuda the edited source
+    if result.startswith("refused at the call"):
+        return "refused at the call"
+    return f"silent: {edit.kind}" if "outputs differ" in result else "ran, same answers"
+
+
+def sweep(label: str, n: int, seed: int) -> tuple[Counter[str], list[str]]:
+    graph, plan, _, _ = subject(label)
+    rng = np.random.default_rng([seed, SUBJECTS.index(label)])
+    seen: Counter[str] = Counter()
+    violations = []
+    for _ in range(n):
+        edit = draw(graph, plan, rng)
+        try:
+            got = outcome(label, edit)
+        except Violation as e:
+            violations.append(f"{label}: {edit.what}: {e}")
+            continue
+        if edit.kind == "grid" and not got.startswith("refused"):
+            violations.append(f"{label}: {edit.what}: a shrunk grid was not refused ({got})")
+        seen[f"{edit.kind}: {got}"] += 1
+    return seen, violations
+
+
+@pytest.mark.parametrize("label", SUBJECTS)
+def test_source_and_grid_edits(label: str) -> None:
+    seen, violations = sweep(label, 12, seed=1)
+    print(f"{label}: {tally(seen)}")
+    assert not violations, violations[:5]
+    assert sum(seen.values()) == 12
+
+
+@pytest.mark.slow
+def test_source_and_grid_edits_full() -> None:
+    total: Counter[str] = Counter()
+    violations = []
+    for label in SUBJECTS:
+        seen, bad = sweep(label, 834, seed=2)
+        print(f"{label}: {tally(seen)}", flush=True)
+        total += seen
+        violations += bad
+    print(f"total: {tally(total)}")
+    by_kind = Counter(k.split(":")[0] for k in total.elements())
+    print(f"edits by kind: {tally(by_kind)}")
+    assert not violations, violations[:10]
+    assert sum(total.values()) >= 5000 and set(by_kind) == set(KINDS)
