@@ -22,6 +22,8 @@ from aotc.errors import ArtifactError, ShapeError
 from aotc.ir.schedule import GRID_NAMES, ArgKind, Kernel
 from aotc.ir.symbolic_values import evaluate
 
+INT32_MAX = 2**31 - 1
+
 
 def launch_names(k: Kernel, env: Mapping[str, int]) -> tuple[dict[str, int], tuple[int, int, int]]:
     """What launch ``k`` passes for its size args and constexprs, and its grid, at the symbols' ``env``."""
@@ -64,6 +66,11 @@ def check_source(k: Kernel, env: Mapping[str, int], what: str) -> None:
                     f"{pointer} at {where}, outside {slo}..{shi}, the extents the reader proved inside its value; "
                     "the kernel's source does not match its extents, so the launch is refused"
                 )
+    if shape.peak > INT32_MAX and not any(a.type == "i64" for a in k.args) and "int64" not in k.source:
+        raise ArtifactError(
+            f"{what}: its index math reaches {int(shape.peak)} at {where}, past int32, the type it is computed in "
+            "(no int64 arg or cast): the offsets it computes would wrap, so the launch is refused"
+        )
 
 
 def _bounds(shape: Shape, acc: Access, what: str) -> list[tuple[str, Interval]]:

@@ -51,6 +51,7 @@ class Shape:
         self._memo: dict[tuple, Interval] = {}
         self._consts: dict[int, float | None] = {}
         self._lins: dict[int, Lin] = {}
+        self.peak = 0.0  # the largest magnitude any bounded index value reached (int32 overflow: source_bounds)
 
     # -- linear forms ------------------------------------------------------------------------------------
     def lin(self, node: ast.expr) -> Lin:
@@ -157,7 +158,13 @@ class Shape:
                 return EMPTY
             a, b = coef * alo if alo else 0, coef * ahi if ahi else 0
             lo, hi = lo + min(a, b), hi + max(a, b)
+            self._peak(lo, hi)
         return lo, hi
+
+    def _peak(self, lo: float, hi: float) -> None:
+        for v in (lo, hi):
+            if not math.isinf(v) and abs(v) > self.peak:
+                self.peak = abs(v)
 
     # -- atoms ------------------------------------------------------------------------------------------
     def atom_key(self, key: tuple, ctx: frozenset) -> Interval:
@@ -170,6 +177,7 @@ class Shape:
             else:
                 base = self.atom(key[2], ctx)
             hit = self._memo[memo] = self.refine(key, base, ctx)
+            self._peak(*hit)
         return hit
 
     def _def(self, index: int, ctx: frozenset) -> Interval:

@@ -122,3 +122,12 @@ def test_the_grouped_tile_decode_is_bounded_exactly() -> None:
         if "matmul" in k.name:
             for batch, seq in ((1, 1), (3, 7), (64, 128), (5, 100)):
                 check_source(k, {"batch": batch, "seq": seq}, k.name)
+
+
+def test_index_math_past_int32_is_refused() -> None:
+    """``x * 2**31 // 2**31`` is ``x`` over the integers, but int32 arithmetic wraps the product (to 0 or -2**31):
+    an edit that stays inside the extents only over the integers is refused for the overflow."""
+    old = "offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)"
+    k, env = _edited("matmul_bias", old, f"offs_m = ({old.split(' = ')[1]}) * 65536 * 32768 // 2147483648")
+    with pytest.raises(ArtifactError, match=r"its index math reaches \d+ .* past int32"):
+        check_source(k, env, "edited")
