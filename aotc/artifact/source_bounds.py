@@ -47,7 +47,9 @@ def check_source(k: Kernel, env: Mapping[str, int], what: str) -> None:
         raise ArtifactError(f"{what}: its names cannot be evaluated at {dict(env)}: {e}") from None
     where = dict(names, **dict(zip(GRID_NAMES, grid)))
     index = {a.name: j for j, a in enumerate(k.args)}
-    shape = Shape(prog, names, grid)
+    if any(g <= 0 for g in grid):
+        return  # no program runs: nothing is touched
+    shape = Shape(prog, names, grid, {a.name: a.type for a in k.args})
     for acc in prog.accesses:
         for pointer, (lo, hi) in _bounds(shape, acc, what):
             j = index.get(pointer)
@@ -78,6 +80,8 @@ def _bounds(shape: Shape, acc: Access, what: str) -> list[tuple[str, Interval]]:
     try:
         ctx = shape.literals(acc.mask)
         for pointer, (c, terms), lits in shape.pointers(acc.pointer, ctx):
+            if not shape.feasible(lits):
+                continue  # its mask keeps no lane
             iv = shape.combine(c, terms, lits)
             if iv[0] <= iv[1]:
                 if math.isinf(iv[0]) or math.isinf(iv[1]):

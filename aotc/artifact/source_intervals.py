@@ -46,8 +46,10 @@ def _floordiv(a: float, b: float) -> float:
 class Shape:
     """One kernel's source evaluated at one launch's names."""
 
-    def __init__(self, prog: SourceProgram, names: Mapping[str, int], grid: Sequence[int]) -> None:
-        self.prog, self.names, self.grid = prog, names, tuple(grid)
+    def __init__(
+        self, prog: SourceProgram, names: Mapping[str, int], grid: Sequence[int], types: Mapping[str, str] = {}
+    ) -> None:
+        self.prog, self.names, self.grid, self.types = prog, names, tuple(grid), types
         self._memo: dict[tuple, Interval] = {}
         self._consts: dict[int, float | None] = {}
         self._lins: dict[int, Lin] = {}
@@ -243,6 +245,8 @@ class Shape:
             cond, a, b = node.args
             out = EMPTY
             for branch, lits in ((a, self.literals(cond, True)), (b, self.literals(cond, False))):
+                if not self.feasible(ctx | lits):
+                    continue  # a branch no lane takes
                 iv = self.interval(branch, ctx | lits)
                 if iv[0] <= iv[1]:
                     out = iv if out[0] > out[1] else (min(out[0], iv[0]), max(out[1], iv[1]))
@@ -304,6 +308,20 @@ class Shape:
         n = self.prog.deref(node)
         return isinstance(n, ast.Compare) or (isinstance(n, ast.BinOp) and isinstance(n.op, (ast.BitAnd, ast.BitOr)))
 
+    def feasible(self, ctx: frozenset) -> bool:
+        """False where the literals of ``ctx`` keep no lane: one is a false constant (a pad's tap at a fixed
+        position outside its input) or leaves an atom it bounds no value (``offs < 0``)."""
+        for c, items in ctx:
+            if not items:
+                if c > 0:
+                    return False
+                continue
+            for key, _ in items:
+                lo, hi = self.atom_key(key, ctx)
+                if lo > hi:
+                    return False
+        return True
+
     def refine(self, key: tuple, base: Interval, ctx: frozenset) -> Interval:
         """``base`` narrowed by each literal of ``ctx`` that bounds atom ``key``."""
         lo, hi = base
@@ -355,7 +373,32 @@ class Shape:
             return self.pointers(a, ctx | self.literals(cond, True), depth + 1) + self.pointers(
                 b, ctx | self.literals(cond, False), depth + 1
             )
+        if isinstance(node, ast.Call) and call_name(node) == ".to" and _bitcast_to(node) is not None:
+            found = self.pointers(node.func.value, ctx, depth + 1)  # type: ignore[attr-defined]
+            width = _bitcast_to(node)
+            for p, _, _ in found:  # the same address; offsets after it count in the new type's elements
+                if _WIDTHS.get(self.types.get(p, "").lstrip("*")) != width:
+                    raise Unbounded(f"a bitcast of {p} to elements of another size")
+            return found
         raise Unbounded("a pointer expression with no pointer arg")
+
+
+# bytes per element of the Triton types a pointer arg may have, and of the dtypes a pointer may be bitcast to
+_WIDTHS = {"fp64": 8, "fp32": 4, "fp16": 2, "bf16": 2, "i64": 8, "i32": 4, "i16": 2, "i8": 1, "i1": 1, "u8": 1}
+_DTYPE_WIDTHS = {"int64": 8, "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "float32": 4, "float16": 2}
+
+
+def _bitcast_to(node: ast.Call) -> int | None:
+    """The element size of ``p.to(tl.pointer_type(tl.T), bitcast=True)``, else None."""
+    if not node.args or not any(k.arg == "bitcast" for k in node.keywords):
+        return None
+    target = node.args[0]
+    if not (isinstance(target, ast.Call) and call_name(target) == "tl.pointer_type" and len(target.args) == 1):
+        return None
+    t = target.args[0]
+    if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "tl":
+        return _DTYPE_WIDTHS.get(t.attr)
+    return None
 
 
 def _neg(t: Mapping) -> dict:

@@ -4,8 +4,8 @@ its pointer and mask, and every name the addresses read, each resolved to the on
 The reader does not take a file's word for what its kernels touch (``Extents`` is metadata the file also
 stores): it reads the source as stored, with ``ast`` (nothing runs), and bounds each address from it. Only what
 aotc's codegen writes is understood, and anything else that could reach memory is refused here, naming the
-line: statements are assignments, augmented assignments, expression statements and ``for`` loops over
-``range``/``tl.range``/``tl.static_range``; calls are the language's value functions (``PURE``), its
+line: statements are assignments, augmented assignments, expression statements, ``for`` loops over
+``range``/``tl.range``/``tl.static_range`` and ``while`` loops (a compare-and-swap's); calls are the language's value functions (``PURE``), its
 loads, stores and atomics (``ACCESSES``), ``min``/``max``/``float``/``int`` and the ``.to`` cast. Block pointers,
 tensor descriptors, inline assembly and any other call are refused: the reader cannot bound what they touch.
 
@@ -44,7 +44,7 @@ PURE = frozenset(
         "maximum", "min", "minimum", "num_programs", "program_id", "reshape", "rsqrt", "sigmoid", "sin", "split",
         "sqrt", "sqrt_rn", "sum", "trans", "where", "zeros", "zeros_like", "join", "permute", "clamp", "umulhi",
         "xor_sum", "reduce_or", "interleave", "cumprod", "flip", "sort", "softmax", "ravel", "view", "squeeze",
-        "unsqueeze", "static_assert", "multiple_of", "max_contiguous", "max_constancy",
+        "unsqueeze", "static_assert", "multiple_of", "max_contiguous", "max_constancy", "pointer_type",
     }
 )  # fmt: skip
 BUILTIN_CALLS = frozenset({"min", "max", "float", "int"})
@@ -151,6 +151,14 @@ def parse_program(source: str, kernel: str) -> SourceProgram:
     return prog
 
 
+def _assigned(loop: ast.For | ast.While) -> set[str]:
+    """The names a loop's body assigns."""
+    out = {t.id for n in loop.body for t in ast.walk(n) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)}
+    return out | {
+        n.target.id for n in ast.walk(loop) if isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name)
+    }
+
+
 def _new(prog: SourceProgram, d: Def) -> int:
     prog.defs.append(d)
     return len(prog.defs) - 1
@@ -200,6 +208,8 @@ class _Reader:
             self.expr(s.value, scope)
         elif isinstance(s, ast.For):
             self.loop(s, scope)
+        elif isinstance(s, ast.While):
+            self.repeat(s, scope)
         elif isinstance(s, ast.Pass):
             return
         else:
@@ -217,18 +227,26 @@ class _Reader:
             args.insert(0, ast.Constant(0))
         if len(args) == 2:
             args.append(ast.Constant(1))
-        assigned = {
-            t.id for n in s.body for t in ast.walk(n) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)
-        }
-        assigned |= {
-            n.target.id for n in ast.walk(s) if isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name)
-        }
+        assigned = _assigned(s)
         inner = dict(scope)
         for name in assigned:  # what the body reads of these before assigning them: the last iteration's
             inner[name] = _new(self.prog, Def("phi", name, line=s.lineno))
         inner[s.target.id] = _new(self.prog, Def("loop", s.target.id, args=tuple(args), line=s.lineno))
         self.block(s.body, inner)
         for name in assigned | {s.target.id}:  # after the loop: whichever iteration ran last, or none
+            scope[name] = _new(self.prog, Def("phi", name, line=s.lineno))
+
+    def repeat(self, s: ast.While, scope: dict[str, int]) -> None:
+        """``while cond:`` (a compare-and-swap loop): no counter; what the body assigns is carried."""
+        if s.orelse:
+            raise self.refuse(s, "a while loop with an else")
+        assigned = _assigned(s)
+        inner = dict(scope)
+        for name in assigned:
+            inner[name] = _new(self.prog, Def("phi", name, line=s.lineno))
+        self.expr(s.test, inner)
+        self.block(s.body, inner)
+        for name in assigned:
             scope[name] = _new(self.prog, Def("phi", name, line=s.lineno))
 
     def expr(self, e: ast.expr, scope: dict[str, int]) -> None:
