@@ -427,12 +427,19 @@ def _product(a: Interval, b: Interval) -> Interval:
     return min(cands), max(cands)
 
 
+def _empty_or_unbounded(n: Interval, d: Interval, what: str) -> bool:
+    """Whether ``n`` or ``d`` holds no value; Unbounded where the divisor ``d`` may be 0 or negative."""
+    if n[0] > n[1] or d[0] > d[1]:
+        return True
+    if d[0] < 1:
+        raise Unbounded(f"a {what} by what may be 0 or negative")
+    return False
+
+
 def _quotient(n: Interval, d: Interval) -> Interval:
     """``n // d`` under floor and truncating division alike; unbounded where ``d`` may be 0 or negative."""
-    if n[0] > n[1] or d[0] > d[1]:
+    if _empty_or_unbounded(n, d, "division"):
         return EMPTY
-    if d[0] < 1:
-        raise Unbounded("a division by what may be 0 or negative")
     cands = []
     for x in n:
         for y in d:
@@ -443,10 +450,8 @@ def _quotient(n: Interval, d: Interval) -> Interval:
 
 
 def _remainder(n: Interval, d: Interval) -> Interval:
-    if n[0] > n[1] or d[0] > d[1]:
+    if _empty_or_unbounded(n, d, "remainder"):
         return EMPTY
-    if d[0] < 1:
-        raise Unbounded("a remainder by what may be 0 or negative")
     top = d[1] - 1
     if n[0] >= 0:
         return (n[0], n[1]) if n[1] < d[0] else (0, min(top, n[1]))
