@@ -57,9 +57,10 @@ def tile_from_json(kind: str, raw: Any, key: Mapping[str, Any], arch: str) -> Ti
     if kind == "attention":
         tile: Tile = AttentionConfig(raw["block_m"], raw["block_n"], raw["num_warps"], raw["num_stages"])
         static = key["static"]
-        dp = max(16, _pow2(max(int(static["head_dim"]), int(static["value_dim"]))))
-        shared = (tile.block_m * dp + 2 * tile.block_n * dp) * item * tile.num_stages
-        acc = tile.block_m * dp // threads
+        dp, ep = (max(16, _pow2(int(static[n]))) for n in ("head_dim", "value_dim"))
+        # Q is loaded once; K and V are pipelined over the stages (d128 at 128x128, 3 stages: 224 KiB, as compiled)
+        shared = (tile.block_m * dp + tile.num_stages * tile.block_n * (dp + ep)) * item
+        acc = tile.block_m * ep // threads
     else:
         tile = check_dot_config(TileConfig(*(raw[f] for f in GEMM_FIELDS)))
         if not 1 <= tile.group_m <= 64:
