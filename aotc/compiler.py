@@ -210,6 +210,10 @@ def kernel_stage(lowered: Graph, options: CompileOptions, progress: Progress = N
     from aotc.kernels.scheduler import schedule_graph
 
     sources: dict[tuple[int, str], Any] = {}
+    if options.tune_dims:
+        from aotc.autotune import tuning_env
+
+        tuning_env(lowered, dict(options.tune_dims))  # a dim the model lacks, or out of its range: the caller's error
     try:
         schedule = schedule_graph(lowered, options, sources=sources)
     except UnsupportedError as e:

@@ -43,9 +43,13 @@ def main() -> int:
     parser.add_argument("--fake", action="store_true", help="the fake driver (a dry run with no GPU)")
     args = parser.parse_args()
     driver, hook = fake_driver(args.bundle) if args.fake else (None, None)
-    result = run_bundle(args.bundle, driver, args.budget, max_reps=args.max_reps, on_binary=hook)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1))
+
+    def write(result: dict) -> None:
+        args.out.write_text(json.dumps(result, indent=1))
+
+    result = run_bundle(args.bundle, driver, args.budget, max_reps=args.max_reps, on_binary=hook, checkpoint=write)
+    write(result)
     timed = [c for k in result["keys"] for c in k["candidates"] if len(c.get("ms", [])) == 2]
     failed = [c for k in result["keys"] for c in k["candidates"] if "error" in c]
     print(f"tune: {len(timed)} candidates timed twice, {len(failed)} failed, {result['elapsed_s']} s on "

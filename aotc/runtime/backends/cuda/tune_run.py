@@ -35,6 +35,7 @@ ROTATE = 3  # buffer sets per key
 ROUNDS = 2
 BLOCKS = 3
 MAX_REPS = 100
+SHARE = 0.6
 # A 32-bit fill per dtype: small finite values (1/128-ish), so no input is NaN, Inf or denormal.
 FILL = {"bfloat16": 0x3C003C00, "float16": 0x20002000, "float32": 0x3C000000}
 CLOCK_FIELDS = "name,clocks.sm,clocks.mem,clocks.max.sm,temperature.gpu,power.draw,clocks_throttle_reasons.active"
@@ -73,10 +74,12 @@ def run_bundle(
     log: Any = print,
     max_reps: int = MAX_REPS,
     on_binary: Any = None,
+    checkpoint: Any = None,
 ) -> dict[str, Any]:
     """Time ``path``'s candidates on GPU 0 (``driver``: the cuda bindings, or a fake) within about ``budget_s``,
     at most ``max_reps`` launches a block; ``on_binary(binary)`` sees each KernelBinary before it loads (the fake
-    driver learns its kernel there)."""
+    driver learns its kernel there); ``checkpoint(result)`` gets the results so far after each round (a step
+    killed by its timeout keeps its first round)."""
     began = time.perf_counter()
     index, z = read_bundle(path)
     dev = Device(driver)
@@ -96,7 +99,8 @@ def run_bundle(
         log(f"tune: {sum(len(k.ready) for k in keys)} candidates of {len(keys)} keys loaded in {loaded:.1f} s")
         for k in keys:
             k.probe(events)
-        left = budget_s - (time.perf_counter() - began)
+        # Blocks are sized by the heuristic's time; slower candidates take longer than their share: plan for 60%.
+        left = SHARE * (budget_s - (time.perf_counter() - began))
         per_key = _split(keys, left)
         for r in range(ROUNDS):
             for k, share in zip(keys, per_key):
@@ -106,6 +110,8 @@ def run_bundle(
                 k.round(events, r, share / ROUNDS)
             result["clocks"].append(clocks())
             log(f"tune: round {r + 1} done at {time.perf_counter() - began:.1f} s")
+            if checkpoint is not None:
+                checkpoint({**result, "keys": [k.report() for k in keys], "partial": r + 1 < ROUNDS})
         result["keys"] = [k.report() for k in keys]
     finally:
         for k in keys:
