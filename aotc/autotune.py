@@ -35,15 +35,11 @@ from aotc.ir.ops import Op
 from aotc.ir.schedule import ArchLaunch, Kernel, Schedule, same_launch
 from aotc.ir.symbolic_values import evaluate
 from aotc.ir.templates import template
-from aotc.ir.tiles import MIN_DOT_BLOCK, TileConfig, matmul_config, upper
+from aotc.ir.tiles import DEFAULT_SHARED, MIN_DOT_BLOCK, SHARED_LIMIT, TileConfig, matmul_config, upper
 from aotc.ir.variant import Variant
 from aotc.kernels.attention import AttentionConfig, attention_config, attention_shape
 from aotc.kernels.conv import conv_shape
 from aotc.kernels.matmul import DOT_DTYPES, matmul_shape
-
-# Dynamic shared memory one block may opt in to, by compute capability (CUDA programming guide).
-SHARED_LIMIT = {80: 163 * 1024, 86: 99 * 1024, 87: 163 * 1024, 89: 99 * 1024, 90: 227 * 1024}
-DEFAULT_SHARED = 99 * 1024
 
 # (block_m, block_n, block_k for 16-bit inputs, warps, stages): Triton's matmul tutorial and Inductor's
 # mm configs. fp32 halves block_k, as the heuristics do.
@@ -85,6 +81,7 @@ class LaunchTuning:
     launch: str  # the launch's kernel name in the heuristic plan
     candidates: tuple[tuple[str, float], ...]  # (tiles as text, ms); candidate 0 is the heuristic one
     winner: int
+    index: int = -1  # the launch's position in the schedule
 
     @property
     def speedup(self) -> float:
@@ -181,7 +178,7 @@ def autotune(
     for i, cands in tuned.items():
         best = min(range(len(cands)), key=lambda j: (times[i][j], j))
         text = [_tiles_text(kernels[i][j]) if kernels[i][j] is not None else "failed" for j in range(len(cands))]
-        report.append(LaunchTuning(schedule.kernels[i].name, tuple(zip(text, times[i][: len(cands)])), best))
+        report.append(LaunchTuning(schedule.kernels[i].name, tuple(zip(text, times[i][: len(cands)])), best, i))
         if best == 0 or not math.isfinite(times[i][best]):
             continue
         k = out[i]
@@ -190,6 +187,20 @@ def autotune(
         winner = seal(graph, kernels[i][best])  # type: ignore[arg-type]
         out[i] = k.replace(arch_launches=(*others, ArchLaunch(arch, winner)))
     return dataclasses.replace(schedule, kernels=tuple(out)), TuneReport(info.name, arch, dict(env), tuple(report))
+
+
+def autotuned_sources(schedule: Schedule, report: TuneReport) -> dict[tuple[int, str], Any]:
+    """Where the tuned launches' tiles for the GPU's target come from now (the compiler's ``tile_sources``): a
+    measured winner here is ``autotune``; a launch that kept its heuristic keeps the scheduler's record."""
+    from aotc.kernels.tuned import AUTOTUNE, TileChoice
+
+    out: dict[tuple[int, str], Any] = {}
+    for t in report.launches:
+        if t.winner != 0 and 0 <= t.index < len(schedule.kernels):
+            tiles, ms = t.candidates[t.winner]
+            out[t.index, report.arch] = TileChoice(AUTOTUNE, None, report.device, ms, _finite(t.candidates[0][1]),
+                                                   tiles)  # fmt: skip
+    return out
 
 
 def _run_round(

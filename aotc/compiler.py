@@ -84,7 +84,7 @@ class CompiledModel:
         else:
             from aotc.kernels.explain import explain
 
-            text = explain(self.lowered, self.kernels.schedule)
+            text = explain(self.lowered, self.kernels.schedule, self.kernels.tile_sources)
         if self.kernels.tuning is not None:
             text += "".join(f"{line}\n" for line in self.kernels.tuning.lines())
         passes = explain_lowering(self.graph, self.options)
@@ -209,16 +209,22 @@ def kernel_stage(lowered: Graph, options: CompileOptions, progress: Progress = N
     _report(progress, "schedule kernels")
     from aotc.kernels.scheduler import schedule_graph
 
+    sources: dict[tuple[int, str], Any] = {}
+    if options.tune_dims:
+        from aotc.autotune import tuning_env
+
+        tuning_env(lowered, dict(options.tune_dims))  # a dim the model lacks, or out of its range: the caller's error
     try:
-        schedule = schedule_graph(lowered, options)
+        schedule = schedule_graph(lowered, options, sources=sources)
     except UnsupportedError as e:
         return Kernels(None, {}, f"no kernels: {e}")
     tuning = None
     if options.autotune:
         _report(progress, "autotune kernels")
-        from aotc.autotune import autotune
+        from aotc.autotune import autotune, autotuned_sources
 
         schedule, tuning = autotune(lowered, schedule, options.targets, dims=dict(options.tune_dims))
+        sources.update(autotuned_sources(schedule, tuning))
     binaries: dict[str, KernelBinary] = {}
     if options.targets:
         _report(progress, "compile kernels")
@@ -227,7 +233,7 @@ def kernel_stage(lowered: Graph, options: CompileOptions, progress: Progress = N
         aot = AotOptions(cuda_driver_floor=options.cuda_driver_floor)
         counted = None if progress is None else lambda done, total: progress("compile kernels", done, total)
         binaries = compile_kernels(schedule.kernels, targets=options.targets, options=aot, on_done=counted)
-    return Kernels(schedule, binaries, "", tuning)
+    return Kernels(schedule, binaries, "", tuning, tile_sources(schedule, sources))
 
 
 def onnx_stage(source: Graph, progress: Progress = None) -> RuntimeOnnx:
@@ -257,6 +263,8 @@ def write_stage(
         meta["kernels"] = kernels.note
     if kernels.tuning is not None:
         meta["autotune"] = kernels.tuning.to_meta()
+    if kernels.tile_sources:
+        meta["tile_sources"] = [dict(s) for s in kernels.tile_sources]
     if padded:
         meta["padded_matmuls"] = list(padded)
     if onnx is not None:
@@ -278,6 +286,19 @@ class Kernels:
     binaries: Mapping[str, KernelBinary]
     note: str
     tuning: Any = None  # the autotune report (aotc.autotune.TuneReport) when options.autotune
+    # where each tunable launch's tiles came from, per target: {"launch", "kernel", "arch", "source", ...}
+    tile_sources: tuple[Mapping[str, Any], ...] = ()
+
+
+def tile_sources(schedule: Schedule, sources: Mapping[tuple[int, str], Any]) -> tuple[dict[str, Any], ...]:
+    """``sources`` (TileChoices by launch index and target) as the rows ``--explain`` and the artifact's meta
+    show: the launch, the code that target runs, and where its tiles came from."""
+    rows = []
+    for (i, arch), choice in sorted(sources.items()):
+        k = schedule.kernels[i]
+        code = next((v.kernel.name for v in k.arch_launches if v.arch == arch), k.name)
+        rows.append({"launch": i, "kernel": code, "arch": arch, **choice.to_meta()})
+    return tuple(rows)
 
 
 def _with_precision(options: CompileOptions | None, precision: str | None) -> CompileOptions:

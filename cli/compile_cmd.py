@@ -163,7 +163,8 @@ def _import_onnx(path: Path, dims: dict[str, tuple[int, int]], timer: StageTimer
     "tune_dims",
     multiple=True,
     metavar="NAME=VALUE",
-    help="With --autotune: the value of a dynamic dim to time at (repeatable).  [default: each dim's maximum]",
+    help="The value of a dynamic dim to size tuned tiles for: the shipped tuned table's lookup and --autotune's "
+    "timing (repeatable).  [default: each dim's maximum]",
 )
 @debug_option
 def compile_command(
@@ -196,12 +197,12 @@ def compile_command(
             options = dataclasses.replace(options, cuda_driver_floor=driver_floor)
         except AotcError as e:
             raise UserError(f"--cuda-driver-floor: {e}") from e
-    if tune_dims and not autotune:
-        raise UserError("--tune-dim applies with --autotune")
+    if tune_dims:
+        options = dataclasses.replace(options, tune_dims=_parse_tune_dims(tune_dims))
     if autotune:
         if not options.targets:
             raise UserError("--autotune records its winners per GPU target: drop --target none")
-        options = dataclasses.replace(options, autotune=True, tune_dims=_parse_tune_dims(tune_dims))
+        options = dataclasses.replace(options, autotune=True)
     ranges = parse_dim_ranges(dims)
     names = parse_dim_names(dim_names)
     path = require_file(file)

@@ -16,6 +16,9 @@
 #                replayed; tests/runtime/test_cuda_gpu.py on the GPU (replay == eager bit for bit, 1,000 calls
 #                with no device-memory growth, 8 threads x 50 mixed-shape calls, a bad id then a good call,
 #                torch DLPack in and out with no copy)
+#   tune         the tuning bundle's candidate cubins (scripts/tune_bundle.py, carried) timed with CUDA events on
+#                rotating inputs, interleaved, each twice, clocks logged, <= 90 s: $OUT/tune_results.json, which
+#                scripts/tune_merge.py merges into aotc/kernels/tuned/sm_90.json back here
 #   kernels      attention vs SDPA, bf16 matmul 8192^3 vs cuBLAS, 4095x4097x1000 padded vs unpadded
 #   e2e          GPT-2-small bf16 at 1x128 and 8x1024 vs torch.compile (graph replay), per-call overhead
 #   host         a call's host cost (issue 26): aotc's whole call, host and GPU time of the Linear, attention at
@@ -33,7 +36,7 @@ cd "$(dirname "$0")/.."
 out=${OUT:-gpu_out}
 carry=$(realpath -m "${CARRY:-.gpu_carry}")
 budget=${GPU_CHECK_BUDGET:-480}
-steps=${STEPS:-env smoke correctness kernels e2e host load serve decode}
+steps=${STEPS:-env smoke tune correctness kernels e2e host load serve decode}
 dry=${GPU_CHECK_DRY:-0}
 py=${PYTHON:-python3}
 mkdir -p "$out"
@@ -107,6 +110,19 @@ EOF
 "
 
 run smoke 60 "$py scripts/gpu_smoke.py smoke $carry --jsonl $jsonl ${fake[*]}"
+
+# Tune: issue 27's offline tuning. Nothing is compiled there: the bundle's cubins were built here by gpu_prep.sh.
+# A dry run builds a bundle of a few tiny candidates (with their sources, which the fake driver runs) and times it
+# on the fake driver, to exercise the step end to end.
+if [ "$dry" = 1 ]; then
+    run tune 150 "
+        $py scripts/tune_bundle.py $out/tune_bundle_dry.zip --small --only matmul attention --limit 4 --sources \
+            && $py scripts/tune_run.py $out/tune_bundle_dry.zip --out $out/tune_results.json --fake --max-reps 2 \
+                --budget 40
+    "
+else
+    run tune 100 "$py scripts/tune_run.py $carry/tune_bundle.zip --out $out/tune_results.json --budget 80"
+fi
 
 if [ "$dry" = 1 ]; then
     tests="-k 'fake and (mlp or leak)'"

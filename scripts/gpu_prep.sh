@@ -8,6 +8,8 @@
 #   CARRY/smoke/      a small bf16 model per toolchain (GPU image's Triton and the newest one; driver floors
 #                     12.4 and 13.0; as Triton builds by itself): the smoke step loads each image with no fallback
 #   CARRY/models/     every example model built with the newest Triton, with inputs and cpu outputs
+#   CARRY/tune_bundle.zip  the tuning candidates (scripts/tune_bundle.py: sm_90 cubins of the benchmark kernels'
+#                     heuristic and grid configs, built with the newest Triton), which the tune step times
 #   CARRY/wheels/     for the GPU image's Python 3.12: blake3 and cryptography (the load step's signed loads), and
 #                     KServe's SDK and tritonclient with what they need beyond the image (the serve step)
 #
@@ -54,6 +56,10 @@ rm -rf "$serve_wheels"
 echo "== artifacts with the newest triton ($((SECONDS - start)) s)"
 AOTC_CACHE_DIR="$PWD/$carry/build-cache" .venv/bin/python scripts/gpu_prep.py artifacts "$carry"
 rm -rf "$carry/build-cache"
+echo "== the tuning bundle with the newest triton ($((SECONDS - start)) s)"
+# ~580 candidates at ~1.7 s each on 2 cores (the kernel cache keeps them: a rebuild is quick). TUNE_LIMIT builds a
+# subset (the heuristics first, then each key's grid in turn).
+.venv/bin/python scripts/tune_bundle.py "$carry/tune_bundle.zip" ${TUNE_LIMIT:+--limit "$TUNE_LIMIT"}
 
 size=$(du -sm "$carry" | cut -f1)
 entries=$(find "$carry/cache" -name '*.json' | wc -l)

@@ -109,6 +109,7 @@ def report(out: Path) -> str:
             ],
         )  # fmt: skip
     lines += serve_section([r for r in data if r.get("bench") == "serve"])
+    lines += tune_section(out / "tune_results.json")
     load = out / "load.log"
     if load.exists():
         lines += [
@@ -153,6 +154,28 @@ def host_section(rows: list[dict[str, Any]]) -> list[str]:
             [[r["case"], r["aotc_ms"] * 1e3, r.get("driver_calls"), r.get("note")] for r in fake],
         )
     return lines
+
+
+def tune_section(path: Path) -> list[str]:
+    """The tune step's results (scripts/tune_run.py): per key, the fastest candidate against the heuristic."""
+    if not path.exists():
+        return []
+    try:
+        result = json.loads(path.read_text())
+    except ValueError as e:
+        return ["## Tune", "", f"- unreadable results: {e}", ""]
+    body = []
+    for k in result.get("keys", []):
+        timed = [c for c in k.get("candidates", []) if len(c.get("ms") or []) == 2]
+        best = min(timed, key=lambda c: sum(c["ms"]), default=None)
+        base = next((c for c in timed if c.get("heuristic")), None)
+        failed = sum("error" in c for c in k.get("candidates", []))
+        gain = sum(base["ms"]) / sum(best["ms"]) if best and base else None
+        body.append([k.get("label"), len(timed), failed, sum(base["ms"]) / 2 if base else None,
+                     sum(best["ms"]) / 2 if best else None, gain, best["tiles"] if best else k.get("note")])  # fmt: skip
+    gpu = result.get("gpu", {})
+    head = f"## Tune ({gpu.get('name')}, {gpu.get('sm_count')} SMs, {result.get('elapsed_s')} s)"
+    return [head, ""] + table(["key", "timed", "failed", "heuristic ms", "best ms", "gain", "best tiles"], body)
 
 
 def serve_section(served: list[dict[str, Any]]) -> list[str]:

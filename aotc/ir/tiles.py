@@ -22,6 +22,10 @@ ARCHS = ("sm_80", "sm_90")
 # tl.dot needs every tile dimension to be at least 16.
 MIN_DOT_BLOCK = 16
 FMA_BLOCK_K = MIN_DOT_BLOCK  # the K step of an IEEE fp32 (FMA) dot: see matmul_config
+# Dynamic shared memory one block may opt in to, by compute capability (CUDA programming guide): what a tile's
+# pipeline stages must fit in (autotuning's candidates, the tuned table's configs).
+SHARED_LIMIT = {80: 163 * 1024, 86: 99 * 1024, 87: 163 * 1024, 89: 99 * 1024, 90: 227 * 1024}
+DEFAULT_SHARED = 99 * 1024
 
 
 @dataclass(frozen=True, slots=True)

@@ -192,6 +192,29 @@ def compile_kernels(
     }
 
 
+def compile_cubins(
+    kernels: Sequence[Kernel], arch: str, options: AotOptions | None = None
+) -> dict[str, Compiled | str]:
+    """Each kernel's cubin for ``arch`` alone (no portable PTX: the tuning bundle's candidates), through the
+    cache; a kernel that does not compile maps to its error message instead of failing the rest."""
+    options = options or AotOptions()
+    (arch,) = check_targets((arch,))
+    version, chain = triton_version(), options.toolchain(arch)
+    specs = {k.name: job_spec(k, arch, options, chain) for k in kernels}
+    cache = KernelCache(options.cache_dir) if options.cache else None
+    out: dict[str, Compiled | str] = {}
+    for name, spec in specs.items():
+        hit = cache.get(spec_key(spec, version)) if cache is not None else None
+        if hit is not None:
+            out[name] = hit
+    misses = [name for name in specs if name not in out]
+    for name, result in zip(misses, _run_jobs([specs[n] for n in misses], options.jobs)):
+        out[name] = result
+        if cache is not None and not isinstance(result, str):
+            cache.put(spec_key(specs[name], version), result)
+    return out
+
+
 def job_spec(kernel: Kernel, arch: str, options: AotOptions, toolchain: Toolchain) -> dict[str, Any]:
     """Everything one compile depends on, JSON-able: the worker's input, and (all but the ptxas path) the
     cache key's parts."""
@@ -438,6 +461,7 @@ __all__ = [
     "PORTABLE_ARCH",
     "AotOptions",
     "KernelCompileError",
+    "compile_cubins",
     "compile_kernels",
     "parse_targets",
     "triton_version",

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 from aotc.ir.graph import Graph
 from aotc.ir.schedule import Schedule
 from aotc.ir.symbolic import to_infix
 from aotc.kernels.memplan import arena_bytes_at_max
 
 
-def explain(graph: Graph, schedule: Schedule) -> str:
-    """Readable text: one line per kernel (name, template, what it computes and stores), the views that
-    share storage, the arena, then every declined fusion with its reason."""
+def explain(graph: Graph, schedule: Schedule, tile_sources: Sequence[Mapping[str, Any]] = ()) -> str:
+    """Readable text: one line per kernel (name, template, what it computes and stores, and for a tuned template
+    where each target's tiles came from: ``tile_sources``, the compiler's rows), the views that share storage,
+    the arena, then every declined fusion with its reason."""
+    by_launch: dict[int, list[Mapping[str, Any]]] = {}
+    for row in tile_sources:
+        by_launch.setdefault(int(row["launch"]), []).append(row)
     lines = [f"{len(schedule.kernels)} kernels ({len({k.name for k in schedule.kernels})} distinct) for {graph.name}"]
     for i, k in enumerate(schedule.kernels):
         ops = ", ".join(_counted(k.fused)) or "no ops"
@@ -24,6 +31,8 @@ def explain(graph: Graph, schedule: Schedule) -> str:
             tiles = " ".join(f"{n}={x}" for n, x in v.kernel.constexprs)
             vgrid = " x ".join(to_infix(d) for d in v.kernel.grid)
             lines.append(f"        {v.arch}: {v.kernel.name} ({tiles}, {v.kernel.num_warps} warps, grid {vgrid})")
+        for row in by_launch.get(i, ()):
+            lines.append(f"        tiles for {row['arch']}: {_source_text(row)}")
         for c in k.checks:
             lines.append(f"        checks ids of {c.op} in [{to_infix(c.low)}, {to_infix(c.high)}) (flag {c.slot})")
     for v in schedule.views:
@@ -34,6 +43,17 @@ def explain(graph: Graph, schedule: Schedule) -> str:
         lines.append("declined fusions:")
         lines += [f"  - {d}" for d in schedule.declined]
     return "\n".join(lines) + "\n"
+
+
+def _source_text(row: Mapping[str, Any]) -> str:
+    text = str(row["source"])
+    if row.get("tiles"):
+        text += " " + " ".join(f"{n}={v}" for n, v in row["tiles"].items())
+    detail = [str(row[n]) for n in ("gpu", "note") if row.get(n)]
+    if row.get("ms"):
+        base = f" (heuristic {row['heuristic_ms']:.4f} ms)" if row.get("heuristic_ms") else ""
+        detail.append(f"{row['ms']:.4f} ms{base}")
+    return text + (f" [{'; '.join(detail)}]" if detail else "")
 
 
 def _counted(ops: tuple[str, ...]) -> list[str]:

@@ -17,9 +17,15 @@ from aotc.kernels.fusion import KernelPlan, plan_fusion
 from aotc.kernels.memplan import plan_memory
 from aotc.kernels.naming import kernel_name
 from aotc.kernels.templates import hook, template
+from aotc.kernels.tuned import TileChoice, table_tiles
 
 
-def schedule_graph(graph: Graph, options: Any = None, tiles: Mapping[int, Any] | None = None) -> Schedule:
+def schedule_graph(
+    graph: Graph,
+    options: Any = None,
+    tiles: Mapping[int, Any] | None = None,
+    sources: dict[tuple[int, str], TileChoice] | None = None,
+) -> Schedule:
     """Fuse ``graph`` into kernels, generate each kernel's Triton source and plan the arena.
 
     ``options`` may carry ``targets`` (e.g. ``("sm_80", "sm_90")``); the heuristics size blocks for the
@@ -31,6 +37,10 @@ def schedule_graph(graph: Graph, options: Any = None, tiles: Mapping[int, Any] |
     ``tiles`` (autotuning) maps a launch's index to the config its template uses instead of the
     heuristic one (a TileConfig for matmul and conv, an AttentionConfig for attention). Each kernel's
     template, and so its emitter, is its plan's row of the template table (aotc/ir/templates.py).
+
+    Without ``tiles``, each tunable launch (matmul, conv, attention) takes its tiles for each target from the
+    tuned table (aotc/kernels/tuned/) where it has an entry, else from the heuristics; ``sources`` (when given)
+    receives where they came from, by (launch index, target).
     """
     archs = _archs(options)
     config = KernelConfig(arch=archs[0])
@@ -54,7 +64,8 @@ def schedule_graph(graph: Graph, options: Any = None, tiles: Mapping[int, Any] |
 
         name = _name(graph, kp, idx, producers)
         start = flags.count
-        emitted = _emit(builder(), kp, name, config, (tiles or {}).get(idx))
+        tile = tiles.get(idx) if tiles is not None else _tuned(graph, kp, idx, archs[0], options, sources)
+        emitted = _emit(builder(), kp, name, config, tile)
         kernel = _shared(emitted, seen)
         # a kernel shared with an earlier launch takes its pointer names; so do this launch's arch launches
         names = {a.name: b.name for a, b in zip(emitted.args, kernel.args) if a.name != b.name}
@@ -65,7 +76,8 @@ def schedule_graph(graph: Graph, options: Any = None, tiles: Mapping[int, Any] |
         for arch in archs[1:] if kp.root is not None or kp.reductions else ():
             # The same kernel for another target: same flag slots, its own tiles.
             flags.count = start
-            other = _emit(builder(names), kp, f"{name}_sm{arch}", KernelConfig(arch=arch))
+            tile = None if tiles is not None else _tuned(graph, kp, idx, arch, options, sources)
+            other = _emit(builder(names), kp, f"{name}_sm{arch}", KernelConfig(arch=arch), tile)
             if _binary_key(other, other.name) != _binary_key(kernel, kernel.name) or other.grid != kernel.grid:
                 if same_launch(kernel, other):
                     arch_launches.append(ArchLaunch(f"sm_{arch}", _shared(other, seen, rename=False)))
@@ -75,6 +87,18 @@ def schedule_graph(graph: Graph, options: Any = None, tiles: Mapping[int, Any] |
     buffers, arena = plan_memory(graph, kernels, plan.views)
     # each launch bound to the nodes it computes, now that its name, code and arch launches are final
     return Schedule(seal_all(graph, kernels), buffers, arena, tuple(plan.views), flags.count, tuple(plan.declined))
+
+
+def _tuned(
+    graph: Graph, kp: KernelPlan, idx: int, arch: int, options: Any, sources: dict[tuple[int, str], TileChoice] | None
+) -> Any:
+    """The tuned table's tiles for launch ``idx`` on ``sm_<arch>``, or None (the heuristic's)."""
+    if kp.root is None or not template(kp.kind).tuning:
+        return None
+    choice = table_tiles(graph, kp.root, kp.nodes, f"sm_{arch}", options)
+    if sources is not None:
+        sources[idx, f"sm_{arch}"] = choice
+    return choice.tiles
 
 
 def _shared(kernel: Kernel, seen: dict[tuple, Kernel], rename: bool = True) -> Kernel:

@@ -40,7 +40,8 @@ class CompileOptions:
     targets: tuple[str, ...] = ("sm_80", "sm_90")
     # Time candidate tiles of the matmul, conv and attention kernels on this machine's GPU and record the
     # winners for its target (aotc/autotune.py); needs a GPU. ``tune_dims`` binds dims for the
-    # timing, as (name, value) pairs; a dim not named is timed at its maximum.
+    # timing, as (name, value) pairs; a dim not named is timed at its maximum. The tuned table's lookup
+    # (aotc/kernels/tuned/) buckets dynamic dims at the same shape.
     autotune: bool = False
     tune_dims: tuple[tuple[str, int], ...] = ()
     # The oldest CUDA driver (release "MAJOR.MINOR") the compiled kernels must load on: it picks each target's

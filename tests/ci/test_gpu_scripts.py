@@ -48,3 +48,19 @@ def test_serving_section_reads_the_aims() -> None:
     assert "- bert: the server adds 0.70 ms p50 at concurrency 1 (aim <= 1 ms)" in text
     assert "- bert: batching gives 3.50x the throughput at concurrency 64 (aim >= 3x, BERT)" in text
     assert gpu_report.serve_section([]) == []
+
+
+def test_tune_section_reads_the_results(tmp_path: Path) -> None:
+    import json
+
+    gpu_report = _script("gpu_report")
+    assert gpu_report.tune_section(tmp_path / "none.json") == []
+    cand = [{"name": "h", "tiles": {"block_m": 64}, "heuristic": True, "ms": [2.0, 2.2]},
+            {"name": "c", "tiles": {"block_m": 128}, "heuristic": False, "ms": [1.0, 1.1]},
+            {"name": "x", "tiles": {"block_m": 16}, "heuristic": False, "error": "load: refused"}]  # fmt: skip
+    path = tmp_path / "tune_results.json"
+    path.write_text(json.dumps({"gpu": {"name": "NVIDIA H200", "sm_count": 132}, "elapsed_s": 70.5,
+                                "keys": [{"label": "mm", "candidates": cand}]}))  # fmt: skip
+    text = "\n".join(gpu_report.tune_section(path))
+    assert "## Tune (NVIDIA H200, 132 SMs, 70.5 s)" in text
+    assert "| mm | 2 | 1 | 2.1 | 1.05 | 2 | block_m=128 |" in text

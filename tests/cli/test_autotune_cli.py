@@ -20,13 +20,22 @@ def _compile(tmp_path: Path, *args: str):
     return result.output
 
 
+def test_tune_dim_without_autotune_sizes_the_table_lookup(tmp_path: Path) -> None:
+    out = tmp_path / "m.aotc"
+    result = CliRunner().invoke(
+        cli, ["compile", str(MODELS / "mlp.py"), "-o", str(out), "--target", "none", "--tune-dim", "batch=8"]
+    )
+    assert result.exit_code == 0 and out.exists(), result.output
+
+
 def test_autotune_without_a_gpu_says_what_it_needs(tmp_path: Path) -> None:
     out = _compile(tmp_path, "--autotune", "--target", "sm_80")
     assert "--autotune measures kernels on an NVIDIA GPU" in out and "compile without it" in out
 
 
 def test_tune_dim_checks(tmp_path: Path) -> None:
-    assert "--tune-dim applies with --autotune" in _compile(tmp_path, "--tune-dim", "batch=8")
+    # without --autotune, the shape the tuned table's lookup sizes for: the model's dims are checked all the same
+    assert "the model has no dim of that name" in _compile(tmp_path, "--target", "none", "--tune-dim", "nope=8")
     assert "expected NAME=VALUE" in _compile(tmp_path, "--autotune", "--target", "sm_80", "--tune-dim", "batch")
     assert "is given twice" in _compile(
         tmp_path, "--autotune", "--target", "sm_80", "--tune-dim", "batch=2", "--tune-dim", "batch=3"

@@ -130,9 +130,17 @@ class FakeDriver(StreamsMixin, MemoryMixin):
         for k in schedule.codes():  # arch launches included
             binary = binaries[k.name]
             fresh.setdefault(k.name, (k, binary))  # kernels sharing a name share their source
-            for c in binary.cubins:  # the backend hands an image over by the address of its bytes
-                self._images[np.frombuffer(c.data, np.uint8).ctypes.data] = c
+            self._image(binary)
         self.kernels.update(fresh)  # a later model's kernel of the same name replaces the earlier one
+
+    def register_kernel(self, kernel: Kernel, binary: KernelBinary) -> None:
+        """One kernel and its binary outside any schedule (a tuning bundle's candidate)."""
+        self._image(binary)
+        self.kernels[kernel.name] = (kernel, binary)
+
+    def _image(self, binary: KernelBinary) -> None:
+        for c in binary.cubins:  # the backend hands an image over by the address of its bytes
+            self._images[np.frombuffer(c.data, np.uint8).ctypes.data] = c
 
     def live(self) -> dict[str, int]:
         return {
@@ -225,6 +233,7 @@ class FakeDriver(StreamsMixin, MemoryMixin):
             a.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: self.capability[0],
             a.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: self.capability[1],
             a.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: 227 * 1024,
+            a.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: 132,
         }
         return (OK, values[attr]) if attr in values else (CUresult.CUDA_ERROR_INVALID_VALUE, 0)
 

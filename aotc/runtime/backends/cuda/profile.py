@@ -49,11 +49,7 @@ def profile(program: CudaProgram, feeds: Sequence[Any], env: Mapping[str, int], 
         times: list[list[float]] = [[] for _ in program.launches]
         for _ in range(repeats):
             for i, launch in enumerate(program.launches):
-                dev.record(start, stream)
-                launch.launch_args(dev, stream, call.launch_args[i])
-                dev.record(end, stream)
-                dev.check("cuEventSynchronize", drv.cuEventSynchronize(end))
-                times[i].append(float(dev.get("cuEventElapsedTime", drv.cuEventElapsedTime(start, end))))
+                times[i].append(timed(dev, stream, (start, end), launch.launch_args, dev, stream, call.launch_args[i]))
         dev.sync(stream)
     finally:
         dev.destroy_event(start)
@@ -70,6 +66,17 @@ def profile(program: CudaProgram, feeds: Sequence[Any], env: Mapping[str, int], 
         )
         for i, (launch, t) in enumerate(zip(program.launches, times))
     ]
+
+
+def timed(dev: Any, stream: Any, events: tuple[Any, Any], work: Any, *args: Any) -> float:
+    """The GPU milliseconds of what ``work(*args)`` enqueues on ``stream``, between two events (the one timing
+    primitive of ``profile``, ``--autotune`` and the GPU check's tune step)."""
+    start, end = events
+    dev.record(start, stream)
+    work(*args)
+    dev.record(end, stream)
+    dev.check("cuEventSynchronize", dev.drv.cuEventSynchronize(end))
+    return float(dev.get("cuEventElapsedTime", dev.drv.cuEventElapsedTime(start, end)))
 
 
 def _bytes(program: CudaProgram, index: int, env: Mapping[str, int]) -> int:

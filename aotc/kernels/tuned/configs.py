@@ -1,0 +1,81 @@
+"""Tile configs as the tuned table stores them, and the legal tile space of each tunable template: a config read
+from a file becomes a ``TileConfig`` / ``AttentionConfig`` only when the template can emit it for the key's
+problem on the arch (every emitted tile is masked, so a legal config is never a wrong kernel; the limits here
+keep it from being one that does not compile or launch: shared memory, accumulator registers, tl.dot's 16)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from aotc.errors import UnsupportedError
+from aotc.ir.dtypes import DType
+from aotc.ir.tiles import DEFAULT_SHARED, SHARED_LIMIT, TileConfig, check_dot_config
+from aotc.kernels.attention import AttentionConfig
+
+Tile = TileConfig | AttentionConfig
+GEMM_FIELDS = ("block_m", "block_n", "block_k", "group_m", "num_warps", "num_stages")
+ATTENTION_FIELDS = ("block_m", "block_n", "num_warps", "num_stages")
+MAX_BLOCK = 256
+MAX_STAGES = 6
+WARPS = (1, 2, 4, 8)
+# fp32 accumulator elements one thread may hold: past this a tile spills (255 registers per thread at most).
+MAX_ACC_PER_THREAD = 256
+
+
+def fields_of(kind: str) -> tuple[str, ...]:
+    return ATTENTION_FIELDS if kind == "attention" else GEMM_FIELDS
+
+
+def tile_to_json(tile: Tile) -> dict[str, int]:
+    kind = "attention" if isinstance(tile, AttentionConfig) else "matmul"
+    return {f: int(getattr(tile, f)) for f in fields_of(kind)}
+
+
+def tile_from_json(kind: str, raw: Any, key: Mapping[str, Any], arch: str) -> Tile:
+    """The config ``raw`` (a JSON object) for a ``kind`` launch with tuning key ``key`` on ``arch`` ("sm_90");
+    UnsupportedError naming the field, the value and what was expected when it is outside the legal space."""
+    names = fields_of(kind)
+    if not isinstance(raw, Mapping) or set(raw) != set(names):
+        got = sorted(raw) if isinstance(raw, Mapping) else type(raw).__name__
+        raise UnsupportedError(f"tiles {got}: a {kind} config has exactly the fields {list(names)}")
+    for f in names:
+        v = raw[f]
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise UnsupportedError(f"tiles {f}={v!r}: expected an int")
+    if raw["num_warps"] not in WARPS:
+        raise UnsupportedError(f"tiles num_warps={raw['num_warps']}: expected one of {list(WARPS)}")
+    if not 1 <= raw["num_stages"] <= MAX_STAGES:
+        raise UnsupportedError(f"tiles num_stages={raw['num_stages']}: expected 1 to {MAX_STAGES}")
+    for f in ("block_m", "block_n", "block_k"):
+        if f in raw and raw[f] > MAX_BLOCK:
+            raise UnsupportedError(f"tiles {f}={raw[f]}: expected at most {MAX_BLOCK}")
+    item = DType(key["dtypes"][0]).itemsize
+    cap = int(arch.removeprefix("sm_").rstrip("a"))
+    limit = SHARED_LIMIT.get(cap, DEFAULT_SHARED)
+    threads = 32 * raw["num_warps"]
+    if kind == "attention":
+        tile: Tile = AttentionConfig(raw["block_m"], raw["block_n"], raw["num_warps"], raw["num_stages"])
+        static = key["static"]
+        dp, ep = (max(16, _pow2(int(static[n]))) for n in ("head_dim", "value_dim"))
+        # Q is loaded once; K and V are pipelined over the stages (d128 at 128x128, 3 stages: 224 KiB, as compiled)
+        shared = (tile.block_m * dp + tile.num_stages * tile.block_n * (dp + ep)) * item
+        acc = tile.block_m * ep // threads
+    else:
+        tile = check_dot_config(TileConfig(*(raw[f] for f in GEMM_FIELDS)))
+        if not 1 <= tile.group_m <= 64:
+            raise UnsupportedError(f"tiles group_m={tile.group_m}: expected 1 to 64")
+        shared = (tile.block_m + tile.block_n) * tile.block_k * item * tile.num_stages
+        acc = tile.block_m * tile.block_n // threads
+    if shared > limit:
+        raise UnsupportedError(f"tiles {tile_to_json(tile)} need {shared} bytes of shared memory; {arch} has {limit}")
+    if acc > MAX_ACC_PER_THREAD:
+        raise UnsupportedError(
+            f"tiles {tile_to_json(tile)} hold {acc} accumulators per thread; at most {MAX_ACC_PER_THREAD} fit "
+            "in registers"
+        )
+    return tile
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
