@@ -5,6 +5,11 @@ eager torch at two values of each dim on the cpu backend, and the core ATen opse
     python scripts/torch_coverage.py                       # every suite, writes docs/torch_coverage.md
     python scripts/torch_coverage.py --suite torchvision --only classification/resnet18 --out -
     python scripts/torch_coverage.py --sample              # the fixed sample CI could run (~20 models)
+    python scripts/torch_coverage.py --suite hf --slice 1/4 --resume /tmp/cov.json   # a quarter, resumable
+
+``--resume FILE`` reads the results already in FILE, runs only the models missing there and writes FILE again
+after each model, so a sweep that is stopped (or run in ``--slice`` parts on a shared machine) continues where it
+was; the table is written from every result in FILE that the chosen suites hold.
 
 Each model runs in a worker process (restarted after a crash or a timeout), so one model cannot take the sweep
 down. A result is one of: ``pass``; ``refused`` (a typed aotc error: its first line, the op it names and the
@@ -196,8 +201,17 @@ def aten_rows() -> list[dict[str, Any]]:
 # -- the sweep and its table ---------------------------------------------------------------------------
 
 
-def sweep(jobs: list[tuple[str, str]], timeout: float, log: Any) -> dict[str, dict[str, Any]]:
-    results: dict[str, dict[str, Any]] = {}
+def sweep(
+    jobs: list[tuple[str, str]],
+    timeout: float,
+    log: Any,
+    results: dict[str, dict[str, Any]] | None = None,
+    save: Path | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Run ``jobs`` not already in ``results`` (added to it); with ``save``, the results are written there after
+    each model, so an interrupted sweep resumes."""
+    results = {} if results is None else results
+    jobs = [(suite, name) for suite, name in jobs if f"{suite}:{name}" not in results]
     worker = Worker()
     try:
         for i, (suite, name) in enumerate(jobs, 1):
@@ -208,6 +222,8 @@ def sweep(jobs: list[tuple[str, str]], timeout: float, log: Any) -> dict[str, di
             if r["status"] in ("timeout", "crash"):
                 worker = Worker()
             results[f"{suite}:{name}"] = r
+            if save is not None:
+                save.write_text(json.dumps(results, indent=1))
             print(
                 f"[{i}/{len(jobs)}] {suite}:{name}: {r['status']} ({time.perf_counter() - t0:.0f} s) "
                 f"{r.get('detail', '')[:160]}",
@@ -279,6 +295,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", action="append", default=[], help="a model name within the suites (repeatable)")
     ap.add_argument("--sample", action="store_true", help="the fixed CI-sized sample instead of whole suites")
     ap.add_argument("--limit", type=int, default=0, help="at most this many models per suite")
+    ap.add_argument("--slice", help="K/N: only the K-th of N equal consecutive parts of the models chosen")
+    ap.add_argument("--resume", help="a results JSON: run only models missing there, and save there after each")
+    ap.add_argument("--rerun", default="", help="with --resume: statuses to run again, e.g. error,mismatch")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per model (default 600)")
     ap.add_argument("--out", default=str(ROOT / "docs" / "torch_coverage.md"), help="the table ('-': stdout)")
     ap.add_argument("--json", help="also write the results as JSON here")
@@ -291,9 +310,20 @@ def main(argv: list[str] | None = None) -> int:
         for suite in args.suite or SUITES:
             listed = [n for n in names(suite) if not args.only or n in args.only]
             jobs += [(suite, n) for n in (listed[: args.limit] if args.limit else listed)]
+    if args.slice:
+        k, n = _slice(ap, args.slice)
+        jobs = jobs[(k - 1) * len(jobs) // n : k * len(jobs) // n]
     if not jobs:
         ap.error("no model matches --suite/--only")
-    results = sweep(jobs, args.timeout, sys.stderr)
+    save = Path(args.resume) if args.resume else None
+    results = json.loads(save.read_text()) if save is not None and save.exists() else {}
+    again = {s for s in args.rerun.split(",") if s}
+    chosen_jobs = {f"{suite}:{name}" for suite, name in jobs}
+    results = {k: r for k, r in results.items() if not (k in chosen_jobs and r["status"] in again)}
+    results = sweep(jobs, args.timeout, sys.stderr, results, save)
+    if not args.sample:  # the table holds the chosen suites' results (a resume file may hold others too)
+        chosen = tuple(f"{suite}:" for suite in args.suite or SUITES)
+        results = {k: r for k, r in results.items() if k.startswith(chosen)}
     aten = [] if args.no_aten else aten_rows()
     command = "python scripts/torch_coverage.py " + " ".join(argv if argv is not None else sys.argv[1:])
     text = table(results, aten, command.strip())
@@ -307,6 +337,13 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         print(f"torch_coverage: {len(bad)} wrong answers or untyped errors: {', '.join(bad[:10])}", file=sys.stderr)
     return 1 if bad else 0
+
+
+def _slice(ap: argparse.ArgumentParser, text: str) -> tuple[int, int]:
+    m = re.fullmatch(r"(\d+)/(\d+)", text)
+    if not m or not 1 <= int(m.group(1)) <= int(m.group(2)):
+        ap.error(f"--slice {text!r}: expected K/N with 1 <= K <= N, e.g. 2/4")
+    return int(m.group(1)), int(m.group(2))
 
 
 if __name__ == "__main__":
