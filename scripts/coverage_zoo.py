@@ -149,6 +149,7 @@ _TEXT_SIZES = ((2, 7), (3, 16))
 
 
 def _hf(name: str, rng: np.random.Generator) -> Case:
+    torchvision()  # transformers imports torchvision when it is installed: without the patch no model class loads
     import transformers
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
