@@ -136,7 +136,12 @@ def _leaves(x: Any, path: str = "") -> dict[str, Any]:
     return {}
 
 
-def _worker(conn: Any) -> None:
+def _worker(conn: Any, memory_gb: float) -> None:
+    if memory_gb:  # a model past the cap fails with MemoryError here instead of the OOM killer taking the machine
+        import resource
+
+        cap = int(memory_gb * 2**30)
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
     while True:
         job = conn.recv()
         if job is None:
@@ -150,10 +155,10 @@ def _worker(conn: Any) -> None:
 class Worker:
     """One process running cases in turn; replaced after a crash or a timeout."""
 
-    def __init__(self) -> None:
+    def __init__(self, memory_gb: float = 0.0) -> None:
         ctx = mp.get_context("spawn")
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker, args=(child,), daemon=True)
+        self.proc = ctx.Process(target=_worker, args=(child, memory_gb), daemon=True)
         self.proc.start()
 
     def run(self, suite: str, name: str, timeout: float) -> dict[str, Any]:
@@ -174,6 +179,9 @@ class Worker:
         if self.proc.is_alive():
             self.conn.send(None)
             self.proc.join(10)
+        if self.proc.is_alive():
+            self.proc.kill()
+        self.proc.join()
 
 
 # -- the core ATen opset -------------------------------------------------------------------------
@@ -207,20 +215,22 @@ def sweep(
     log: Any,
     results: dict[str, dict[str, Any]] | None = None,
     save: Path | None = None,
+    memory_gb: float = 0.0,
 ) -> dict[str, dict[str, Any]]:
     """Run ``jobs`` not already in ``results`` (added to it); with ``save``, the results are written there after
     each model, so an interrupted sweep resumes."""
     results = {} if results is None else results
     jobs = [(suite, name) for suite, name in jobs if f"{suite}:{name}" not in results]
-    worker = Worker()
+    worker = Worker(memory_gb)
     try:
         for i, (suite, name) in enumerate(jobs, 1):
             if not worker.alive():
-                worker = Worker()
+                worker = Worker(memory_gb)
             t0 = time.perf_counter()
             r = worker.run(suite, name, timeout)
-            if r["status"] in ("timeout", "crash"):
-                worker = Worker()
+            if r["status"] in ("timeout", "crash") or "MemoryError" in r.get("detail", ""):
+                worker.close()  # a worker that ran out of memory may hold it still
+                worker = Worker(memory_gb)
             results[f"{suite}:{name}"] = r
             if save is not None:
                 save.write_text(json.dumps(results, indent=1))
@@ -299,6 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--resume", help="a results JSON: run only models missing there, and save there after each")
     ap.add_argument("--rerun", default="", help="with --resume: statuses to run again, e.g. error,mismatch")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per model (default 600)")
+    ap.add_argument("--memory-gb", type=float, default=8.0, help="address-space cap per worker (0: none)")
     ap.add_argument("--out", default=str(ROOT / "docs" / "torch_coverage.md"), help="the table ('-': stdout)")
     ap.add_argument("--json", help="also write the results as JSON here")
     ap.add_argument("--no-aten", action="store_true", help="leave out the core ATen table")
@@ -320,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     again = {s for s in args.rerun.split(",") if s}
     chosen_jobs = {f"{suite}:{name}" for suite, name in jobs}
     results = {k: r for k, r in results.items() if not (k in chosen_jobs and r["status"] in again)}
-    results = sweep(jobs, args.timeout, sys.stderr, results, save)
+    results = sweep(jobs, args.timeout, sys.stderr, results, save, args.memory_gb)
     if not args.sample:  # the table holds the chosen suites' results (a resume file may hold others too)
         chosen = tuple(f"{suite}:" for suite in args.suite or SUITES)
         results = {k: r for k, r in results.items() if k.startswith(chosen)}
