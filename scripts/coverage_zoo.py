@@ -87,22 +87,26 @@ def _torchvision(name: str, rng: np.random.Generator) -> Case:
     try:
         weights = tv.models.get_model_weights(model).DEFAULT
         least = weights.meta.get("min_size", (1, 1))
+        frames = max(8, int(weights.meta.get("min_temporal_size", 1)))  # S3D needs 14, MViT 16
     except (ValueError, AttributeError, KeyError):
-        least = (1, 1)
+        least, frames = (1, 1), 8
     try:
         extra = {"weights_backbone": None} if kind == "segmentation" else {}  # no download of a backbone
         module = tv.models.get_model(model, weights=None, **extra).eval()
     except Exception as e:
         raise Skip(f"does not build: {type(e).__name__}: {_first_line(e)}") from None
-    side = max(64, *least)
+    # A ViT takes only the image size it was built for: the builder's (vit_h_14: 224), not its pretrained
+    # weights' min_size (518), which these random weights do not have.
+    fixed = getattr(module, "image_size", None)
+    side = fixed if isinstance(fixed, int) else max(64, *least)
     arg = next(iter(inspect.signature(module.forward).parameters))
     if kind == "segmentation":  # any image size: height and width dynamic
         spec = TensorSpec((BATCH, 3, HEIGHT, WIDTH))
         shapes = [(1, 3, 64, 96), (2, 3, 96, 64)]
         dims = "batch, height, width"
     elif kind == "video":
-        spec = TensorSpec((BATCH, 3, 8, side, side))
-        shapes = [(1, 3, 8, side, side), (3, 3, 8, side, side)]
+        spec = TensorSpec((BATCH, 3, frames, side, side))
+        shapes = [(1, 3, frames, side, side), (3, 3, frames, side, side)]
         dims = "batch"
     else:
         spec = TensorSpec((BATCH, 3, side, side))

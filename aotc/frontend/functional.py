@@ -19,15 +19,19 @@ from aotc.frontend.functions import repeat_interleave
 from aotc.frontend.resample import interpolate
 from aotc.frontend.symint import as_dim
 from aotc.frontend.tensor import Tensor
+from aotc.frontend.volume import adaptive_avg_pool3d, avg_pool3d, conv3d, max_pool3d
 from aotc.ir.dtypes import DType
 from aotc.ir.ops import Op
 from aotc.ir.types import Value
 
 __all__ = [
+    "adaptive_avg_pool3d",
     "avg_pool1d",
     "avg_pool2d",
+    "avg_pool3d",
     "batch_norm",
     "conv2d",
+    "conv3d",
     "conv_transpose1d",
     "conv_transpose2d",
     "dropout",
@@ -42,6 +46,7 @@ __all__ = [
     "log_softmax",
     "max_pool1d",
     "max_pool2d",
+    "max_pool3d",
     "normalize",
     "pad",
     "relu",
