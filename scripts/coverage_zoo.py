@@ -160,17 +160,27 @@ def _hf(name: str, rng: np.random.Generator) -> Case:
     model_type, cls_name = name.split("/", 1)
     try:
         config_cls, cls = CONFIG_MAPPING[model_type], getattr(transformers, cls_name)
-        given = inspect.signature(config_cls.__init__).parameters
-        config = config_cls(**{k: v for k, v in _SMALL.items() if k in given})
+        config = config_cls(**_small(config_cls))
         config.use_cache = False  # past key values are not an output to compare
         module = cls(config).eval()
+        if getattr(config, "_experts_implementation", None) is not None:
+            # MoE experts as HF's batched_mm (each token's experts' weights gathered, then batched matmuls): the
+            # same arithmetic as the default grouped_mm, which sorts tokens into data-dependent groups no
+            # ahead-of-time graph can hold. It is the form HF offers for torch.export.
+            config._experts_implementation = "batched_mm"
     except Exception as e:  # a config that does not shrink, a model class that needs a download
         raise Skip(f"does not build from a small config: {type(e).__name__}: {_first_line(e)}") from None
     main = getattr(module, "main_input_name", "input_ids")
     if main == "input_ids":
         vocab = int(getattr(config, "vocab_size", 128) or 128)
-        feeds = [{main: rng.integers(0, min(vocab, 100), size=s).astype(np.int64)} for s in _TEXT_SIZES]
-        return Case(module, {main: TensorSpec((BATCH, SEQ), "int64")}, feeds, "batch, seq")
+        ids = [rng.integers(0, min(vocab, 100), size=s).astype(np.int64) for s in _TEXT_SIZES]
+        names = [main]
+        # An encoder-decoder (T5, Marian, Blenderbot...) needs its decoder's ids too: the same tokens, which
+        # every such model accepts (BART-likes would shift them in themselves).
+        if "decoder_input_ids" in inspect.signature(module.forward).parameters:
+            names.append("decoder_input_ids")
+        feeds = [{n: x for n in names} for x in ids]
+        return Case(module, {n: TensorSpec((BATCH, SEQ), "int64") for n in names}, feeds, "batch, seq")
     if main == "pixel_values":
         side = getattr(config, "image_size", 32)
         side = side if isinstance(side, int) else 32
@@ -179,6 +189,19 @@ def _hf(name: str, rng: np.random.Generator) -> Case:
         feeds = [{main: rng.standard_normal(s).astype(np.float32)} for s in shapes]
         return Case(module, {main: TensorSpec((BATCH, channels, side, side))}, feeds, "batch")
     raise Skip(f"takes {main!r}, not input_ids or pixel_values")
+
+
+def _small(config_cls: Any) -> dict[str, Any]:
+    """The shrunken sizes ``config_cls`` takes, and its sub-configs' (a vision-language model's text and vision
+    towers, BLT's patcher...) as dicts of theirs, so a composite model is small too."""
+    from transformers import PretrainedConfig
+
+    given = inspect.signature(config_cls.__init__).parameters
+    out: dict[str, Any] = {k: v for k, v in _SMALL.items() if k in given}
+    for name, sub in (getattr(config_cls, "sub_configs", None) or {}).items():
+        if name in given and isinstance(sub, type) and issubclass(sub, PretrainedConfig):  # not AutoConfig
+            out[name] = _small(sub)
+    return out
 
 
 def _first_line(e: BaseException) -> str:

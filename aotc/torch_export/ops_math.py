@@ -246,6 +246,37 @@ def argmin(cx: Cx, x: Tensor, dim: int | None = None, keepdim: bool = False) -> 
     return T.argmin(x, dim, keepdim)
 
 
+def topk(cx: Cx, x: Tensor, k: Any, dim: int = -1, largest: bool = True, sorted: bool = True) -> tuple:
+    """The ``k`` largest (smallest) along ``dim``, in order, as ``k`` rounds of a max and the first index that
+    holds it among those not yet taken (ties go to the lower index; a value taken once is never taken again, even
+    where the rest tie with it at -inf). An MoE router's top-k over its experts is a few rounds over a short dim."""
+    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+        raise trace_error(f"topk needs a static k >= 0, got k={k!r}")
+    ax = dim % x.ndim if x.ndim else 0
+    n = x.shape[ax]
+    if isinstance(n, int) and k > n:
+        raise trace_error(f"topk k={k} is larger than dim {dim}'s size {n}")
+    if k == 0 or x.ndim == 0:
+        raise trace_error(f"topk with k={k} over a {x.ndim}-D input is not supported (k >= 1 over a dim)")
+    if not isinstance(n, int):
+        cx.tracer.require(x._v().type.shape[ax], ">=", k, f"topk k={k} needs dim {dim} to hold at least {k}")
+    work = x if largest else -x
+    low = float("-inf") if x.dtype.is_float else -(2 ** (8 * x.dtype.np.itemsize - 1))
+    shape = [1] * x.ndim
+    shape[ax] = -1
+    iota = T.arange(n).reshape(shape)
+    taken = T.zeros_like(work).to(DType.bool)
+    values, indices = [], []
+    for _ in range(k):
+        rest = T.where(taken, low, work)
+        best = T.amax(rest, ax, True)
+        first = T.amin(T.where((rest == best) & ~taken, iota, 2**62), ax, True)  # 2**62: past any index
+        values.append(best if largest else -best)
+        indices.append(first)
+        taken = taken | (iota == first)
+    return T.cat(values, ax), T.cat(indices, ax)
+
+
 def var(cx: Cx, x: Tensor, dim: Any = None, correction: Any = None, keepdim: bool = False) -> Tensor:
     return T.var(x, _dims(dim), correction=1 if correction is None else correction, keepdim=keepdim)
 

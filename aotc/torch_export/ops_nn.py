@@ -66,6 +66,26 @@ def batch_norm_no_training(
     return F.batch_norm(x, mean, var, weight, bias, False, momentum, eps), None, None
 
 
+def batch_norm_batch_stats(cx: Cx, x: Tensor, weight: Any, bias: Any, training: bool, momentum: float, eps: float):
+    """``_native_batch_norm_legit.no_stats``: batch norm without running statistics normalizes by the input's own
+    mean and biased variance per channel (dim 1). Models call it on their weights (BiT's weight standardization),
+    so it is a computation of the model, not training."""
+    if not training:
+        raise trace_error("batch_norm without running statistics needs training=True (it normalizes by the batch's)")
+    if x.ndim < 2:
+        raise trace_error(f"batch_norm needs an (N, C, ...) input, got rank {x.ndim}")
+    over = (0, *range(2, x.ndim))
+    mean = x.mean(over, keepdim=True)
+    var = ((x - mean) * (x - mean)).mean(over, keepdim=True)
+    y = (x - mean) * (var + eps).rsqrt()
+    affine = [-1] + [1] * (x.ndim - 2)
+    if weight is not None:
+        y = y * layout.reshape(weight, (affine,))
+    if bias is not None:
+        y = y + layout.reshape(bias, (affine,))
+    return y, None, None
+
+
 def group_norm(cx: Cx, x: Tensor, groups: int, weight: Any = None, bias: Any = None, eps: float = 1e-5, *_) -> Tensor:
     shape = list(x.shape)
     g = layout.reshape(x, ([shape[0], groups, -1],))

@@ -424,8 +424,8 @@ def _unflatten(spec: Any, leaves: Any) -> Any:
         return next(leaves)
     kids = [_unflatten(c, leaves) for c in spec.children()]
     typ, ctx = spec.type, spec.context
-    if typ is tuple:
-        return tuple(kids)
+    if typ is tuple or (isinstance(typ, type) and issubclass(typ, tuple) and not hasattr(typ, "_fields")):
+        return tuple(kids)  # a torch.return_types struct sequence (topk's, max's values and indices) as a tuple
     if typ is list:
         return kids
     if typ is type(None):
