@@ -70,12 +70,14 @@ def build(suite: str, name: str) -> Case:
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
     with torch.no_grad():
-        case = _torchvision(name, rng) if suite == "torchvision" else _hf(name, rng)
-        try:
-            case.module(**{k: torch.from_numpy(v) for k, v in case.feeds[0].items()})
-        except Exception as e:  # any failure of eager torch is the model's, not aotc's
-            raise Skip(f"eager torch fails at the sweep's sizes: {type(e).__name__}: {_first_line(e)}") from None
-    return case
+        cases = [_torchvision(name, rng)] if suite == "torchvision" else _hf(name, rng)
+        for case in cases:  # the first form of the model's inputs that eager torch runs
+            try:
+                case.module(**{k: torch.from_numpy(v) for k, v in case.feeds[0].items()})
+                return case
+            except Exception as e:  # any failure of eager torch is the model's, not aotc's
+                failure = e
+    raise Skip(f"eager torch fails at the sweep's sizes: {type(failure).__name__}: {_first_line(failure)}")
 
 
 # -- torchvision ---------------------------------------------------------------------------------
@@ -152,7 +154,9 @@ _SMALL = dict(
 _TEXT_SIZES = ((2, 7), (3, 16))
 
 
-def _hf(name: str, rng: np.random.Generator) -> Case:
+def _hf(name: str, rng: np.random.Generator) -> list[Case]:
+    """The model's cases, in the order tried: text and an image where it takes both (CLIP-likes need both), then
+    text alone (a vision-language model whose prompt has no image tokens)."""
     torchvision()  # transformers imports torchvision when it is installed: without the patch no model class loads
     import transformers
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
@@ -180,15 +184,31 @@ def _hf(name: str, rng: np.random.Generator) -> Case:
         if "decoder_input_ids" in inspect.signature(module.forward).parameters:
             names.append("decoder_input_ids")
         feeds = [{n: x for n in names} for x in ids]
-        return Case(module, {n: TensorSpec((BATCH, SEQ), "int64") for n in names}, feeds, "batch, seq")
+        text = Case(module, {n: TensorSpec((BATCH, SEQ), "int64") for n in names}, feeds, "batch, seq")
+        if "pixel_values" not in inspect.signature(module.forward).parameters:
+            return [text]
+        side, channels = _image(getattr(config, "vision_config", None) or config)
+        image = TensorSpec((BATCH, channels, side, side))
+        pixels = [rng.standard_normal((x.shape[0], channels, side, side)).astype(np.float32) for x in ids]
+        both = Case(
+            module,
+            {**text.inputs, "pixel_values": image},
+            [f | {"pixel_values": p} for f, p in zip(feeds, pixels)],
+            "batch, seq",
+        )
+        return [both, text]
     if main == "pixel_values":
-        side = getattr(config, "image_size", 32)
-        side = side if isinstance(side, int) else 32
-        channels = int(getattr(config, "num_channels", 3) or 3)
+        side, channels = _image(config)
         shapes = [(1, channels, side, side), (3, channels, side, side)]
         feeds = [{main: rng.standard_normal(s).astype(np.float32)} for s in shapes]
-        return Case(module, {main: TensorSpec((BATCH, channels, side, side))}, feeds, "batch")
+        return [Case(module, {main: TensorSpec((BATCH, channels, side, side))}, feeds, "batch")]
     raise Skip(f"takes {main!r}, not input_ids or pixel_values")
+
+
+def _image(config: Any) -> tuple[int, int]:
+    """(side, channels) of the images a (vision) config takes."""
+    side = getattr(config, "image_size", 32)
+    return (side if isinstance(side, int) else 32), int(getattr(config, "num_channels", 3) or 3)
 
 
 def _small(config_cls: Any) -> dict[str, Any]:
