@@ -250,14 +250,18 @@ def counted(results: dict[str, dict[str, Any]], prefix: str) -> tuple[int, int]:
     return sum(r["status"] == "pass" for r in rows), len(rows)
 
 
-def table(results: dict[str, dict[str, Any]], aten: list[dict[str, Any]], command: str) -> str:
+def table(results: dict[str, dict[str, Any]], aten: list[dict[str, Any]], command: str, carried: str = "") -> str:
     lines = [
         "# Torch importer coverage",
         "",
         f"Written by `{command}` on {time.strftime('%Y-%m-%d')} (scripts/torch_coverage.py; do not edit by hand).",
+        *([carried] if carried else []),
         "Each model: `aotc.compile(module, specs)` with the dims listed dynamic, compared with eager torch at two",
         "values of each on the cpu backend. `skip` rows (the model does not build from a small config or does not",
-        "run eagerly at the sweep's sizes) are not counted.",
+        "run eagerly at the sweep's sizes) are not counted. Hugging Face models are built from their default",
+        "config shrunk (and their sub-configs'), zero-initialized weight matrices given small random values, MoE",
+        "experts as HF's `batched_mm`, fed `decoder_input_ids` too where they take them, and `pixel_values` too",
+        "where they take both (else text alone): scripts/coverage_zoo.py says why each.",
         "",
         "| suite | passed | of |",
         "|---|---|---|",
@@ -309,6 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--resume", help="a results JSON: run only models missing there, and save there after each")
     ap.add_argument("--rerun", default="", help="with --resume: statuses to run again, e.g. error,mismatch")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per model (default 600)")
+    ap.add_argument("--carry", help="a table this script wrote: its rows kept for the models not run now")
     ap.add_argument("--memory-gb", type=float, default=8.0, help="address-space cap per worker (0: none)")
     ap.add_argument("--out", default=str(ROOT / "docs" / "torch_coverage.md"), help="the table ('-': stdout)")
     ap.add_argument("--json", help="also write the results as JSON here")
@@ -335,9 +340,15 @@ def main(argv: list[str] | None = None) -> int:
     if not args.sample:  # the table holds the chosen suites' results (a resume file may hold others too)
         chosen = tuple(f"{suite}:" for suite in args.suite or SUITES)
         results = {k: r for k, r in results.items() if k.startswith(chosen)}
+    note = ""
+    if args.carry:
+        old, made = carry(Path(args.carry))
+        kept = {k: r for k, r in old.items() if k not in results}
+        results |= kept
+        note = f"{len(kept)} rows carried over unchanged from the table written by {made}."
     aten = [] if args.no_aten else aten_rows()
     command = "python scripts/torch_coverage.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    text = table(results, aten, command.strip())
+    text = table(results, aten, command.strip(), note)
     if args.out == "-":
         sys.stdout.write(text)
     else:
@@ -348,6 +359,20 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         print(f"torch_coverage: {len(bad)} wrong answers or untyped errors: {', '.join(bad[:10])}", file=sys.stderr)
     return 1 if bad else 0
+
+
+def carry(path: Path) -> tuple[dict[str, dict[str, Any]], str]:
+    """The results in the Models section of a table this script wrote, and the command and date that wrote it."""
+    text = path.read_text()
+    made = re.search(r"Written by `([^`]*)` on (\S+)", text)
+    rows = {}
+    keys = ("dims", "status", "op", "where", "detail")
+    for line in text.split("## Models", 1)[-1].split("\n## ", 1)[0].splitlines():
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+        if len(cells) == 6 and ":" in cells[0] and cells[2] != "result":
+            r = dict(zip(keys, (c.replace("\\|", "|") for c in cells[1:])))
+            rows[cells[0]] = {k: v for k, v in r.items() if v or k == "status"}
+    return rows, f"`{made.group(1)}` on {made.group(2)}" if made else str(path)
 
 
 def _slice(ap: argparse.ArgumentParser, text: str) -> tuple[int, int]:
