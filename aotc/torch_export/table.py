@@ -212,6 +212,7 @@ ATEN: dict[str, Translation] = {
     "aten.index.Tensor": L.index,
     "aten.index_select.default": L.index_select,
     "aten.gather.default": L.gather,
+    "aten.scatter.value": L.scatter_value,
     "aten.slice_scatter.default": L.slice_scatter,
     "aten.select_scatter.default": L.select_scatter,
     # -- neural-network ops aotc keeps whole

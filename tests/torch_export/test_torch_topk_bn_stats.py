@@ -89,3 +89,16 @@ def test_batch_norm_over_the_batchs_own_statistics_standardizes_a_weight_as_bit_
     torch.manual_seed(0)
     for got, want in run(StdConv(3, 4, 3), (BATCH, 3, 6, 6), [(1, 3, 6, 6), (2, 3, 6, 6)]):
         np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-5)
+
+
+def test_scatter_of_a_value_marks_a_routers_chosen_groups() -> None:
+    class Groups(nn.Module):
+        def forward(self, x: Any) -> Any:
+            chosen = torch.topk(x, 2, dim=-1, sorted=False)[1]
+            mask = torch.zeros_like(x).scatter_(1, chosen, 1)
+            again = torch.full_like(x, -1.0).scatter(1, torch.cat([chosen, chosen], 1), 7.5)  # repeated
+            return mask, again
+
+    for got, want in run(Groups(), (BATCH, 4), [(3, 4), (6, 4)]):
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
