@@ -199,10 +199,15 @@ def _hf(name: str, rng: np.random.Generator) -> list[Case]:
         )
         return [both, text]
     if main == "pixel_values":
-        side, channels = _image(config)
-        shapes = [(1, channels, side, side), (3, channels, side, side)]
-        feeds = [{main: rng.standard_normal(s).astype(np.float32)} for s in shapes]
-        return [Case(module, {main: TensorSpec((BATCH, channels, side, side))}, feeds, "batch")]
+        # The config's image size first (a ViT's position embeddings fix it), then larger ones: a CNN that
+        # downsamples by 32 (ConvNeXt) has nothing left of a 32-pixel image.
+        own, channels = _image(config)
+        cases = []
+        for side in dict.fromkeys((own, 64, 128, 224)):
+            shapes = [(1, channels, side, side), (3, channels, side, side)]
+            feeds = [{main: rng.standard_normal(s).astype(np.float32)} for s in shapes]
+            cases.append(Case(module, {main: TensorSpec((BATCH, channels, side, side))}, feeds, "batch"))
+        return cases
     raise Skip(f"takes {main!r}, not input_ids or pixel_values")
 
 
