@@ -261,7 +261,8 @@ def table(results: dict[str, dict[str, Any]], aten: list[dict[str, Any]], comman
         "run eagerly at the sweep's sizes) are not counted. Hugging Face models are built from their default",
         "config shrunk (and their sub-configs'), zero-initialized weight matrices given small random values, MoE",
         "experts as HF's `batched_mm`, fed `decoder_input_ids` too where they take them, and `pixel_values` too",
-        "where they take both (else text alone): scripts/coverage_zoo.py says why each.",
+        "where they take both (else text alone), images at the config's size or the first of 64, 128, 224 that",
+        "runs eagerly: scripts/coverage_zoo.py says why each.",
         "",
         "| suite | passed | of |",
         "|---|---|---|",
@@ -314,6 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rerun", default="", help="with --resume: statuses to run again, e.g. error,mismatch")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per model (default 600)")
     ap.add_argument("--carry", help="a table this script wrote: its rows kept for the models not run now")
+    ap.add_argument("--no-run", action="store_true", help="run nothing: the table of --resume's (and --carry's) rows")
     ap.add_argument("--memory-gb", type=float, default=8.0, help="address-space cap per worker (0: none)")
     ap.add_argument("--out", default=str(ROOT / "docs" / "torch_coverage.md"), help="the table ('-': stdout)")
     ap.add_argument("--json", help="also write the results as JSON here")
@@ -336,16 +338,23 @@ def main(argv: list[str] | None = None) -> int:
     again = {s for s in args.rerun.split(",") if s}
     chosen_jobs = {f"{suite}:{name}" for suite, name in jobs}
     results = {k: r for k, r in results.items() if not (k in chosen_jobs and r["status"] in again)}
-    results = sweep(jobs, args.timeout, sys.stderr, results, save, args.memory_gb)
+    if not args.no_run:
+        results = sweep(jobs, args.timeout, sys.stderr, results, save, args.memory_gb)
     if not args.sample:  # the table holds the chosen suites' results (a resume file may hold others too)
         chosen = tuple(f"{suite}:" for suite in args.suite or SUITES)
         results = {k: r for k, r in results.items() if k.startswith(chosen)}
-    note = ""
+    notes = []
     if args.carry:
         old, made = carry(Path(args.carry))
         kept = {k: r for k, r in old.items() if k not in results}
         results |= kept
-        note = f"{len(kept)} rows carried over unchanged from the table written by {made}."
+        notes.append(f"{len(kept)} rows carried over unchanged from the table written by {made}.")
+    for suite in dict.fromkeys(s for s, _ in jobs):
+        ran = sum(k.startswith(f"{suite}:") for k in results)
+        total = sum(s == suite for s, _ in jobs)
+        if ran < total:  # say so: a partial sweep's percentages are of the models it reached
+            notes.append(f"Suite {suite}: {ran} of its {total} models swept so far; the rest are not in this table.")
+    note = "\n".join(notes)
     aten = [] if args.no_aten else aten_rows()
     command = "python scripts/torch_coverage.py " + " ".join(argv if argv is not None else sys.argv[1:])
     text = table(results, aten, command.strip(), note)
