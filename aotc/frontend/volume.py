@@ -16,6 +16,7 @@ import numpy as np
 from aotc.frontend import layout
 from aotc.frontend.context import trace_error
 from aotc.frontend.elementwise import as_tensor, tracer_of, value_of, wrap
+from aotc.frontend.pooling import whole_window
 from aotc.frontend.tensor import Tensor
 from aotc.ir.ops import Op
 
@@ -113,6 +114,9 @@ def max_pool3d(
         raise trace_error("max_pool3d with return_indices=True is not supported")
     t, unbatched = _batched(as_tensor(x), "max_pool3d")
     kernel, strides, pads = _pool_args(kernel_size, stride, padding, "max_pool3d")
+    if whole_window(t, kernel, strides, pads, bool(ceil_mode)):
+        y = t.amax((-3, -2, -1), keepdim=True)
+        return layout.squeeze(y, 0) if unbatched else y
     tr = t._t()
     attrs = {"kernel": kernel, "strides": strides, "pads": pads, **_ceil(ceil_mode, "max_pool3d")}
     y = wrap(tr.op(Op.MAX_POOL2D, t._v(), **attrs), tr)
@@ -132,6 +136,9 @@ def avg_pool3d(
         raise trace_error(f"avg_pool3d with divisor_override={divisor_override!r} is not supported")
     t, unbatched = _batched(as_tensor(x), "avg_pool3d")
     kernel, strides, pads = _pool_args(kernel_size, stride, padding, "avg_pool3d")
+    if whole_window(t, kernel, strides, pads, bool(ceil_mode)):
+        y = t.mean((-3, -2, -1), keepdim=True)
+        return layout.squeeze(y, 0) if unbatched else y
     tr = t._t()
     attrs = {"kernel": kernel, "strides": strides, "pads": pads, "count_include_pad": bool(count_include_pad)}
     y = wrap(tr.op(Op.AVG_POOL2D, t._v(), **attrs, **_ceil(ceil_mode, "avg_pool3d")), tr)

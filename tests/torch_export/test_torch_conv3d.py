@@ -94,6 +94,11 @@ def test_adaptive_avg_pool3d_to_any_size_over_static_input_sizes(dhw: tuple, out
     check(nn.AdaptiveAvgPool3d(out), (BATCH, 2, *dhw), [(1, 2, *dhw), (3, 2, *dhw)])
 
 
+@pytest.mark.parametrize("pool", [nn.MaxPool3d((8, 9, 11), ceil_mode=True)])  # torch refuses avg_pool3d so
+def test_a_ceil_mode_kernel_past_static_sizes_is_one_window_over_all_of_them(pool: Any) -> None:
+    check(pool, (BATCH, 2, 8, 5, 6), [(1, 2, 8, 5, 6), (3, 2, 8, 5, 6)])
+
+
 def test_a_video_block_with_5d_batch_norm_and_the_functional_form() -> None:
     torch.manual_seed(0)
 
