@@ -248,10 +248,10 @@ class Translator:
                 else "no supported op shares its name; aotc/torch_export/table.py lists those that are"
             )
             raise UnsupportedError(f"{where}{name} is not supported by aotc ({hint})")
-        args = self._args(node)
         module = node_module(node)
         with source_loc(f"{loc} ({module})" if loc and module else loc):
             try:
+                args = self._args(node)  # inside: an argument aotc cannot hold (a complex dtype) names the line
                 out = fn(self, *args)
                 return self._conform(node, name, out)
             except TraceError as e:

@@ -58,3 +58,13 @@ def test_a_refusal_lists_only_supported_ops_of_the_same_name_stem() -> None:
     assert nearby("aten.conv_transpose3d.input") == ["aten.conv_transpose1d.default", "aten.conv_transpose2d.input"]
     assert nearby("aten.linalg_svd.default")[0].startswith("aten.linalg_")  # the first word: linalg_*
     assert nearby("aten.sort.default") == [] and nearby("aten._fft_r2c.default") == []
+
+
+def test_an_argument_aotc_cannot_hold_is_refused_at_the_models_line_and_op() -> None:
+    class Spectral(nn.Module):
+        def forward(self, x: Any) -> Any:
+            return x.to(torch.complex64).real  # FNet's FFT mixing starts so
+
+    with pytest.raises(aotc.UnsupportedError) as info:
+        aotc.compile(Spectral(), {"x": TensorSpec((Dim("batch", min=1, max=4), 8))})
+    assert re.match(rf".*{HERE}:\d+: aten\._to_copy\.default: a tensor has dtype complex64", str(info.value)), info
