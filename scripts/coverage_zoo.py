@@ -176,6 +176,9 @@ def _hf(name: str, rng: np.random.Generator) -> list[Case]:
         raise Skip(f"does not build from a small config: {type(e).__name__}: {_first_line(e)}") from None
     _unzero(module)
     main = getattr(module, "main_input_name", "input_ids")
+    named = [p.name for p in inspect.signature(module.forward).parameters.values() if p.kind is not p.VAR_KEYWORD]
+    if main not in named and "pixel_values" in named:  # a vision tower whose class keeps the text default
+        main = "pixel_values"
     if main == "input_ids":
         vocab = int(getattr(config, "vocab_size", 128) or 128)
         ids = [rng.integers(0, min(vocab, 100), size=s).astype(np.int64) for s in _TEXT_SIZES]
