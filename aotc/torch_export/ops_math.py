@@ -277,6 +277,15 @@ def topk(cx: Cx, x: Tensor, k: Any, dim: int = -1, largest: bool = True, sorted:
     return T.cat(values, ax), T.cat(indices, ax)
 
 
+def bucketize(cx: Cx, x: Tensor, boundaries: Tensor, out_int32: bool = False, right: bool = False) -> Tensor:
+    """The bucket of each element among sorted 1-D ``boundaries``: how many lie below it (``right``: at or below
+    it), as torch.bucketize and searchsorted define it. Idefics3's vision tower buckets patch coordinates so."""
+    if boundaries.ndim != 1:
+        raise trace_error(f"bucketize needs 1-D boundaries, got rank {boundaries.ndim}")
+    below = (x.unsqueeze(-1) >= boundaries) if right else (x.unsqueeze(-1) > boundaries)
+    return below.to(DType.int32 if out_int32 else DType.int64).sum(-1)
+
+
 def var(cx: Cx, x: Tensor, dim: Any = None, correction: Any = None, keepdim: bool = False) -> Tensor:
     return T.var(x, _dims(dim), correction=1 if correction is None else correction, keepdim=keepdim)
 

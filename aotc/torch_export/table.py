@@ -143,6 +143,7 @@ ATEN: dict[str, Translation] = {
     "aten.min.default": M.min_all,
     "aten.argmax.default": M.argmax,
     "aten.topk.default": M.topk,
+    "aten.bucketize.Tensor": M.bucketize,
     "aten.argmin.default": M.argmin,
     "aten.var.correction": M.var,
     "aten.std.correction": M.std,

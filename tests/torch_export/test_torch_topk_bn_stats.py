@@ -1,4 +1,4 @@
-"""``aten.topk`` (MoE routers) and batch norm over the batch's own statistics (``_native_batch_norm_legit.no_stats``,
+"""``aten.topk`` (MoE routers), ``scatter`` of a value, ``bucketize`` and batch norm over the batch's own statistics (``_native_batch_norm_legit.no_stats``,
 BiT's weight standardization) through ``aotc.compile(torch_module, specs)``, against torch eager."""
 
 from __future__ import annotations
@@ -102,3 +102,16 @@ def test_scatter_of_a_value_marks_a_routers_chosen_groups() -> None:
     for got, want in run(Groups(), (BATCH, 4), [(3, 4), (6, 4)]):
         np.testing.assert_array_equal(got[0], want[0])
         np.testing.assert_array_equal(got[1], want[1])
+
+
+@pytest.mark.parametrize("right", [False, True])
+def test_bucketize_counts_the_boundaries_below_each_element(right: bool) -> None:
+    class Buckets(nn.Module):
+        def forward(self, x: Any) -> Any:
+            edges = torch.tensor([-1.0, 0.0, 0.0, 0.5, 2.0])  # a repeated edge, and elements equal to edges
+            return torch.bucketize((x * 2).round() / 2, edges, right=right), torch.bucketize(x, edges, out_int32=True)
+
+    for got, want in run(Buckets(), (BATCH, 7), [(3, 7), (8, 7)]):
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
+        assert got[0].dtype == np.int64 and got[1].dtype == np.int32
