@@ -115,3 +115,17 @@ def test_bucketize_counts_the_boundaries_below_each_element(right: bool) -> None
         np.testing.assert_array_equal(got[0], want[0])
         np.testing.assert_array_equal(got[1], want[1])
         assert got[0].dtype == np.int64 and got[1].dtype == np.int32
+
+
+def test_topk_of_the_whole_dynamic_dim_is_a_full_sort() -> None:
+    seq = Dim("seq", min=2, max=32)
+
+    class Indexer(nn.Module):  # DeepSeek-V3.2's: k = min(2048, seq), all of seq at these sizes
+        def forward(self, x: Any) -> Any:
+            top = torch.topk(x, min(2048, x.shape[-1]), dim=-1)
+            low = torch.topk(x, x.shape[1], dim=1, largest=False)
+            return top.values, top.indices, low.values, low.indices
+
+    for got, want in run(Indexer(), (BATCH, seq, seq), [(2, 3, 3), (3, 11, 11)]):
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w)
