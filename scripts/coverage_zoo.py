@@ -70,12 +70,14 @@ def build(suite: str, name: str) -> Case:
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
     with torch.no_grad():
-        case = _torchvision(name, rng) if suite == "torchvision" else _hf(name, rng)
-        try:
-            case.module(**{k: torch.from_numpy(v) for k, v in case.feeds[0].items()})
-        except Exception as e:  # any failure of eager torch is the model's, not aotc's
-            raise Skip(f"eager torch fails at the sweep's sizes: {type(e).__name__}: {_first_line(e)}") from None
-    return case
+        cases = [_torchvision(name, rng)] if suite == "torchvision" else _hf(name, rng)
+        for case in cases:  # the first form of the model's inputs that eager torch runs
+            try:
+                case.module(**{k: torch.from_numpy(v) for k, v in case.feeds[0].items()})
+                return case
+            except Exception as e:  # any failure of eager torch is the model's, not aotc's
+                failure = e
+    raise Skip(f"eager torch fails at the sweep's sizes: {type(failure).__name__}: {_first_line(failure)}")
 
 
 # -- torchvision ---------------------------------------------------------------------------------
@@ -87,22 +89,26 @@ def _torchvision(name: str, rng: np.random.Generator) -> Case:
     try:
         weights = tv.models.get_model_weights(model).DEFAULT
         least = weights.meta.get("min_size", (1, 1))
+        frames = max(8, int(weights.meta.get("min_temporal_size", 1)))  # S3D needs 14, MViT 16
     except (ValueError, AttributeError, KeyError):
-        least = (1, 1)
+        least, frames = (1, 1), 8
     try:
         extra = {"weights_backbone": None} if kind == "segmentation" else {}  # no download of a backbone
         module = tv.models.get_model(model, weights=None, **extra).eval()
     except Exception as e:
         raise Skip(f"does not build: {type(e).__name__}: {_first_line(e)}") from None
-    side = max(64, *least)
+    # A ViT takes only the image size it was built for: the builder's (vit_h_14: 224), not its pretrained
+    # weights' min_size (518), which these random weights do not have.
+    fixed = getattr(module, "image_size", None)
+    side = fixed if isinstance(fixed, int) else max(64, *least)
     arg = next(iter(inspect.signature(module.forward).parameters))
     if kind == "segmentation":  # any image size: height and width dynamic
         spec = TensorSpec((BATCH, 3, HEIGHT, WIDTH))
         shapes = [(1, 3, 64, 96), (2, 3, 96, 64)]
         dims = "batch, height, width"
     elif kind == "video":
-        spec = TensorSpec((BATCH, 3, 8, side, side))
-        shapes = [(1, 3, 8, side, side), (3, 3, 8, side, side)]
+        spec = TensorSpec((BATCH, 3, frames, side, side))
+        shapes = [(1, 3, frames, side, side), (3, 3, frames, side, side)]
         dims = "batch"
     else:
         spec = TensorSpec((BATCH, 3, side, side))
@@ -148,32 +154,95 @@ _SMALL = dict(
 _TEXT_SIZES = ((2, 7), (3, 16))
 
 
-def _hf(name: str, rng: np.random.Generator) -> Case:
+def _hf(name: str, rng: np.random.Generator) -> list[Case]:
+    """The model's cases, in the order tried: text and an image where it takes both (CLIP-likes need both), then
+    text alone (a vision-language model whose prompt has no image tokens)."""
+    torchvision()  # transformers imports torchvision when it is installed: without the patch no model class loads
     import transformers
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
     model_type, cls_name = name.split("/", 1)
     try:
         config_cls, cls = CONFIG_MAPPING[model_type], getattr(transformers, cls_name)
-        given = inspect.signature(config_cls.__init__).parameters
-        config = config_cls(**{k: v for k, v in _SMALL.items() if k in given})
+        config = config_cls(**_small(config_cls))
         config.use_cache = False  # past key values are not an output to compare
         module = cls(config).eval()
+        if getattr(config, "_experts_implementation", None) is not None:
+            # MoE experts as HF's batched_mm (each token's experts' weights gathered, then batched matmuls): the
+            # same arithmetic as the default grouped_mm, which sorts tokens into data-dependent groups no
+            # ahead-of-time graph can hold. It is the form HF offers for torch.export.
+            config._experts_implementation = "batched_mm"
     except Exception as e:  # a config that does not shrink, a model class that needs a download
         raise Skip(f"does not build from a small config: {type(e).__name__}: {_first_line(e)}") from None
+    _unzero(module)
     main = getattr(module, "main_input_name", "input_ids")
+    named = [p.name for p in inspect.signature(module.forward).parameters.values() if p.kind is not p.VAR_KEYWORD]
+    if main not in named and "pixel_values" in named:  # a vision tower whose class keeps the text default
+        main = "pixel_values"
     if main == "input_ids":
         vocab = int(getattr(config, "vocab_size", 128) or 128)
-        feeds = [{main: rng.integers(0, min(vocab, 100), size=s).astype(np.int64)} for s in _TEXT_SIZES]
-        return Case(module, {main: TensorSpec((BATCH, SEQ), "int64")}, feeds, "batch, seq")
+        ids = [rng.integers(0, min(vocab, 100), size=s).astype(np.int64) for s in _TEXT_SIZES]
+        names = [main]
+        # An encoder-decoder (T5, Marian, Blenderbot...) needs its decoder's ids too: the same tokens, which
+        # every such model accepts (BART-likes would shift them in themselves).
+        if "decoder_input_ids" in inspect.signature(module.forward).parameters:
+            names.append("decoder_input_ids")
+        feeds = [{n: x for n in names} for x in ids]
+        text = Case(module, {n: TensorSpec((BATCH, SEQ), "int64") for n in names}, feeds, "batch, seq")
+        if "pixel_values" not in inspect.signature(module.forward).parameters:
+            return [text]
+        side, channels = _image(getattr(config, "vision_config", None) or config)
+        image = TensorSpec((BATCH, channels, side, side))
+        pixels = [rng.standard_normal((x.shape[0], channels, side, side)).astype(np.float32) for x in ids]
+        both = Case(
+            module,
+            {**text.inputs, "pixel_values": image},
+            [f | {"pixel_values": p} for f, p in zip(feeds, pixels)],
+            "batch, seq",
+        )
+        return [both, text]
     if main == "pixel_values":
-        side = getattr(config, "image_size", 32)
-        side = side if isinstance(side, int) else 32
-        channels = int(getattr(config, "num_channels", 3) or 3)
-        shapes = [(1, channels, side, side), (3, channels, side, side)]
-        feeds = [{main: rng.standard_normal(s).astype(np.float32)} for s in shapes]
-        return Case(module, {main: TensorSpec((BATCH, channels, side, side))}, feeds, "batch")
+        # The config's image size first (a ViT's position embeddings fix it), then larger ones: a CNN that
+        # downsamples by 32 (ConvNeXt) has nothing left of a 32-pixel image.
+        own, channels = _image(config)
+        cases = []
+        for side in dict.fromkeys((own, 64, 128, 224)):
+            shapes = [(1, channels, side, side), (3, channels, side, side)]
+            feeds = [{main: rng.standard_normal(s).astype(np.float32)} for s in shapes]
+            cases.append(Case(module, {main: TensorSpec((BATCH, channels, side, side))}, feeds, "batch"))
+        return cases
     raise Skip(f"takes {main!r}, not input_ids or pixel_values")
+
+
+def _unzero(module: Any) -> None:
+    """Weight matrices HF initializes to zero (MoE routers, residual gates) get small random values, as trained
+    weights have: a zero router ties every expert, and which of tied experts ``topk`` returns is an implementation
+    detail of torch (it is neither the first nor the last), not an answer to compare."""
+    import torch
+
+    with torch.no_grad():
+        for p in module.parameters():
+            if p.dim() >= 2 and p.is_floating_point() and not p.any():
+                p.normal_(0.0, 0.02)
+
+
+def _image(config: Any) -> tuple[int, int]:
+    """(side, channels) of the images a (vision) config takes."""
+    side = getattr(config, "image_size", 32)
+    return (side if isinstance(side, int) else 32), int(getattr(config, "num_channels", 3) or 3)
+
+
+def _small(config_cls: Any) -> dict[str, Any]:
+    """The shrunken sizes ``config_cls`` takes, and its sub-configs' (a vision-language model's text and vision
+    towers, BLT's patcher...) as dicts of theirs, so a composite model is small too."""
+    from transformers import PretrainedConfig
+
+    given = inspect.signature(config_cls.__init__).parameters
+    out: dict[str, Any] = {k: v for k, v in _SMALL.items() if k in given}
+    for name, sub in (getattr(config_cls, "sub_configs", None) or {}).items():
+        if name in given and isinstance(sub, type) and issubclass(sub, PretrainedConfig):  # not AutoConfig
+            out[name] = _small(sub)
+    return out
 
 
 def _first_line(e: BaseException) -> str:

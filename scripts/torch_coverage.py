@@ -5,6 +5,11 @@ eager torch at two values of each dim on the cpu backend, and the core ATen opse
     python scripts/torch_coverage.py                       # every suite, writes docs/torch_coverage.md
     python scripts/torch_coverage.py --suite torchvision --only classification/resnet18 --out -
     python scripts/torch_coverage.py --sample              # the fixed sample CI could run (~20 models)
+    python scripts/torch_coverage.py --suite hf --slice 1/4 --resume /tmp/cov.json   # a quarter, resumable
+
+``--resume FILE`` reads the results already in FILE, runs only the models missing there and writes FILE again
+after each model, so a sweep that is stopped (or run in ``--slice`` parts on a shared machine) continues where it
+was; the table is written from every result in FILE that the chosen suites hold.
 
 Each model runs in a worker process (restarted after a crash or a timeout), so one model cannot take the sweep
 down. A result is one of: ``pass``; ``refused`` (a typed aotc error: its first line, the op it names and the
@@ -131,7 +136,12 @@ def _leaves(x: Any, path: str = "") -> dict[str, Any]:
     return {}
 
 
-def _worker(conn: Any) -> None:
+def _worker(conn: Any, memory_gb: float) -> None:
+    if memory_gb:  # a model past the cap fails with MemoryError here instead of the OOM killer taking the machine
+        import resource
+
+        cap = int(memory_gb * 2**30)
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
     while True:
         job = conn.recv()
         if job is None:
@@ -145,10 +155,10 @@ def _worker(conn: Any) -> None:
 class Worker:
     """One process running cases in turn; replaced after a crash or a timeout."""
 
-    def __init__(self) -> None:
+    def __init__(self, memory_gb: float = 0.0) -> None:
         ctx = mp.get_context("spawn")
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker, args=(child,), daemon=True)
+        self.proc = ctx.Process(target=_worker, args=(child, memory_gb), daemon=True)
         self.proc.start()
 
     def run(self, suite: str, name: str, timeout: float) -> dict[str, Any]:
@@ -169,6 +179,9 @@ class Worker:
         if self.proc.is_alive():
             self.conn.send(None)
             self.proc.join(10)
+        if self.proc.is_alive():
+            self.proc.kill()
+        self.proc.join()
 
 
 # -- the core ATen opset -------------------------------------------------------------------------
@@ -196,18 +209,31 @@ def aten_rows() -> list[dict[str, Any]]:
 # -- the sweep and its table ---------------------------------------------------------------------------
 
 
-def sweep(jobs: list[tuple[str, str]], timeout: float, log: Any) -> dict[str, dict[str, Any]]:
-    results: dict[str, dict[str, Any]] = {}
-    worker = Worker()
+def sweep(
+    jobs: list[tuple[str, str]],
+    timeout: float,
+    log: Any,
+    results: dict[str, dict[str, Any]] | None = None,
+    save: Path | None = None,
+    memory_gb: float = 0.0,
+) -> dict[str, dict[str, Any]]:
+    """Run ``jobs`` not already in ``results`` (added to it); with ``save``, the results are written there after
+    each model, so an interrupted sweep resumes."""
+    results = {} if results is None else results
+    jobs = [(suite, name) for suite, name in jobs if f"{suite}:{name}" not in results]
+    worker = Worker(memory_gb)
     try:
         for i, (suite, name) in enumerate(jobs, 1):
             if not worker.alive():
-                worker = Worker()
+                worker = Worker(memory_gb)
             t0 = time.perf_counter()
             r = worker.run(suite, name, timeout)
-            if r["status"] in ("timeout", "crash"):
-                worker = Worker()
+            if r["status"] in ("timeout", "crash") or "MemoryError" in r.get("detail", ""):
+                worker.close()  # a worker that ran out of memory may hold it still
+                worker = Worker(memory_gb)
             results[f"{suite}:{name}"] = r
+            if save is not None:
+                save.write_text(json.dumps(results, indent=1))
             print(
                 f"[{i}/{len(jobs)}] {suite}:{name}: {r['status']} ({time.perf_counter() - t0:.0f} s) "
                 f"{r.get('detail', '')[:160]}",
@@ -224,14 +250,19 @@ def counted(results: dict[str, dict[str, Any]], prefix: str) -> tuple[int, int]:
     return sum(r["status"] == "pass" for r in rows), len(rows)
 
 
-def table(results: dict[str, dict[str, Any]], aten: list[dict[str, Any]], command: str) -> str:
+def table(results: dict[str, dict[str, Any]], aten: list[dict[str, Any]], command: str, carried: str = "") -> str:
     lines = [
         "# Torch importer coverage",
         "",
         f"Written by `{command}` on {time.strftime('%Y-%m-%d')} (scripts/torch_coverage.py; do not edit by hand).",
+        *([carried] if carried else []),
         "Each model: `aotc.compile(module, specs)` with the dims listed dynamic, compared with eager torch at two",
         "values of each on the cpu backend. `skip` rows (the model does not build from a small config or does not",
-        "run eagerly at the sweep's sizes) are not counted.",
+        "run eagerly at the sweep's sizes) are not counted. Hugging Face models are built from their default",
+        "config shrunk (and their sub-configs'), zero-initialized weight matrices given small random values, MoE",
+        "experts as HF's `batched_mm`, fed `decoder_input_ids` too where they take them, and `pixel_values` too",
+        "where they take both (else text alone), images at the config's size or the first of 64, 128, 224 that",
+        "runs eagerly: scripts/coverage_zoo.py says why each.",
         "",
         "| suite | passed | of |",
         "|---|---|---|",
@@ -279,7 +310,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", action="append", default=[], help="a model name within the suites (repeatable)")
     ap.add_argument("--sample", action="store_true", help="the fixed CI-sized sample instead of whole suites")
     ap.add_argument("--limit", type=int, default=0, help="at most this many models per suite")
+    ap.add_argument("--slice", help="K/N: only the K-th of N equal consecutive parts of the models chosen")
+    ap.add_argument("--resume", help="a results JSON: run only models missing there, and save there after each")
+    ap.add_argument("--rerun", default="", help="with --resume: statuses to run again, e.g. error,mismatch")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per model (default 600)")
+    ap.add_argument("--carry", help="a table this script wrote: its rows kept for the models not run now")
+    ap.add_argument("--no-run", action="store_true", help="run nothing: the table of --resume's (and --carry's) rows")
+    ap.add_argument("--memory-gb", type=float, default=8.0, help="address-space cap per worker (0: none)")
     ap.add_argument("--out", default=str(ROOT / "docs" / "torch_coverage.md"), help="the table ('-': stdout)")
     ap.add_argument("--json", help="also write the results as JSON here")
     ap.add_argument("--no-aten", action="store_true", help="leave out the core ATen table")
@@ -291,12 +328,36 @@ def main(argv: list[str] | None = None) -> int:
         for suite in args.suite or SUITES:
             listed = [n for n in names(suite) if not args.only or n in args.only]
             jobs += [(suite, n) for n in (listed[: args.limit] if args.limit else listed)]
+    if args.slice:
+        k, n = _slice(ap, args.slice)
+        jobs = jobs[(k - 1) * len(jobs) // n : k * len(jobs) // n]
     if not jobs:
         ap.error("no model matches --suite/--only")
-    results = sweep(jobs, args.timeout, sys.stderr)
+    save = Path(args.resume) if args.resume else None
+    results = json.loads(save.read_text()) if save is not None and save.exists() else {}
+    again = {s for s in args.rerun.split(",") if s}
+    chosen_jobs = {f"{suite}:{name}" for suite, name in jobs}
+    results = {k: r for k, r in results.items() if not (k in chosen_jobs and r["status"] in again)}
+    if not args.no_run:
+        results = sweep(jobs, args.timeout, sys.stderr, results, save, args.memory_gb)
+    if not args.sample:  # the table holds the chosen suites' results (a resume file may hold others too)
+        chosen = tuple(f"{suite}:" for suite in args.suite or SUITES)
+        results = {k: r for k, r in results.items() if k.startswith(chosen)}
+    notes = []
+    if args.carry:
+        old, made = carry(Path(args.carry))
+        kept = {k: r for k, r in old.items() if k not in results}
+        results |= kept
+        notes.append(f"{len(kept)} rows carried over unchanged from the table written by {made}.")
+    for suite in dict.fromkeys(s for s, _ in jobs):
+        ran = sum(k.startswith(f"{suite}:") for k in results)
+        total = sum(s == suite for s, _ in jobs)
+        if ran < total:  # say so: a partial sweep's percentages are of the models it reached
+            notes.append(f"Suite {suite}: {ran} of its {total} models swept so far; the rest are not in this table.")
+    note = "\n".join(notes)
     aten = [] if args.no_aten else aten_rows()
     command = "python scripts/torch_coverage.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    text = table(results, aten, command.strip())
+    text = table(results, aten, command.strip(), note)
     if args.out == "-":
         sys.stdout.write(text)
     else:
@@ -307,6 +368,27 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         print(f"torch_coverage: {len(bad)} wrong answers or untyped errors: {', '.join(bad[:10])}", file=sys.stderr)
     return 1 if bad else 0
+
+
+def carry(path: Path) -> tuple[dict[str, dict[str, Any]], str]:
+    """The results in the Models section of a table this script wrote, and the command and date that wrote it."""
+    text = path.read_text()
+    made = re.search(r"Written by `([^`]*)` on (\S+)", text)
+    rows = {}
+    keys = ("dims", "status", "op", "where", "detail")
+    for line in text.split("## Models", 1)[-1].split("\n## ", 1)[0].splitlines():
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+        if len(cells) == 6 and ":" in cells[0] and cells[2] != "result":
+            r = dict(zip(keys, (c.replace("\\|", "|") for c in cells[1:])))
+            rows[cells[0]] = {k: v for k, v in r.items() if v or k == "status"}
+    return rows, f"`{made.group(1)}` on {made.group(2)}" if made else str(path)
+
+
+def _slice(ap: argparse.ArgumentParser, text: str) -> tuple[int, int]:
+    m = re.fullmatch(r"(\d+)/(\d+)", text)
+    if not m or not 1 <= int(m.group(1)) <= int(m.group(2)):
+        ap.error(f"--slice {text!r}: expected K/N with 1 <= K <= N, e.g. 2/4")
+    return int(m.group(1)), int(m.group(2))
 
 
 if __name__ == "__main__":

@@ -16,18 +16,23 @@ from aotc.frontend.context import Tracer, trace_error
 from aotc.frontend.conv_transpose import conv_transpose1d, conv_transpose2d
 from aotc.frontend.elementwise import as_tensor, tracer_of, unary, value_of, where, wrap
 from aotc.frontend.functions import repeat_interleave
+from aotc.frontend.pooling import whole_window
 from aotc.frontend.resample import interpolate
 from aotc.frontend.symint import as_dim
 from aotc.frontend.tensor import Tensor
+from aotc.frontend.volume import adaptive_avg_pool3d, avg_pool3d, conv3d, max_pool3d
 from aotc.ir.dtypes import DType
 from aotc.ir.ops import Op
 from aotc.ir.types import Value
 
 __all__ = [
+    "adaptive_avg_pool3d",
     "avg_pool1d",
     "avg_pool2d",
+    "avg_pool3d",
     "batch_norm",
     "conv2d",
+    "conv3d",
     "conv_transpose1d",
     "conv_transpose2d",
     "dropout",
@@ -42,6 +47,7 @@ __all__ = [
     "log_softmax",
     "max_pool1d",
     "max_pool2d",
+    "max_pool3d",
     "normalize",
     "pad",
     "relu",
@@ -416,6 +422,9 @@ def max_pool2d(
         raise trace_error("max_pool2d with return_indices=True is not supported")
     t, unbatched = _batched(_t(x), "max_pool2d")
     kernel, strides, pads = _pool_args(kernel_size, stride, padding, "max_pool2d")
+    if whole_window(t, kernel, strides, pads, bool(ceil_mode)):
+        y = t.amax((-2, -1), keepdim=True)
+        return layout.squeeze(y, 0) if unbatched else y
     tr = t._t()
     y = wrap(tr.op(Op.MAX_POOL2D, t._v(), kernel=kernel, strides=strides, pads=pads, **_ceil(ceil_mode)), tr)
     return layout.squeeze(y, 0) if unbatched else y
@@ -434,6 +443,9 @@ def avg_pool2d(
         raise trace_error("avg_pool2d with divisor_override is not supported")
     t, unbatched = _batched(_t(x), "avg_pool2d")
     kernel, strides, pads = _pool_args(kernel_size, stride, padding, "avg_pool2d")
+    if whole_window(t, kernel, strides, pads, bool(ceil_mode)):
+        y = t.mean((-2, -1), keepdim=True)
+        return layout.squeeze(y, 0) if unbatched else y
     tr = t._t()
     y = wrap(
         tr.op(

@@ -250,6 +250,26 @@ def _iota(cx: Cx, shape: Sequence[Any], axis: int) -> Tensor:
     return ew.wrap(tr.op(Op.IOTA, shape=tuple(as_dim(d) for d in shape), axis=axis, dtype=I64), tr)
 
 
+def scatter_value(cx: Cx, x: Tensor, dim: int, idx: Tensor, value: Any) -> Tensor:
+    """``x.scatter(dim, idx, value)`` where the index spans ``x`` in every other dim (an MoE router marking its
+    chosen groups): a position along ``dim`` takes ``value`` where any of the index's entries names it. Repeated
+    indices write the same value, so their order does not matter."""
+    ax = layout.axis(dim, x.ndim)
+    if idx.ndim != x.ndim:
+        raise trace_error(f"scatter needs an index of the input's rank {x.ndim}, got rank {idx.ndim}")
+    for d in range(x.ndim):
+        if d != ax:
+            cx.tracer.require(
+                idx._v().type.shape[d], "==", x._v().type.shape[d], f"scatter's index must span the input in dim {d}"
+            )
+    here = layout.unsqueeze(_wrapped(idx, x.shape[ax]), ax + 1)  # (..., k, 1, ...) against (..., 1, n, ...)
+    shape = [1] * (x.ndim + 1)
+    shape[ax + 1] = x.shape[ax]
+    hit = T.any(here == _iota(cx, shape, ax + 1), ax)
+    y = T.where(hit, value, x)
+    return y if y.dtype is x.dtype else ew.cast(y, x.dtype)
+
+
 def slice_scatter(cx: Cx, x: Tensor, src: Tensor, dim: int = 0, start: Any = None, end: Any = None, step: Any = 1):
     """``x`` with ``x[start:end:step]`` along ``dim`` replaced by ``src``: a mask over positions selects src, which
     is placed by padding (step 1) or by a gather of its rows (any step)."""

@@ -13,6 +13,7 @@ from aotc.frontend import functional as F
 from aotc.frontend import functions as T
 from aotc.frontend import reductions as red
 from aotc.frontend.context import trace_error
+from aotc.frontend.symint import SymInt, as_dim
 from aotc.frontend.tensor import Tensor
 from aotc.ir.dtypes import DType
 from aotc.ir.ops import Op
@@ -244,6 +245,67 @@ def argmax(cx: Cx, x: Tensor, dim: int | None = None, keepdim: bool = False) -> 
 
 def argmin(cx: Cx, x: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:
     return T.argmin(x, dim, keepdim)
+
+
+def topk(cx: Cx, x: Tensor, k: Any, dim: int = -1, largest: bool = True, sorted: bool = True) -> tuple:
+    """The ``k`` largest (smallest) along ``dim``, in order, as ``k`` rounds of a max and the first index that
+    holds it among those not yet taken (ties go to the lower index; a value taken once is never taken again, even
+    where the rest tie with it at -inf). An MoE router's top-k over its experts is a few rounds over a short dim."""
+    ax = dim % x.ndim if x.ndim else 0
+    if isinstance(k, SymInt) and cx.tracer.ctx.proves(as_dim(k), "==", x._v().type.shape[ax]):
+        return _sort_all(x, ax, largest)  # DeepSeek-V3.2's indexer: k = min(2048, seq) is all of seq <= 2048
+    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+        raise trace_error(f"topk needs a static k >= 0 (or k equal to the dim's size), got k={k!r}")
+    n = x.shape[ax]
+    if isinstance(n, int) and k > n:
+        raise trace_error(f"topk k={k} is larger than dim {dim}'s size {n}")
+    if k == 0 or x.ndim == 0:
+        raise trace_error(f"topk with k={k} over a {x.ndim}-D input is not supported (k >= 1 over a dim)")
+    if not isinstance(n, int):
+        cx.tracer.require(x._v().type.shape[ax], ">=", k, f"topk k={k} needs dim {dim} to hold at least {k}")
+    work = x if largest else -x
+    low = float("-inf") if x.dtype.is_float else -(2 ** (8 * x.dtype.np.itemsize - 1))
+    shape = [1] * x.ndim
+    shape[ax] = -1
+    iota = T.arange(n).reshape(shape)
+    taken = T.zeros_like(work).to(DType.bool)
+    values, indices = [], []
+    for _ in range(k):
+        rest = T.where(taken, low, work)
+        best = T.amax(rest, ax, True)
+        first = T.amin(T.where((rest == best) & ~taken, iota, 2**62), ax, True)  # 2**62: past any index
+        values.append(best if largest else -best)
+        indices.append(first)
+        taken = taken | (iota == first)
+    return T.cat(values, ax), T.cat(indices, ax)
+
+
+def _sort_all(x: Tensor, ax: int, largest: bool) -> tuple[Tensor, Tensor]:
+    """All of dim ``ax`` in order, over a dynamic size: element i goes to place rank_i, the count of elements
+    before it in order (larger, or equal at a lower index), then each place takes the one element ranked there.
+    n x n comparisons per row: what a full sort over a dim of any size costs without a sort primitive."""
+    xt = x.transpose(ax, -1) if ax != x.ndim - 1 else x
+    n = xt.shape[-1]
+    a, b = xt.unsqueeze(-1), xt.unsqueeze(-2)  # (..., i, 1) against (..., 1, j)
+    iota = T.arange(n)
+    first = (b > a) if largest else (b < a)
+    rank = (first | ((b == a) & (iota.reshape(1, -1) < iota.reshape(-1, 1)))).to(DType.int64).sum(-1)  # (..., i)
+    here = rank.unsqueeze(-1) == iota  # (..., i, place)
+    low = float("-inf") if x.dtype.is_float else -(2 ** (8 * x.dtype.np.itemsize - 1))
+    values = T.amax(T.where(here, a, low), -2)
+    indices = T.amax(T.where(here, iota.reshape(-1, 1), -1), -2)
+    if ax != x.ndim - 1:
+        values, indices = values.transpose(ax, -1), indices.transpose(ax, -1)
+    return values, indices
+
+
+def bucketize(cx: Cx, x: Tensor, boundaries: Tensor, out_int32: bool = False, right: bool = False) -> Tensor:
+    """The bucket of each element among sorted 1-D ``boundaries``: how many lie below it (``right``: at or below
+    it), as torch.bucketize and searchsorted define it. Idefics3's vision tower buckets patch coordinates so."""
+    if boundaries.ndim != 1:
+        raise trace_error(f"bucketize needs 1-D boundaries, got rank {boundaries.ndim}")
+    below = (x.unsqueeze(-1) >= boundaries) if right else (x.unsqueeze(-1) > boundaries)
+    return below.to(DType.int32 if out_int32 else DType.int64).sum(-1)
 
 
 def var(cx: Cx, x: Tensor, dim: Any = None, correction: Any = None, keepdim: bool = False) -> Tensor:

@@ -1,16 +1,16 @@
 """ATen neural-network ops aotc keeps whole -> aotc's high-level ops: linear and matmuls, embedding, layer/RMS/batch
-norm, convolution (1-D as 2-D; transposed 1-D and 2-D), pooling and scaled-dot-product attention."""
+norm, convolution (1-D as 2-D, 3-D; transposed 1-D and 2-D), pooling (2-D, 3-D) and scaled-dot-product
+attention."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from aotc.frontend import functional as F
 from aotc.frontend import functions as T
 from aotc.frontend import layout
+from aotc.frontend import volume as V
 from aotc.frontend.context import trace_error
 from aotc.frontend.conv_transpose import conv_transpose as conv_transpose_nd
 from aotc.frontend.resample import resample
@@ -66,6 +66,26 @@ def batch_norm_no_training(
     return F.batch_norm(x, mean, var, weight, bias, False, momentum, eps), None, None
 
 
+def batch_norm_batch_stats(cx: Cx, x: Tensor, weight: Any, bias: Any, training: bool, momentum: float, eps: float):
+    """``_native_batch_norm_legit.no_stats``: batch norm without running statistics normalizes by the input's own
+    mean and biased variance per channel (dim 1). Models call it on their weights (BiT's weight standardization),
+    so it is a computation of the model, not training."""
+    if not training:
+        raise trace_error("batch_norm without running statistics needs training=True (it normalizes by the batch's)")
+    if x.ndim < 2:
+        raise trace_error(f"batch_norm needs an (N, C, ...) input, got rank {x.ndim}")
+    over = (0, *range(2, x.ndim))
+    mean = x.mean(over, keepdim=True)
+    var = ((x - mean) * (x - mean)).mean(over, keepdim=True)
+    y = (x - mean) * (var + eps).rsqrt()
+    affine = [-1] + [1] * (x.ndim - 2)
+    if weight is not None:
+        y = y * layout.reshape(weight, (affine,))
+    if bias is not None:
+        y = y + layout.reshape(bias, (affine,))
+    return y, None, None
+
+
 def group_norm(cx: Cx, x: Tensor, groups: int, weight: Any = None, bias: Any = None, eps: float = 1e-5, *_) -> Tensor:
     shape = list(x.shape)
     g = layout.reshape(x, ([shape[0], groups, -1],))
@@ -110,8 +130,11 @@ def convolution(
     if nsp == 2:
         pad = padding if isinstance(padding, str) else _ints(padding, 2, "padding")
         return F.conv2d(x, weight, bias, _ints(stride, 2, "stride"), pad, _ints(dilation, 2, "dilation"), groups)
+    if nsp == 3:
+        pad = padding if isinstance(padding, str) else _ints(padding, 3, "padding")
+        return V.conv3d(x, weight, bias, _ints(stride, 3, "stride"), pad, _ints(dilation, 3, "dilation"), groups)
     if nsp != 1:
-        raise trace_error(f"{nsp}-D convolution is not supported (1-D and 2-D are)")
+        raise trace_error(f"{nsp}-D convolution is not supported (1-D, 2-D and 3-D are)")
     # 1-D as 2-D over a height of one: (N, C, L) -> (N, C, 1, L)
     batched = x.ndim == 3
     x4 = layout.unsqueeze(x if batched else layout.unsqueeze(x, 0), 2)
@@ -180,17 +203,35 @@ def adaptive_avg_pool2d(cx: Cx, x: Tensor, output_size: Sequence[Any]) -> Tensor
     if h % oh == 0 and w % ow == 0:
         return F.avg_pool2d(x, [h // oh, w // ow], [h // oh, w // ow], 0)
     dtype = x.dtype.np
-    rows = (x @ _bins(w, ow).T.astype(dtype)).transpose(-1, -2)  # (..., ow, h)
-    return (rows @ _bins(h, oh).T.astype(dtype)).transpose(-1, -2)
+    rows = (x @ V.adaptive_bins(w, ow).T.astype(dtype)).transpose(-1, -2)  # (..., ow, h)
+    return (rows @ V.adaptive_bins(h, oh).T.astype(dtype)).transpose(-1, -2)
 
 
-def _bins(n: int, out: int) -> np.ndarray:
-    """(out, n): row i averages torch's adaptive bin [floor(i n / out), ceil((i + 1) n / out))."""
-    m = np.zeros((out, n), np.float32)
-    for i in range(out):
-        lo, hi = i * n // out, -(-(i + 1) * n // out)
-        m[i, lo:hi] = 1.0 / (hi - lo)
-    return m
+def max_pool3d(
+    cx: Cx, x: Tensor, kernel: Any, stride: Any = (), padding: Any = 0, dilation: Any = 1, ceil_mode: bool = False
+) -> Tensor:
+    return V.max_pool3d(x, kernel, list(stride) or None, padding, dilation, ceil_mode)
+
+
+def max_pool3d_with_indices(cx: Cx, *args: Any) -> tuple[Tensor, None]:
+    return max_pool3d(cx, *args), None
+
+
+def avg_pool3d(
+    cx: Cx,
+    x: Tensor,
+    kernel: Any,
+    stride: Any = (),
+    padding: Any = 0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override: Any = None,
+) -> Tensor:
+    return V.avg_pool3d(x, kernel, list(stride) or None, padding, ceil_mode, count_include_pad, divisor_override)
+
+
+def adaptive_avg_pool3d(cx: Cx, x: Tensor, output_size: Sequence[Any]) -> Tensor:
+    return V.adaptive_avg_pool3d(x, list(output_size))
 
 
 # -- upsampling ------------------------------------------------------------------------------------------------

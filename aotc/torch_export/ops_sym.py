@@ -68,6 +68,12 @@ def arith(name: str) -> Any:
         if isinstance(x, int) and isinstance(y, int):
             ints = {"floordiv": operator.floordiv, "mod": operator.mod, "sym_max": max, "sym_min": min}
             return ints.get(name, fn)(x, y)
+        if name in ("sym_min", "sym_max"):  # one side the lesser over the dims' ranges: min(2048, seq) is seq
+            ctx = cx.tracer.ctx
+            if ctx.proves(x, "<=", y):
+                return _wrap(cx, x if name == "sym_min" else y)
+            if ctx.proves(y, "<=", x):
+                return _wrap(cx, y if name == "sym_min" else x)
         try:
             return _wrap(cx, fn(x, y))
         except TraceError:

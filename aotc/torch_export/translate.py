@@ -248,10 +248,10 @@ class Translator:
                 else "no supported op shares its name; aotc/torch_export/table.py lists those that are"
             )
             raise UnsupportedError(f"{where}{name} is not supported by aotc ({hint})")
-        args = self._args(node)
         module = node_module(node)
         with source_loc(f"{loc} ({module})" if loc and module else loc):
             try:
+                args = self._args(node)  # inside: an argument aotc cannot hold (a complex dtype) names the line
                 out = fn(self, *args)
                 return self._conform(node, name, out)
             except TraceError as e:
@@ -424,8 +424,8 @@ def _unflatten(spec: Any, leaves: Any) -> Any:
         return next(leaves)
     kids = [_unflatten(c, leaves) for c in spec.children()]
     typ, ctx = spec.type, spec.context
-    if typ is tuple:
-        return tuple(kids)
+    if typ is tuple or (isinstance(typ, type) and issubclass(typ, tuple) and not hasattr(typ, "_fields")):
+        return tuple(kids)  # a torch.return_types struct sequence (topk's, max's values and indices) as a tuple
     if typ is list:
         return kids
     if typ is type(None):

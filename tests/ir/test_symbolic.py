@@ -277,6 +277,9 @@ def test_exact_div_is_exact_or_none():
     assert exact_div(6 * b * s, -3) == -2 * b * s
     assert exact_div(6 * b * s, 2 * s) == 3 * b and exact_div(b * s * s + 4 * s, s) == b * s + 4
     assert exact_div(b * s, 2 * s) is None and exact_div(b + 1, b) is None and exact_div(4, b) is None
+    # a constant multiple of a many-term divisor: GIT's heads split off (seq + 17) tokens' width
+    assert exact_div((544 + 32 * s) * b, (272 + 16 * s) * b) == 2
+    assert exact_div((545 + 32 * s) * b, (272 + 16 * s) * b) is None and exact_div(2 * s + 2, s + 2) is None
 
 
 # -- symbolic divisors: positive by range (every symbol >= 1 below), any numerator ----------------------------

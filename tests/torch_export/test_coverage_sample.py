@@ -15,7 +15,7 @@ from torch_kit import torchvision_module, transformers_module
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 sys.path.insert(0, str(SCRIPTS))
 
-from torch_coverage import SAMPLE, _leaves, run_case, table  # noqa: E402
+from torch_coverage import SAMPLE, _leaves, carry, run_case, table  # noqa: E402
 
 
 @pytest.mark.parametrize("job", SAMPLE)
@@ -50,3 +50,23 @@ def test_the_table_counts_what_ran_and_leaves_skips_out() -> None:
     assert "| Hugging Face architectures | 0 (0%) | 1 |" in text
     assert "| core ATen overloads | 1 (50%) | 2 |" in text
     assert "| `aten.x.default` | 1 |" in text
+
+
+def test_a_tables_rows_carry_over_into_a_later_sweep(tmp_path: Path) -> None:
+    results = {
+        "torchvision:classification/a": {"dims": "batch", "status": "pass"},
+        "hf:t/M": {
+            "dims": "batch, seq",
+            "status": "refused",
+            "op": "aten.x.default",
+            "where": "m.py:3",
+            "detail": "a|b",
+        },
+        "torchvision:video/v": {"status": "skip", "detail": "does not build"},
+    }
+    path = tmp_path / "cov.md"
+    path.write_text(table(results, [{"op": "aten.add.Tensor", "supported": True}], "python scripts/x.py --y"))
+    rows, made = carry(path)
+    assert rows == results
+    assert made.startswith("`python scripts/x.py --y` on ")
+    assert "2 rows carried over" in table(rows, [], "c", "2 rows carried over unchanged from the table written by m")

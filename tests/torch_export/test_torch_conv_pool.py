@@ -199,3 +199,16 @@ def test_adaptive_avg_pool_over_a_dynamic_size_that_does_not_divide_is_refused()
     height = Dim("height", min=2, max=64)
     with pytest.raises(aotc.errors.AotcError, match="adaptive_avg_pool2d to 3x3 needs static input sizes"):
         aotc.compile(nn.AdaptiveAvgPool2d(3).eval(), {"input": TensorSpec((BATCH, 3, height, 8))})
+
+
+@pytest.mark.parametrize(
+    "pool, hw",
+    [
+        (nn.AvgPool2d(2560, ceil_mode=True), (1, 1)),  # HF EfficientNet's pooler over a 32-pixel image
+        (nn.AvgPool2d(16, ceil_mode=True), (7, 7)),
+        (nn.MaxPool2d((10, 8), ceil_mode=True), (7, 8)),
+    ],
+    ids=["efficientnet-1x1", "avg-7x7", "max-7x8"],
+)
+def test_a_ceil_mode_kernel_past_the_input_is_one_window_over_all_of_it(pool: Any, hw: tuple) -> None:
+    check(pool, (BATCH, 3, *hw), [(1, 3, *hw), (3, 3, *hw)])

@@ -41,19 +41,30 @@ def test_a_minus_one_reshape_over_a_multiple_of_dim_is_inferred() -> None:
 
 
 def test_a_refusal_lists_only_supported_ops_of_the_same_name_stem() -> None:
-    class Volume(nn.Module):
+    class Pool(nn.Module):
         def forward(self, x: Any) -> Any:
-            return nn.functional.max_pool3d(x, 2)
+            return nn.functional.adaptive_max_pool2d(x, 2)
 
     with pytest.raises(aotc.UnsupportedError) as info:
-        aotc.compile(Volume(), {"x": TensorSpec((Dim("batch", min=1, max=4), 2, 4, 4, 4))})
+        aotc.compile(Pool(), {"x": TensorSpec((Dim("batch", min=1, max=4), 2, 4, 4))})
     msg = str(info.value)
-    assert re.search(rf"{HERE}:\d+: aten\.max_pool3d_with_indices\.default is not supported by aotc", msg), msg
+    assert re.search(rf"{HERE}:\d+: aten\.adaptive_max_pool2d\.default is not supported by aotc", msg), msg
     assert msg.endswith(
-        "(supported ops of the same name: aten.max_pool2d.default, aten.max_pool2d_with_indices.default)"
+        "(supported ops of the same name: aten._adaptive_avg_pool2d.default, aten._adaptive_avg_pool3d.default, "
+        "aten.adaptive_avg_pool2d.default, aten.adaptive_avg_pool3d.default)"
     ), msg
     assert nearby("aten.add.out") == ["aten.add.Scalar", "aten.add.Tensor"]  # other overloads, same namespace only
     assert nearby("aten.native_group_norm.default") == ["aten.group_norm.default"]
-    assert nearby("aten.max_pool3d.default") == ["aten.max_pool2d.default", "aten.max_pool2d_with_indices.default"]
+    assert nearby("aten.conv_transpose3d.input") == ["aten.conv_transpose1d.default", "aten.conv_transpose2d.input"]
     assert nearby("aten.linalg_svd.default")[0].startswith("aten.linalg_")  # the first word: linalg_*
     assert nearby("aten.sort.default") == [] and nearby("aten._fft_r2c.default") == []
+
+
+def test_an_argument_aotc_cannot_hold_is_refused_at_the_models_line_and_op() -> None:
+    class Spectral(nn.Module):
+        def forward(self, x: Any) -> Any:
+            return x.to(torch.complex64).real  # FNet's FFT mixing starts so
+
+    with pytest.raises(aotc.UnsupportedError) as info:
+        aotc.compile(Spectral(), {"x": TensorSpec((Dim("batch", min=1, max=4), 8))})
+    assert re.match(rf".*{HERE}:\d+: aten\._to_copy\.default: a tensor has dtype complex64", str(info.value)), info
