@@ -37,14 +37,21 @@ def check_source(k: Kernel, env: Mapping[str, int], what: str) -> None:
     """Raise ArtifactError unless every address of ``k``'s source lies, at ``env`` (the symbols' binding),
     inside the extents its pointer's value was proved to hold, and every store and atomic goes through an arg
     the launch writes."""
-    x = k.extents
-    if x is None:
+    if k.extents is None:
         return
-    prog = parse_program(k.source, k.name)
     try:
         names, grid = launch_names(k, env)
     except ShapeError as e:
         raise ArtifactError(f"{what}: its names cannot be evaluated at {dict(env)}: {e}") from None
+    check_launch(k, names, grid, what)
+
+
+def check_launch(k: Kernel, names: Mapping[str, int], grid: tuple[int, int, int], what: str) -> None:
+    """``check_source`` at what the launch passes (``launch_names``), for a caller that has it already."""
+    x = k.extents
+    if x is None:
+        return
+    prog = parse_program(k.source, k.name)
     where = dict(names, **dict(zip(GRID_NAMES, grid)))
     index = {a.name: j for j, a in enumerate(k.args)}
     if any(g <= 0 for g in grid):

@@ -16,7 +16,7 @@ from aotc.frontend.context import Tracer, trace_error
 from aotc.frontend.conv_transpose import conv_transpose1d, conv_transpose2d
 from aotc.frontend.elementwise import as_tensor, tracer_of, unary, value_of, where, wrap
 from aotc.frontend.functions import repeat_interleave
-from aotc.frontend.pooling import whole_window
+from aotc.frontend.pooling import batched, whole_window
 from aotc.frontend.resample import interpolate
 from aotc.frontend.symint import as_dim
 from aotc.frontend.tensor import Tensor
@@ -296,14 +296,6 @@ def _pair(v: Any, what: str) -> tuple[int, int]:
     return vals  # type: ignore[return-value]
 
 
-def _batched(x: Tensor, what: str) -> tuple[Tensor, bool]:
-    if x.ndim == 3:
-        return layout.unsqueeze(x, 0), True
-    if x.ndim != 4:
-        raise trace_error(f"{what} needs a (N, C, H, W) or (C, H, W) input, got rank {x.ndim}")
-    return x, False
-
-
 def conv2d(
     x: Any,
     weight: Any,
@@ -314,7 +306,7 @@ def conv2d(
     groups: int = 1,
 ) -> Tensor:
     tr = tracer_of(x, weight, bias)
-    t, unbatched = _batched(_t(x, tr), "conv2d")
+    t, unbatched = batched(_t(x, tr), 2, "conv2d")
     w = _t(weight, tr)
     if w.ndim != 4:
         raise trace_error(f"conv2d weight must be (out, in/groups, kh, kw), got rank {w.ndim}")
@@ -420,7 +412,7 @@ def max_pool2d(
         raise trace_error("max_pool2d with dilation != 1 is not supported")
     if return_indices:
         raise trace_error("max_pool2d with return_indices=True is not supported")
-    t, unbatched = _batched(_t(x), "max_pool2d")
+    t, unbatched = batched(_t(x), 2, "max_pool2d")
     kernel, strides, pads = _pool_args(kernel_size, stride, padding, "max_pool2d")
     if whole_window(t, kernel, strides, pads, bool(ceil_mode)):
         y = t.amax((-2, -1), keepdim=True)
@@ -441,7 +433,7 @@ def avg_pool2d(
 ) -> Tensor:
     if divisor_override is not None:
         raise trace_error("avg_pool2d with divisor_override is not supported")
-    t, unbatched = _batched(_t(x), "avg_pool2d")
+    t, unbatched = batched(_t(x), 2, "avg_pool2d")
     kernel, strides, pads = _pool_args(kernel_size, stride, padding, "avg_pool2d")
     if whole_window(t, kernel, strides, pads, bool(ceil_mode)):
         y = t.mean((-2, -1), keepdim=True)

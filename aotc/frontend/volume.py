@@ -16,7 +16,7 @@ import numpy as np
 from aotc.frontend import layout
 from aotc.frontend.context import trace_error
 from aotc.frontend.elementwise import as_tensor, tracer_of, value_of, wrap
-from aotc.frontend.pooling import whole_window
+from aotc.frontend.pooling import batched, whole_window
 from aotc.frontend.tensor import Tensor
 from aotc.ir.ops import Op
 
@@ -30,20 +30,12 @@ def _triple(v: Any, what: str) -> tuple[int, int, int]:
     return vals  # type: ignore[return-value]
 
 
-def _batched(x: Tensor, what: str) -> tuple[Tensor, bool]:
-    if x.ndim == 4:
-        return layout.unsqueeze(x, 0), True
-    if x.ndim != 5:
-        raise trace_error(f"{what} needs a (N, C, D, H, W) or (C, D, H, W) input, got rank {x.ndim}")
-    return x, False
-
-
 def conv3d(
     x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0, dilation: Any = 1, groups: int = 1
 ) -> Tensor:
     """torch's ``conv3d``: weight (out, in / groups, kd, kh, kw); padding ints, ``'same'`` or ``'valid'``."""
     tr = tracer_of(x, weight, bias)
-    t, unbatched = _batched(as_tensor(x, tr), "conv3d")
+    t, unbatched = batched(as_tensor(x, tr), 3, "conv3d")
     w = as_tensor(weight, tr)
     if w.ndim != 5 or not all(isinstance(d, int) for d in w.shape):
         raise trace_error(f"conv3d weight must be a static (out, in/groups, kd, kh, kw), got shape {w.shape}")
@@ -112,7 +104,7 @@ def max_pool3d(
         raise trace_error(f"max_pool3d with dilation {dilation!r} is not supported (only 1)")
     if return_indices:
         raise trace_error("max_pool3d with return_indices=True is not supported")
-    t, unbatched = _batched(as_tensor(x), "max_pool3d")
+    t, unbatched = batched(as_tensor(x), 3, "max_pool3d")
     kernel, strides, pads = _pool_args(kernel_size, stride, padding, "max_pool3d")
     if whole_window(t, kernel, strides, pads, bool(ceil_mode)):
         y = t.amax((-3, -2, -1), keepdim=True)
@@ -134,7 +126,7 @@ def avg_pool3d(
 ) -> Tensor:
     if divisor_override is not None:
         raise trace_error(f"avg_pool3d with divisor_override={divisor_override!r} is not supported")
-    t, unbatched = _batched(as_tensor(x), "avg_pool3d")
+    t, unbatched = batched(as_tensor(x), 3, "avg_pool3d")
     kernel, strides, pads = _pool_args(kernel_size, stride, padding, "avg_pool3d")
     if whole_window(t, kernel, strides, pads, bool(ceil_mode)):
         y = t.mean((-3, -2, -1), keepdim=True)

@@ -374,12 +374,10 @@ def _sym_mod(a: int | SymExpr, d: SymExpr) -> int | SymExpr:
 
 
 def exact_div(a: int | SymExpr, b: int | SymExpr) -> int | SymExpr | None:
-    """a / b when it is exact for every binding: b an int dividing every coefficient of a, a constant
-    multiple (``(544 + 32*seq)*batch / ((272 + 16*seq)*batch)`` is 2: heads split off a width over a
-    sequence with extra tokens), or a single monomial dividing every term of a; else None."""
+    """a / b when it is exact for every binding: b an int dividing every coefficient of a, a constant multiple
+    (``(544 + 32*seq)*batch / ((272 + 16*seq)*batch)`` is 2), or a monomial dividing every term of a; else None."""
     if isinstance(a, SymExpr) and isinstance(b, SymExpr) and b.terms:
-        mono, bc = b.terms[0]
-        ca = dict(a.terms).get(mono)
+        ca, bc = dict(a.terms).get(b.terms[0][0]), b.terms[0][1]
         if ca is not None and ca % bc == 0 and add(a, mul(b, -(ca // bc))) == 0:
             return ca // bc
     if isinstance(b, int):

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from aotc.artifact.memory_checks import check_disjoint
 from aotc.artifact.plan_checks import plan_facts
 from aotc.artifact.plan_space import Fact, PlanFacts
-from aotc.artifact.source_bounds import check_source, launch_names
+from aotc.artifact.source_bounds import check_launch, launch_names
 from aotc.artifact.source_program import parse_program
 from aotc.errors import ArtifactError, ShapeError
 from aotc.ir.graph import Graph
@@ -87,7 +87,7 @@ class ShapeChecks:
                 names, grid = launch_names(k, env)
                 seen = (k.source, k.name, tuple(names.items()), grid)
                 if seen not in self._bounded:
-                    check_source(k, env, f"{f.what} launch {i} ({k.name})")
+                    check_launch(k, names, grid, f"{f.what} launch {i} ({k.name})")
                     if len(self._bounded) >= MAX_SHAPES:
                         self._bounded.clear()
                     self._bounded[seen] = True
