@@ -207,6 +207,22 @@ def kernel_stage(lowered: Graph, options: CompileOptions, progress: Progress = N
     if not options.kernels:
         return Kernels(None, {}, "kernels disabled (CompileOptions.kernels=False)")
     _report(progress, "schedule kernels")
+    if options.targets and not options.autotune:
+        from aotc.kernels.cache import KernelCache
+        from aotc.kernels.compile_workers import prestart
+
+        if KernelCache().is_empty():  # a cold compile: start the workers while the kernels are scheduled
+            prestart()
+    try:
+        return _kernels(lowered, options, progress)
+    finally:
+        if options.targets:
+            from aotc.kernels.compile_workers import release_prestarted
+
+            release_prestarted()
+
+
+def _kernels(lowered: Graph, options: CompileOptions, progress: Progress) -> Kernels:
     from aotc.kernels.scheduler import schedule_graph
 
     sources: dict[tuple[int, str], Any] = {}

@@ -101,7 +101,7 @@ class StageTimer:
         self.times: dict[str, float] = {}
         self._column, self._since = "lowering", time.perf_counter()
 
-    def __call__(self, stage: str) -> None:
+    def __call__(self, stage: str, *counts: int) -> None:  # "compile kernels" also passes (done, total)
         now = time.perf_counter()
         self.times[self._column] = self.times.get(self._column, 0.0) + now - self._since
         self._column, self._since = STAGE_COLUMNS.get(stage, "lowering"), now

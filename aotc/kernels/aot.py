@@ -2,32 +2,23 @@
 with no GPU, plus the sm_80 PTX every newer GPU can JIT.
 
 ``triton.compile(ASTSource(...), target=GPUTarget("cuda", cap, 32), options)`` does the work
-(see shared/KERNELS.md). Compiles run in parallel worker processes (fresh interpreters running
-``worker_main``), behind the on-disk ``KernelCache``; a full cache hit imports no Triton at all. Every output records the launch facts
+(see shared/KERNELS.md). Compiles run in parallel worker processes (kernels/compile_workers.py), behind the on-disk ``KernelCache``; a full cache hit imports no Triton at all. Every output records the launch facts
 (``LaunchMeta``) the runtime needs, checked against the PTX entry's parameter list so a Triton
 release that changes the launch ABI fails here instead of at launch.
 """
 
 from __future__ import annotations
 
-import collections
-import concurrent.futures
 import contextlib
 import dataclasses
 import hashlib
-import json
 import linecache
 import os
 import re
-import subprocess
-import sys
-import tempfile
-import threading
 import types
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
-from pathlib import Path
 from typing import Any
 
 from aotc.errors import AotcError, UnsupportedError
@@ -43,7 +34,8 @@ from aotc.ir.launch import (
 )
 from aotc.ir.schedule import Kernel
 from aotc.ir.triton_knobs import knob
-from aotc.kernels.cache import Compiled, KernelCache, cache_key, from_json, to_json
+from aotc.kernels.cache import Compiled, KernelCache, cache_key
+from aotc.kernels.compile_workers import run_jobs as _run_jobs
 from aotc.kernels.toolchain import PTXAS_VARIABLES, Toolchain, choose_toolchain
 
 # The name the tests and callers know; the one check lives beside the launch data.
@@ -237,95 +229,6 @@ def spec_key(spec: Mapping[str, Any], triton: str) -> str:
     """The cache key of a job: the ptxas by its version, not its path, so that a cache built on one machine
     is hit on another with the same Triton (the GPU check carries one)."""
     return cache_key({**{k: v for k, v in spec.items() if k != "ptxas_path"}, "triton": triton})
-
-
-def _run_jobs(
-    specs: list[dict[str, Any]], jobs: int | None, on_done: Callable[[int], None] | None = None
-) -> list[Compiled | str]:
-    workers = max(1, min(jobs or os.cpu_count() or 1, len(specs)))
-    # Fresh interpreters running this module, never this process: the Triton interpreter (the
-    # interpret backend) patches triton.language process-wide, after which an in-process compile
-    # fails. Not multiprocessing either: spawn would re-run an unguarded user script that called the
-    # compiler, and fork would copy the parent's threads mid-state.
-    # Each worker takes the next job when it finishes one, the biggest first: a few slow kernels (a long
-    # recurrence, a wide matmul) spread over the workers instead of queueing behind one.
-    todo = collections.deque(sorted(range(len(specs)), key=lambda i: -len(specs[i]["source"])))
-    results: list[Compiled | str] = [""] * len(specs)
-    lock = threading.Lock()
-    finished = 0
-
-    def take() -> int | None:
-        with lock:
-            return todo.popleft() if todo else None
-
-    def one_done(i: int, result: Compiled | str) -> None:
-        nonlocal finished
-        with lock:
-            results[i] = result
-            finished += 1
-            if on_done is not None:
-                on_done(finished)
-
-    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-        for f in [pool.submit(_run_worker, specs, take, one_done) for _ in range(workers)]:
-            f.result()
-    for i in todo:  # every worker died before taking these
-        results[i] = f"kernel {specs[i]['name']}: no compile worker was left to compile it for {specs[i]['arch']}"
-    return results
-
-
-def _run_worker(
-    specs: list[dict[str, Any]], take: Callable[[], int | None], one_done: Callable[[int, Compiled | str], None]
-) -> None:
-    """One worker process: it is sent one JSON line per job it takes (``take``) and answers one JSON line each."""
-    package_root = str(Path(__file__).resolve().parents[2])
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
-    with (
-        tempfile.TemporaryFile() as err,
-        subprocess.Popen(
-            [sys.executable, "-c", "from aotc.kernels.aot import worker_main; worker_main()"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=err,  # a file, not a pipe: a chatty compile must never block on a full stderr pipe
-            env=env,
-        ) as proc,
-    ):
-        assert proc.stdin is not None and proc.stdout is not None
-        i = take()
-        try:
-            while i is not None:
-                proc.stdin.write(json.dumps(specs[i]).encode() + b"\n")
-                proc.stdin.flush()
-                line = proc.stdout.readline()
-                if not line:
-                    raise ValueError("it stopped answering")
-                r = json.loads(line)
-                one_done(i, from_json(r["ok"]) if "ok" in r else str(r["error"]))
-                i = take()
-            proc.stdin.close()
-            code = proc.wait()
-            if code != 0:
-                raise ValueError(f"exit status {code}")
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            proc.kill()
-            code = proc.wait()
-            err.seek(0)
-            tail = err.read().decode(errors="replace").strip()[-2000:]
-            if i is not None:  # the job it died on; the other workers take the rest
-                s = specs[i]
-                one_done(
-                    i, f"kernel {s['name']}: the compile worker for {s['arch']} failed ({e}, status {code}): {tail}"
-                )
-
-
-def worker_main() -> None:
-    """A compile worker's body: compile each JSON job spec read from stdin (one a line), answering one JSON line
-    each as it ends."""
-    for line in sys.stdin.buffer:
-        r = compile_one(json.loads(line))
-        sys.stdout.write(json.dumps({"error": r} if isinstance(r, str) else {"ok": to_json(r)}) + "\n")
-        sys.stdout.flush()
 
 
 def compile_one(spec: Mapping[str, Any]) -> Compiled | str:

@@ -79,6 +79,10 @@ class KernelCache:
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
+    def is_empty(self) -> bool:
+        """No entry at all (a fresh machine): every kernel of a compile will be a miss."""
+        return not any(self.root.glob("*/*.json"))
+
     def put(self, key: str, compiled: Compiled) -> None:
         entry = to_json(compiled)
         path = self.path(key)
