@@ -15,10 +15,12 @@ import pytest
 
 from aotc.artifact.source_bounds import check_source
 from aotc.errors import ArtifactError
-from aotc.ir import Op
+from aotc.ir import Builder, Graph, Op, Symbol, TensorType
 from aotc.ir.schedule import Kernel
+from aotc.ir.symbolic import sym
+from aotc.ir.verify import graph_ctx
 from aotc.kernels.attention import AttentionConfig, emit_attention
-from tests.kernels.contraction_kit import anchor_of, builder_for
+from tests.kernels.contraction_kit import anchor_of, builder_for, run_kernel
 from tests.kernels.test_attention import F32, Case, attention_graph, feeds_for, run_case
 
 torch = pytest.importorskip("torch")
@@ -168,3 +170,41 @@ def test_source_bounds_refuse_an_unmasked_loop_past_the_rounded_length() -> None
     check_source(widened, {"lq": 37, "lk": 48}, "widened, at an aligned length")  # touches nothing past lk
     with pytest.raises(ArtifactError):
         check_source(widened, {"lq": 37, "lk": 50}, "widened")
+
+
+def test_causal_tiles_reverse_when_the_batch_rides_on_grid_x() -> None:
+    """A batch that may pass CUDA's y limit moves onto grid x (tile = pid % tiles): the causal tiles still
+    run heaviest first, and the result matches torch at odd lengths."""
+    stub = Graph((), (), (), (), {"tuple": []}, (Symbol("n", 1, 70000), Symbol("lq", 1, 64)), ())
+    b = Builder(graph_ctx(stub))
+    q, k, v = (b.new_value(TensorType(F32, (sym("n"), sym("lq"), 16))) for _ in range(3))
+    out = b.op(Op.SDPA, q, k, v, is_causal=True)
+    graph = Graph((q, k, v), ("q", "k", "v"), tuple(b.nodes), (out,), {"tuple": [0]}, stub.symbols, ())
+    node = anchor_of(graph, Op.SDPA)
+    kernel = emit_attention(builder_for(graph, node), node, config=AttentionConfig(16, 16))
+    assert "pid_m = pid_m % tiles" in kernel.source and "pid_m = tiles - 1 - pid_m" in kernel.source
+    env = {"n": 3, "lq": 37}
+    rng = np.random.default_rng(9)
+    feeds = [rng.standard_normal((3, 37, 16)).astype(np.float32) for _ in range(3)]
+    got = run_kernel(graph, kernel, feeds, env)[out.id]
+    want = torch.nn.functional.scaled_dot_product_attention(*(torch.from_numpy(x) for x in feeds), is_causal=True)
+    np.testing.assert_allclose(got, want.numpy(), atol=2e-5, rtol=2e-5)
+    for shape in ({"n": 1, "lq": 1}, {"n": 5, "lq": 64}, {"n": 70000, "lq": 33}):
+        check_source(kernel, shape, f"batch on x at {shape}")
+
+
+@pytest.mark.parametrize("scale", [-0.5, 0.0])
+def test_a_scale_of_no_positive_sign_multiplies_before_the_max(scale: float) -> None:
+    """The max over raw scores is the max over scaled ones only for a positive scale: otherwise the kernel
+    scales first (and never multiplies a masked -inf by 0)."""
+    case = Case(F32, 37, 50, 16, causal=True, mask="bool", scale=scale, block=(16, 16))
+    k = kernel_for(case)
+    assert f's = tl.dot(q, kt, input_precision="ieee") * {scale * 1.4426950408889634!r}' in k.source
+    feeds = masked_feeds(case, {"lq": 37, "lk": 50}, seed=3)
+    got, want = run_case(case, feeds)
+    q, kk, v = (torch.from_numpy(x).double() for x in feeds[:3])
+    expected = torch.nn.functional.scaled_dot_product_attention(
+        q, kk, v, attn_mask=torch.from_numpy(feeds[3]) & torch.ones(37, 50, dtype=torch.bool).tril(), scale=scale
+    )
+    np.testing.assert_allclose(want, expected.numpy(), atol=1e-6, rtol=1e-6)
+    np.testing.assert_allclose(got, expected.numpy(), atol=2e-5, rtol=2e-5)
