@@ -12,9 +12,18 @@ Numerics follow the op table's reference (aotc/ir/ops/nn.py ``_sdpa_ref``): ``so
 fp32 (fp32 inputs in IEEE precision), the probabilities are rounded to v's dtype for the second dot
 as the decomposition does, and a row whose keys are all masked comes out 0, as PyTorch's SDPA gives
 (its safe softmax) and the reference does; a row with any finite score is never NaN, however the masked
-keys fall into blocks (the row max used for rescaling is 0 while it is still -inf). Without a float mask the scale
-is folded with log2(e) so the softmax runs on exp2; with one, scores stay in natural units so a
-mask of finfo.min cannot overflow to -inf (HF BERT's fully padded rows stay uniform, as in numpy).
+keys fall into blocks (the row max used for rescaling is 0 while it is still -inf).
+
+The key walk is split so most blocks carry no mask (Triton's tutorial 06-fused-attention does the same):
+- the main loop covers the keys below ``lk_full`` (the key length rounded down to BLOCK_N) with no key mask
+  and no select; where the length is not a known multiple of BLOCK_N one masked tail block follows;
+- causal: blocks wholly at or below the diagonal for every row of the query tile (keys below the tile's
+  first row, rounded down to BLOCK_N) run in the main loop; only the diagonal blocks take the causal mask,
+  and query tiles run in reverse order, so the tiles with the most keys start first.
+Without a float mask the row max is taken over the raw scores and ``p = exp2(s * qk_scale - m)`` (log2(e)
+folded into the scale) is one FFMA per score. With one, scores stay in natural units (``s * scale + mask``,
+then ``exp``), so a mask of finfo.min cannot overflow to -inf (HF BERT's fully padded rows stay uniform, as in
+numpy). Two loops, no ``if``: the source-bounds check reads each loop's range as the bound of its keys.
 """
 
 from __future__ import annotations
@@ -60,6 +69,7 @@ LOG2E = 1.4426950408889634
 FIXED_NAMES = (
     *("pid_m", "pid_b", "tiles", "offs_m", "offs_n", "offs_d", "offs_e", "mask_m", "mask_n", "mask_d", "mask_e"),
     *("q", "kt", "vt", "s", "keep", "m_i", "l_i", "acc", "m_new", "m_use", "alpha", "p", "n0", "hi", "out"),
+    *("offs_t", "mask_t", "lk_full", "band"),
 )
 
 
@@ -135,14 +145,17 @@ def attention_config(
     lq_max: int, lk_max: int, head_dim: int, dtype: DType, arch_hint: str | int | None = None
 ) -> AttentionConfig:
     """Per-arch heuristics (no GPU needed): FlashAttention-2's tiles, smaller for fp32 (twice the
-    registers per element) and wide heads, shrunk to the problem so a decode step wastes no rows."""
+    registers per element) and wide heads, shrunk to the problem so a decode step wastes no rows. Hopper
+    (sm_90) takes Inductor's H100 tiles: 128 x 128 for head dims to 64, 128 x 64 with 8 warps to 128 (128 x 128
+    with 8 warps there needs 224 KiB of shared memory: one CTA per SM). d64 runs 8 warps, not Inductor's 4:
+    with 4 this kernel's causal form needs 255 registers and spills (ptxas for sm_90a, 3 stages)."""
     arch = _arch(arch_hint)
     dp = max(16, _pow2(head_dim))
     wide = dtype is DType.float32
     if dp <= 64:
-        bm, bn, warps = (64, 32, 4) if wide else (128, 64, 4)
+        bm, bn, warps = (64, 32, 4) if wide else ((128, 128, 8) if arch >= 90 else (128, 64, 4))
     elif dp <= 128:
-        bm, bn, warps = (64, 32, 4) if wide else (128, 64 if arch < 90 else 128, 8)
+        bm, bn, warps = (64, 32, 4) if wide else (128, 64, 8)
     else:
         bm, bn, warps = (32, 32, 4) if wide else (64, 32, 8)
     bm = max(16, min(bm, _pow2(max(1, lq_max))))
@@ -191,8 +204,11 @@ def emit_attention(
     scale = node.attrs.get("scale")
     scale = 1.0 / math.sqrt(shape.d) if scale is None else float(scale)
     float_mask = mask is not None and mask.type.dtype is not DType.bool
-    # exp2 with log2(e) folded into the scale, unless an additive mask must stay in natural units
+    # exp2 with log2(e) folded into the scale, unless an additive mask must stay in natural units; a positive
+    # scale keeps the max over raw scores the max over scaled ones, so it folds into the exponent's FFMA
     exp, qk_scale = ("tl.exp", scale) if float_mask else ("tl.exp2", scale * LOG2E)
+    fold = not float_mask and scale > 0
+    causal = bool(node.attrs.get("is_causal", False))
     batch_names = [f"b{i}" for i in range(len(shape.batch))]
     reserve(builder, (*FIXED_NAMES, *batch_names))
 
@@ -201,19 +217,22 @@ def emit_attention(
     grid, batch_on_x = grid_with_batch(cdiv(shape.lq, cfg.block_m), batch_count, ranges)
     builder.line("pid_m = tl.program_id(0)")
     out_batch = ["0"] * len(shape.batch)
-    r, bm = builder.reach, sym("BLOCK_M")
+    r, bm, bn = builder.reach, sym("BLOCK_M"), sym("BLOCK_N")
     tiles_m: Size = GRID_X  # pid_m's count
+    tiles_text = "tl.num_programs(0)"
     if batch_count != 1:
         if batch_on_x:
             builder.line(f"tiles = tl.cdiv({lq}, BLOCK_M)")
             builder.line("pid_b = pid_m // tiles")
             builder.line("pid_m = pid_m % tiles")
-            tiles_m = cdiv(builder.arg(shape.lq), bm)
+            tiles_m, tiles_text = cdiv(builder.arg(shape.lq), bm), "tiles"
             r.bound("pid_b", add(floordiv(add(GRID_X, -1), tiles_m), 1))
         else:
             builder.line("pid_b = tl.program_id(1)")
             r.bound("pid_b", GRID_Y)
         out_batch = unravel(builder, "pid_b", shape.batch, batch_names)
+    if causal:  # the last query tile sees the most keys: start it first, so the last wave runs short programs
+        builder.line(f"pid_m = {tiles_text} - 1 - pid_m")
     q_b, k_b, v_b = (_operand_batch(out_batch, x.type.shape[:-2], shape.batch) for x in (q, k, v))
 
     builder.line("offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)")
@@ -228,13 +247,14 @@ def emit_attention(
     mask_e = None if block_e == shape.e else "mask_e"
     if mask_e:
         builder.line(f"mask_e = offs_e < {shape.e}")
-    mask_n = None if is_multiple(builder, shape.lk, cfg.block_n) else "mask_n"
     r.bound("offs_m", mul(tiles_m, bm))
     r.guard("mask_m[:, None]", "offs_m", 0, builder.arg(shape.lq))
-    # keys: n0 < hi <= lk (causal: hi = min(lk, ...))
-    r.bound("offs_n", mul(cdiv(builder.arg(shape.lk), sym("BLOCK_N")), sym("BLOCK_N")))
-    for term in ("mask_n[None, :]", "mask_n[:, None]"):
-        r.guard(term, "offs_n", 0, builder.arg(shape.lk))
+    # keys of the unmasked loop: n0 + BLOCK_N <= lk_full; of the masked ones: n0 < lk, lanes kept by mask_t
+    lk_arg = builder.arg(shape.lk)
+    r.bound("offs_n", mul(floordiv(lk_arg, bn), bn))
+    r.bound("offs_t", mul(cdiv(lk_arg, bn), bn))
+    for term in ("mask_t[None, :]", "mask_t[:, None]"):
+        r.guard(term, "offs_t", 0, lk_arg)
     for axis, size, block in (("d", shape.d, "BLOCK_D"), ("e", shape.e, "BLOCK_E")):
         r.bound(f"offs_{axis}", sym(block))
         for term in (f"mask_{axis}[None, :]", f"mask_{axis}[:, None]"):
@@ -247,43 +267,27 @@ def emit_attention(
     builder.line('m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)')
     builder.line("l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)")
     builder.line("acc = tl.zeros((BLOCK_M, BLOCK_E), dtype=tl.float32)")
-    causal = bool(node.attrs.get("is_causal", False))
-    # causal: keys past the block's last query row are masked for every row, so skip their blocks
-    builder.line(f"hi = tl.minimum({lk}, (pid_m + 1) * BLOCK_M)" if causal else f"hi = {lk}")
-    precision = ', input_precision="ieee"' if dtype is DType.float32 else ""
-    with builder.block("for n0 in range(0, hi, BLOCK_N)"):
-        builder.line("offs_n = n0 + tl.arange(0, BLOCK_N)")
-        if mask_n:
-            builder.line(f"mask_n = offs_n < {lk}")
-        with builder.reading_as("k"):
-            k_tile = builder.load(k, [*k_b, "offs_n[None, :]", "offs_d[:, None]"], mask_and(_col(mask_d), _row(mask_n)))
-        k_tile = full_tile(builder, k_tile, "(BLOCK_D, BLOCK_N)", dtype, "kt")
-        builder.line(f"s = tl.dot({q_tile}, {k_tile}{precision}) * {qk_scale!r}")
-        keep = [_row(mask_n)] if mask_n else []
-        if causal:
-            keep.append("(offs_n[None, :] <= offs_m[:, None])")
-        if mask is not None:
-            with builder.reading_as("mask"):
-                m_tile = _load_mask(builder, mask, out_batch, shape, mask_m, mask_n)
-            if float_mask:
-                builder.line(f"s = s + tl.cast({m_tile}, tl.float32)")  # a constant mask loads as a literal
-            else:
-                keep.append(f"({m_tile} != 0)")
-        if keep:
-            builder.line(f"keep = {' & '.join(keep)}")
-            builder.line('s = tl.where(keep, s, float("-inf"))')
-        builder.line("m_new = tl.maximum(m_i, tl.max(s, 1))")
-        # while a row has seen only masked keys its max is -inf; rescale from 0 so -inf - -inf never happens
-        builder.line('m_use = tl.where(m_new == float("-inf"), 0.0, m_new)')
-        builder.line(f"alpha = {exp}(m_i - m_use)")
-        builder.line(f"p = {exp}(s - m_use[:, None])")
-        builder.line("l_i = l_i * alpha + tl.sum(p, 1)")
-        with builder.reading_as("v"):
-            v_tile = builder.load(v, [*v_b, "offs_n[:, None]", "offs_e[None, :]"], mask_and(_col(mask_n), _row(mask_e)))
-        v_tile = full_tile(builder, v_tile, "(BLOCK_N, BLOCK_E)", dtype, "vt")
-        probs = "p" if dtype is DType.float32 else f"p.to({TL_DTYPE[dtype]})"
-        builder.line(f"acc = acc * alpha[:, None] + tl.dot({probs}, {v_tile}{precision})")
-        builder.line("m_i = m_new")
+    body = _Body(
+        q_tile, k, v, mask, float_mask, out_batch, tuple(k_b), tuple(v_b), shape, dtype, lk, mask_m, mask_d, mask_e,
+        ', input_precision="ieee"' if dtype is DType.float32 else "", exp, qk_scale, fold,
+    )  # fmt: skip
+    aligned = is_multiple(builder, shape.lk, cfg.block_n)
+    lk_full = lk if aligned else "lk_full"
+    if not aligned:
+        builder.line(f"lk_full = {lk} // BLOCK_N * BLOCK_N")
+    if causal:
+        # keys past the tile's last row are masked for every row: skip their blocks; keys below its first row
+        # (rounded down to a block) are kept for every row: no mask there
+        builder.line(f"hi = tl.minimum({lk}, (pid_m + 1) * BLOCK_M)")
+        builder.line(f"band = tl.minimum(pid_m * BLOCK_M // BLOCK_N * BLOCK_N, {lk_full})")
+        main, edge = "band", ("band", "hi")
+    else:
+        main, edge = lk_full, None if aligned else ("lk_full", lk)
+    with builder.block(f"for n0 in range(0, {main}, BLOCK_N)"):
+        _key_block(builder, body, "offs_n", None, causal=False)
+    if edge is not None:  # the tail block, or the diagonal ones (the key mask bounds a start that is no constant)
+        with builder.block(f"for n0 in range({edge[0]}, {edge[1]}, BLOCK_N)"):
+            _key_block(builder, body, "offs_t", "mask_t", causal=causal)
     # a fully masked row has l_i = 0 and acc = 0: out 0, as PyTorch's SDPA gives (any other row has l_i >= 1)
     builder.line("out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]")
     if bounds(shape.lk, ranges)[0] <= 0:
@@ -308,18 +312,88 @@ def emit_plan(b: Any, kp: KernelPlan, name: str, config: KernelConfig, tiles: At
     return emit_attention(b, kp.root, arch_hint=f"sm_{config.arch}", name=name, config=tiles)
 
 
-def _load_mask(
-    builder: Any, mask: Value, out_batch: Sequence[str], shape: AttentionShape, mask_m: str | None, mask_n: str | None
-) -> str:
+@dataclass(frozen=True, slots=True)
+class _Body:
+    """What every key block of one kernel reads: the q tile's text, the operands, their batch indices and the
+    softmax's form (``fold``: the max over raw scores, the scale inside the exponent's FFMA)."""
+
+    q_tile: str
+    k: Value
+    v: Value
+    mask: Value | None
+    float_mask: bool
+    out_batch: Sequence[str]
+    k_b: Sequence[str]
+    v_b: Sequence[str]
+    shape: AttentionShape
+    dtype: DType
+    lk: str
+    mask_m: str | None
+    mask_d: str | None
+    mask_e: str | None
+    precision: str
+    exp: str
+    qk_scale: float
+    fold: bool
+
+
+def _key_block(builder: Any, b: _Body, offs: str, key_mask: str | None, *, causal: bool) -> None:
+    """One BLOCK_N step of the online softmax at keys ``offs`` (masked by ``key_mask`` when given), the causal
+    triangle applied when ``causal``. A block with no select and no float mask has only finite scores, so its
+    new row max is finite and needs no -inf guard."""
+    builder.line(f"{offs} = n0 + tl.arange(0, BLOCK_N)")
+    if key_mask:
+        builder.line(f"{key_mask} = {offs} < {b.lk}")
+    with builder.reading_as("k"):
+        k_tile = builder.load(
+            b.k, [*b.k_b, f"{offs}[None, :]", "offs_d[:, None]"], mask_and(_col(b.mask_d), _row(key_mask))
+        )
+    k_tile = full_tile(builder, k_tile, "(BLOCK_D, BLOCK_N)", b.dtype, "kt")
+    dot = f"tl.dot({b.q_tile}, {k_tile}{b.precision})"
+    builder.line(f"s = {dot}" if b.fold else f"s = {dot} * {b.qk_scale!r}")
+    keep = [_row(key_mask)] if key_mask else []
+    if causal:
+        keep.append(f"({offs}[None, :] <= offs_m[:, None])")
+    if b.mask is not None:
+        with builder.reading_as("mask"):
+            m_tile = _load_mask(builder, b.mask, b, offs, key_mask)
+        if b.float_mask:
+            builder.line(f"s = s + tl.cast({m_tile}, tl.float32)")  # a constant mask loads as a literal
+        else:
+            keep.append(f"({m_tile} != 0)")
+    if keep:
+        builder.line(f"keep = {' & '.join(keep)}")
+        builder.line('s = tl.where(keep, s, float("-inf"))')
+    builder.line(f"m_new = tl.maximum(m_i, tl.max(s, 1){f' * {b.qk_scale!r}' if b.fold else ''})")
+    m_ref = "m_new"
+    if keep or b.float_mask:
+        # while a row has seen only masked keys its max is -inf; rescale from 0 so -inf - -inf never happens
+        builder.line('m_use = tl.where(m_new == float("-inf"), 0.0, m_new)')
+        m_ref = "m_use"
+    builder.line(f"alpha = {b.exp}(m_i - {m_ref})")
+    scores = f"s * {b.qk_scale!r}" if b.fold else "s"
+    builder.line(f"p = {b.exp}({scores} - {m_ref}[:, None])")
+    builder.line("l_i = l_i * alpha + tl.sum(p, 1)")
+    with builder.reading_as("v"):
+        v_tile = builder.load(
+            b.v, [*b.v_b, f"{offs}[:, None]", "offs_e[None, :]"], mask_and(_col(key_mask), _row(b.mask_e))
+        )
+    v_tile = full_tile(builder, v_tile, "(BLOCK_N, BLOCK_E)", b.dtype, "vt")
+    probs = "p" if b.dtype is DType.float32 else f"p.to({TL_DTYPE[b.dtype]})"
+    builder.line(f"acc = acc * alpha[:, None] + tl.dot({probs}, {v_tile}{b.precision})")
+    builder.line("m_i = m_new")
+
+
+def _load_mask(builder: Any, mask: Value, b: _Body, offs: str, key_mask: str | None) -> str:
     """The mask tile at (rows, keys): broadcast dims read index 0, so a [B, 1, 1, Lk] padding mask
     loads one [1, BLOCK_N] row per block."""
-    full = (*shape.batch, shape.lq, shape.lk)
-    idx = [*out_batch, "offs_m[:, None]", "offs_n[None, :]"]
+    full = (*b.shape.batch, b.shape.lq, b.shape.lk)
+    idx = [*b.out_batch, "offs_m[:, None]", f"{offs}[None, :]"]
     lead = len(full) - mask.type.rank
     index = ["0" if md == 1 and full[lead + i] != 1 else idx[lead + i] for i, md in enumerate(mask.type.shape)]
     rows = index[-2] != "0" if mask.type.rank >= 2 else False
     cols = index[-1] != "0" if mask.type.rank >= 1 else False  # a scalar mask is one value for every score
-    return builder.load(mask, index, mask_and(_col(mask_m) if rows else None, _row(mask_n) if cols else None), "0")
+    return builder.load(mask, index, mask_and(_col(b.mask_m) if rows else None, _row(key_mask) if cols else None), "0")
 
 
 def _operand_batch(out_batch: Sequence[str], batch: Sequence[Size], out_dims: Sequence[Size]) -> list[str]:

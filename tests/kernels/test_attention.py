@@ -254,7 +254,10 @@ def test_huge_negative_float_mask_stays_uniform() -> None:
 def test_config_and_rejections() -> None:
     assert attention_config(1, 4096, 80, F16).block_m == 16  # a decode step wastes no rows
     cfg = attention_config(4096, 4096, 128, BF16, "sm_90")
-    assert (cfg.block_m, cfg.num_warps) == (128, 8)
+    assert (cfg.block_m, cfg.block_n, cfg.num_stages, cfg.num_warps) == (128, 64, 3, 8)  # Inductor's H100 d128
+    cfg = attention_config(4096, 4096, 64, BF16, "sm_90")
+    assert (cfg.block_m, cfg.block_n, cfg.num_stages, cfg.num_warps) == (128, 128, 3, 8)  # its d64 tile
+    assert attention_config(4096, 4096, 64, BF16, "sm_80").block_n == 64
     with pytest.raises(UnsupportedError, match="power of two"):
         AttentionConfig(48, 64)
     with pytest.raises(UnsupportedError, match="arch_hint"):
@@ -364,8 +367,11 @@ def test_static_aligned_shapes_need_no_tail_masks(causal: bool) -> None:
     graph = Graph((q, k, v), ("q", "k", "v"), tuple(b.nodes), (out,), {"tuple": [0]}, (), ())
     node = anchor_of(graph, Op.SDPA)
     kernel = emit_attention(builder_for(graph, node), node, config=AttentionConfig(16, 32))
-    assert "mask_m" not in kernel.source and "mask_n" not in kernel.source and "mask_d" not in kernel.source
+    assert "mask_m" not in kernel.source and "mask_d" not in kernel.source and "lk_full" not in kernel.source
     assert ("keep" in kernel.source) is causal and not [a for a in kernel.args if a.kind is ArgKind.SIZE]
+    # no tail loop; causal: the unmasked off-band loop, then the diagonal blocks (masked: their start varies)
+    assert kernel.source.count("for n0 in range(") == 1 + causal
+    assert ("mask_t" in kernel.source) is causal
     rng = np.random.default_rng(6)
     feeds = [rng.standard_normal((2, n, 64)).astype(np.float16) for n in (32, 64, 64)]
     got = run_kernel(graph, kernel, feeds, {})[out.id]

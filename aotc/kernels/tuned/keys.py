@@ -27,7 +27,7 @@ from aotc.ir.types import Node
 Size = int | SymExpr
 # What each tunable template's kernel body is: bump one when its code changes enough that tiles tuned for the
 # old body no longer say anything about the new one (a table entry of another revision is stale: ignored).
-REVISIONS = {"matmul": 1, "conv": 1, "attention": 1}
+REVISIONS = {"matmul": 1, "conv": 1, "attention": 2}
 _DOT_DTYPES = (DType.float32, DType.float16, DType.bfloat16)
 
 
