@@ -8,6 +8,7 @@ from fractions import Fraction
 
 from aotc.errors import ShapeError
 from aotc.ir.symbolic import SymExpr, add, exact_div, floordiv, mul, sym, to_infix
+from aotc.ir.symbolic_residue import divide_by_congruence
 from aotc.ir.symbolic_values import Range, bounds, substitute
 from aotc.ir.types import Shape, ShapeDim
 
@@ -83,6 +84,8 @@ class ShapeCtx:
         ``n`` with multiple_of m is ``m * (n // m)``, so ``6*batch / (4*(batch//4))`` is 6 when batch is a
         multiple of 4. None when it is not exact for some binding (or this cannot show that it is)."""
         q = exact_div(a, b)
+        if q is None:
+            q = divide_by_congruence(a, b)  # a padded length: seq + (63*(seq % 64)) % 64 over 64
         if q is not None or isinstance(b, int):
             return q
         names = set(b.free_symbols()) | (set(a.free_symbols()) if isinstance(a, SymExpr) else set())

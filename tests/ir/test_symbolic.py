@@ -399,3 +399,22 @@ def test_index_variables_cannot_clash_with_symbols() -> None:
     assert parse(to_sexpr(3 * i + sym("i0")), index_vars=True) == 3 * i + sym("i0")
     with pytest.raises(ShapeError):  # shapes (and so artifacts) never hold one
         parse(to_sexpr(3 * i))
+
+
+def test_a_padded_length_divides_by_congruence_and_a_near_miss_does_not() -> None:
+    from aotc.ir.symbolic import add, mod, mul, sym
+    from aotc.ir.symbolic_residue import divide_by_congruence, is_multiple_of
+    from aotc.ir.symbolic_values import substitute
+
+    seq, batch = sym("seq"), sym("batch")
+    padded = add(seq, mod(mul(63, mod(seq, 64)), 64))  # seq rounded up to a multiple of 64
+    assert is_multiple_of(padded, 64) and is_multiple_of(padded, 32)
+    assert not is_multiple_of(padded, 128) and not is_multiple_of(add(padded, 1), 64)
+    assert not is_multiple_of(add(seq, mod(mul(63, mod(seq, 32)), 32)), 64)  # a mod 32 says nothing mod 64
+    numel = mul(mul(8192, batch), padded)
+    q = divide_by_congruence(numel, mul(524288, batch))
+    for s in range(1, 300):
+        for b in (1, 5):
+            assert substitute(q, {"seq": s, "batch": b}) * 524288 * b == substitute(numel, {"seq": s, "batch": b})
+    assert divide_by_congruence(add(numel, mul(8192, batch)), mul(524288, batch)) is None
+    assert divide_by_congruence(numel, mul(524288, seq)) is None  # seq is not a factor of every term

@@ -68,3 +68,25 @@ def test_an_argument_aotc_cannot_hold_is_refused_at_the_models_line_and_op() -> 
     with pytest.raises(aotc.UnsupportedError) as info:
         aotc.compile(Spectral(), {"x": TensorSpec((Dim("batch", min=1, max=4), 8))})
     assert re.match(rf".*{HERE}:\d+: aten\._to_copy\.default: a tensor has dtype complex64", str(info.value)), info
+
+
+class PaddedChunks(nn.Module):
+    """Qwen3-Next's linear attention and Mamba-2's mixers: pad the sequence up to a multiple of the chunk, then
+    split it into chunks with a -1 (the padded length traces as seq + (63*(seq % 64)) % 64)."""
+
+    def forward(self, x: Any) -> Any:
+        pad = (64 - x.shape[1] % 64) % 64
+        x = nn.functional.pad(x, (0, 0, 0, pad))
+        return x.reshape(x.shape[0], -1, 64, x.shape[-1]).sum(2)
+
+
+def test_a_minus_one_over_a_padded_length_is_inferred_by_congruence() -> None:
+    compiled = aotc.compile(
+        PaddedChunks(), {"x": TensorSpec((Dim("batch", min=1, max=4), Dim("seq", min=65, max=300), 8))}
+    )
+    rng = np.random.default_rng(0)
+    for b, s in ((1, 65), (2, 128), (3, 129), (2, 300)):
+        x = rng.standard_normal((b, s, 8)).astype(F32)
+        want = _eager(PaddedChunks(), x=x).numpy()
+        assert want.shape == (b, -(-s // 64), 8)
+        np.testing.assert_allclose(compiled(x=x), want, rtol=1e-5, atol=1e-5)
