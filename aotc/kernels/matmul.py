@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from aotc.errors import UnsupportedError
 from aotc.ir.dtypes import DType
 from aotc.ir.ops import Op
+from aotc.ir.ops.reduce import check_input_precision, dot_precision
 from aotc.ir.schedule import Kernel
 from aotc.ir.symbolic import SymExpr, add, floordiv, mod, mul, sym
 from aotc.ir.templates import KernelKind
@@ -140,11 +141,12 @@ def emit_matmul(
     arch_hint: str | int | None = None,
     config: TileConfig | None = None,
     name: str = "matmul",
-    allow_tf32: bool = False,
+    precision: str | None = None,
 ) -> Kernel:
     """Emit ``node`` (MATMUL) with ``epilogue`` (pointwise nodes on its output, in order) into ``builder``
     and return the finished Kernel. ``outputs`` are the values the kernel stores (default: the last
-    epilogue value, or the product). fp32 products use IEEE precision unless ``allow_tf32``."""
+    epilogue value, or the product). An fp32 product's ``tl.dot`` input precision is ``precision`` ("ieee",
+    "tf32", "tf32x3"), by default the node's own (``dot_precision``: IEEE unless the compile marked it)."""
     reason = why_not_matmul(node)
     if reason is not None:
         raise UnsupportedError(f"matmul template: {reason}")
@@ -156,9 +158,10 @@ def emit_matmul(
     # float32 accumulator of a half product, which the epilogue then stores unrounded).
     dtype = node.inputs[0].type.dtype
     dot = dtype in DOT_DTYPES
+    precision = check_input_precision(dot_precision(node.attrs) if precision is None else precision)
     ranges = builder.graph.ranges
     cfg = config or matmul_config(
-        upper(shape.rows, ranges), upper(shape.n, ranges), upper(shape.k, ranges), dtype, arch_hint, dot
+        upper(shape.rows, ranges), upper(shape.n, ranges), upper(shape.k, ranges), dtype, arch_hint, dot, precision
     )
     if dot:
         check_dot_config(cfg)
@@ -189,7 +192,6 @@ def emit_matmul(
         a_tile = full_tile(builder, a_tile, "(BLOCK_M, BLOCK_K)", node.inputs[0].type.dtype, "a")
         b_tile = full_tile(builder, b_tile, "(BLOCK_K, BLOCK_N)", node.inputs[1].type.dtype, "b")
         if dot:
-            precision = "tf32" if allow_tf32 else "ieee"
             extra = f', input_precision="{precision}"' if dtype is DType.float32 else ""
             builder.line(f"acc = tl.dot({a_tile}, {b_tile}, acc{extra})")
         else:
