@@ -126,3 +126,13 @@ def test_sm90a_compiles_the_small_m_form(tmp_path):
     kern = emit_matmul(builder_for(g, node), node, arch_hint="sm_90")
     compiled = _compile_sm90(kern, tmp_path)
     assert "mma" in compiled.asm["ptx"]
+
+
+def test_sm90a_compiles_the_persistent_form(tmp_path):
+    g = matmul_graph((8192, 768), (768, 2304), BF16)
+    node = anchor_of(g, Op.MATMUL)
+    kern = emit_matmul(builder_for(g, node), node, arch_hint="sm_90", persistent=True)
+    compiled = _compile_sm90(kern, tmp_path)
+    assert "wgmma.mma_async" in compiled.asm["ptx"] and compiled.metadata.shared <= 227 * 1024
+    use = _resources(compiled, tmp_path)
+    assert use["STACK"] == 0 and use["LOCAL"] == 0, use

@@ -1,5 +1,6 @@
 """The matmul template on sm_90: tiles chosen per shape to fill the SMs' waves, the small-M form (at most 64
-rows: narrow column tiles, many CTAs), and the ``tf32x3`` precision mode.
+rows: narrow column tiles, many CTAs), the ``tf32x3`` precision mode, and the persistent form (a fixed grid of
+programs looping over the grouped tile order, bounded by the reader's source check).
 
 The tile tests compute each choice's wave efficiency here, from the rule (``tiles / (waves * SMs)``), and check
 the choice against the rule's own statement, never a remembered outcome. Kernels run under the Triton
@@ -17,7 +18,8 @@ import pytest
 pytest.importorskip("triton")
 
 from aotc.errors import ShapeError, UnsupportedError
-from aotc.ir import DType, Op, TensorType
+from aotc.ir import DType, Op, Symbol, TensorType
+from aotc.ir.symbolic import sym
 from aotc.ir.tiles import (
     MIN_WAVE_EFFICIENCY,
     SM90_SMALL_M_BLOCK_N,
@@ -28,7 +30,7 @@ from aotc.ir.tiles import (
     TileConfig,
     matmul_config,
 )
-from aotc.kernels.matmul import emit_matmul
+from aotc.kernels.matmul import PERSISTENT_PROGRAMS, emit_matmul
 from aotc.kernels.scheduler import schedule_graph
 from aotc.lowering.options import CompileOptions
 from aotc.lowering.pipeline import lower
@@ -191,3 +193,61 @@ def test_tuned_key_names_the_dot_precision(precision, want):
     g = lower(_fp32_mlp(), options)
     keys = [kernel_key(g, n, [i]) for i, n in enumerate(g.nodes) if n.op is Op.MATMUL]
     assert len(keys) == 2 and all(k["precision"] == want for k in keys)
+
+
+# -- the persistent form: a fixed grid, each program looping over tiles -------------------------------------------
+
+
+def _persistent(graph, config=None):
+    config = config or TileConfig(32, 32, 32)
+    node = anchor_of(graph, Op.MATMUL)
+    return emit_matmul(builder_for(graph, node), node, epilogue_of(graph, node), config=config, persistent=True)
+
+
+@pytest.mark.parametrize(
+    "m,n,k,dtype", [(100, 70, 50, F32), (64, 64, 64, BF16), (1, 300, 17, F32), (257, 129, 96, BF16)]
+)
+def test_persistent_matmul_matches_cpu(m, n, k, dtype):
+    g = matmul_graph((m, k), (k, n), dtype)
+    kern = _persistent(g)
+    assert "for tile in range(pid, num_tiles, NUM_SMS):" in kern.source
+    assert kern.grid == (PERSISTENT_PROGRAMS, 1, 1) and dict(kern.constexprs)["NUM_SMS"] == PERSISTENT_PROGRAMS
+    tiles = math.ceil(m / 32) * math.ceil(n / 32)
+    assert tiles != PERSISTENT_PROGRAMS  # fewer tiles than programs (idle ones) or more (programs loop)
+    check_kernel(g, kern)
+
+
+def test_persistent_linear_with_epilogue_and_symbolic_rows_matches_cpu_and_is_bounded():
+    from aotc.artifact.source_bounds import check_source
+
+    g = linear_graph(BF16, act=(Op.GELU, {}), residual=True)  # (3, 7, 40) @ W^T + bias, GELU, + residual
+    kern = _persistent(g, TileConfig(16, 16, 16))  # 2 x 2 tiles... of 21 rows x 24 columns: looped by 132
+    check_kernel(g, kern)
+    check_source(kern, {}, "persistent linear")
+    seq = Symbol("seq", 1, 4096, multiple_of=1)
+    gs = matmul_graph((sym("seq"), 48), (48, 40), symbols=(seq,))
+    big = _persistent(gs, TileConfig(16, 16, 16))  # up to 256 x 3 tiles: every program loops at seq 4096
+    for rows in (1, 17, 2000, 4096):
+        check_source(big, {"seq": rows}, "persistent matmul")
+    check_kernel(gs, big, {"seq": 53})
+
+
+def test_the_reader_refuses_a_persistent_loop_past_its_tiles():
+    import dataclasses
+
+    from aotc.artifact.source_bounds import check_source
+    from aotc.errors import ArtifactError
+
+    kern = _persistent(matmul_graph((128, 64), (64, 96)))  # whole tiles: no masks, the loop's range bounds it
+    assert "mask" not in kern.source
+    check_source(kern, {}, "as compiled")
+    loop = "for tile in range(pid, num_tiles, NUM_SMS):"
+    edited = dataclasses.replace(kern, source=kern.source.replace(loop, loop.replace("num_tiles", "num_tiles + 4")))
+    with pytest.raises(ArtifactError, match=r"a_ptr|b_ptr|out_ptr"):
+        check_source(edited, {}, "edited")
+
+
+def test_a_batched_product_has_no_persistent_form():
+    g = matmul_graph((4, 32, 16), (4, 16, 8))  # batch on the grid: B varies over it
+    with pytest.raises(UnsupportedError, match="persistent matmul: a product batched"):
+        _persistent(g)
