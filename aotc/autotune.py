@@ -32,6 +32,7 @@ from aotc.ir.dtypes import DType
 from aotc.ir.graph import Graph
 from aotc.ir.launch import KernelBinary, capability
 from aotc.ir.ops import Op
+from aotc.ir.ops.reduce import dot_precision
 from aotc.ir.schedule import ArchLaunch, Kernel, Schedule, same_launch
 from aotc.ir.symbolic_values import evaluate
 from aotc.ir.templates import template
@@ -346,7 +347,7 @@ def tile_candidates(graph: Graph, k: Kernel, cap: int) -> list[Tile | None]:
     dtype = node.outputs[0].type.dtype
     if dtype not in DOT_DTYPES:
         return out  # integer products: one register-tile config
-    seen.add(matmul_config(m, n, kk, dtype, cap))
+    seen.add(matmul_config(m, n, kk, dtype, cap, True, dot_precision(node.attrs)))
     item = node.inputs[0].type.dtype.itemsize
     for bm, bn, bk, warps, stages in MATMUL_CANDIDATES:
         if item == 4:

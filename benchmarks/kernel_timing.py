@@ -27,6 +27,7 @@ from kernel_cases import (
     kernels_of,
     padding_lines,
 )
+from kernel_profile import report_lines, summarize
 
 import aotc
 from aotc.ir.ops import Op
@@ -191,9 +192,10 @@ def weight_on_gpu(torch: Any, model: Project) -> Any:
 def kernel_times(
     name: str, exe: Any, feeds: Sequence[Any], env: Mapping[str, int] | None = None, show: bool = True
 ) -> dict[str, Any]:
-    """The kernels one call launches, each timed alone with CUDA events (aotc's profile): their summed ms as
-    row fields, ``kernels_ms`` (a µs-scale kernel's time includes its host launch). A diagnostic: a failure
-    only prints."""
+    """The kernels one call launches, each timed alone with CUDA events (aotc's profile), as row fields: their
+    summed ms, ``kernels_ms`` (a µs-scale kernel's time includes its host launch), and ``profile``, the slowest
+    (kernel_profile.summarize), which the run prints for each aim it misses. A diagnostic: a failure only
+    prints."""
     from aotc.runtime.backends.cuda.profile import profile
 
     try:
@@ -206,7 +208,7 @@ def kernel_times(
         print(f"  {name}: kernels that ran")
         for r in rows:
             print(f"    ran {r.name} ({r.kind}): {r.ms * 1e3:.1f} us, {r.tflops:.1f} TFLOP/s", flush=True)
-    return {"kernels_ms": sum(r.ms for r in rows)}
+    return {"kernels_ms": sum(r.ms for r in rows), "profile": summarize(rows)}
 
 
 def bench_gpt2(b: Bench) -> None:
@@ -367,6 +369,8 @@ def run_gpu(args: argparse.Namespace) -> int:
                ("met", "meets"), ("rel err", "rel_err")]  # fmt: skip
     print(rec.table(columns))
     print("ratio: reference ms / aotc ms (above 1: aotc is faster)")
+    print("profiles of the aims missed (slowest kernels, their share of the kernels' time, what they achieved):")
+    print("\n".join(report_lines(rec.rows)), flush=True)
     print(benchlib.TALLY.line())
     if benchlib.TALLY.compiled and not args.autotune:
         print(f"WARNING: {benchlib.TALLY.compiled} kernel binaries were compiled on this machine: the kernel cache was "

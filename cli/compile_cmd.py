@@ -119,7 +119,8 @@ def _import_onnx(path: Path, dims: dict[str, tuple[int, int]], timer: StageTimer
     default="fp32",
     show_default=True,
     help="bf16/fp16: matmuls, convs and attention in half precision with float32 accumulation, weights stored "
-    "in it; tf32: float32 matmuls may use tf32 tensor cores on a GPU (no change on the cpu).",
+    "in it; tf32: float32 matmuls may use tf32 tensor cores on a GPU (no change on the cpu); tf32x3: float32 "
+    "matmuls in three tf32 products on tensor cores, float32-class error (no change on the cpu).",
 )
 @click.option("--no-matmul-padding", is_flag=True, help="Never pad matmul dims to 16-byte alignment.")
 @click.option("--no-split-k", is_flag=True, help="Never split the K loop of a small-output, long-K matmul.")

@@ -5,7 +5,8 @@
 
 reads OUT/summary.txt (one line per step), OUT/env.log (device, driver, versions) and OUT/results.jsonl (one JSON
 row per figure, written by scripts/gpu_smoke.py and the benchmarks as they measure), and puts every figure beside
-its aim. Rows it does not know are listed as they are, so nothing measured is dropped.
+its aim, and under each aim missed the profile of its slowest kernels. Rows it does not know are listed as they
+are, so nothing measured is dropped.
 """
 
 from __future__ import annotations
@@ -108,6 +109,7 @@ def report(out: Path) -> str:
                 for r in bench
             ],
         )  # fmt: skip
+        lines += profile_section(bench)
     lines += serve_section([r for r in data if r.get("bench") == "serve"])
     lines += tune_section(out / "tune_results.json")
     load = out / "load.log"
@@ -126,6 +128,15 @@ def report(out: Path) -> str:
     if not data:
         lines += ["No results were recorded.", ""]
     return "\n".join(lines)
+
+
+def profile_section(bench: list[dict[str, Any]]) -> list[str]:
+    """For each aim a speed row missed, its slowest kernels (benchmarks/kernel_profile.py, as the steps print)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from kernel_profile import report_lines
+
+    return ["## Profiles of the aims missed (slowest kernels, share of the kernels' time, achieved)", "", "```",
+            *report_lines(bench), "```", ""]  # fmt: skip
 
 
 def host_section(rows: list[dict[str, Any]]) -> list[str]:

@@ -111,10 +111,16 @@ def stored_outputs(
 
 
 def finish_tiled(
-    builder: KernelBuilder, name: str, kind: KernelKind, grid: tuple[Size, Size, Size], cfg: TileConfig, node: int
+    builder: KernelBuilder,
+    name: str,
+    kind: KernelKind,
+    grid: tuple[Size, Size, Size],
+    cfg: TileConfig,
+    node: int,
+    extra: Sequence[tuple[str, int]] = (),
 ) -> Kernel:
-    """The finished kernel of a template tiled by ``cfg`` (block sizes and the grouped tile order as constexprs),
-    with its own node ``node`` among those it computes."""
+    """The finished kernel of a template tiled by ``cfg`` (block sizes and the grouped tile order as constexprs,
+    then ``extra`` ones), with its own node ``node`` among those it computes."""
     return builder.finish(
         name=name,
         kind=kind,
@@ -124,6 +130,7 @@ def finish_tiled(
             ("BLOCK_N", cfg.block_n),
             ("BLOCK_K", cfg.block_k),
             ("GROUP_M", cfg.group_m),
+            *extra,
         ),
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,

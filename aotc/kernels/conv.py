@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from aotc.errors import UnsupportedError
 from aotc.ir.dtypes import DType
 from aotc.ir.ops import Op
+from aotc.ir.ops.reduce import check_input_precision, dot_precision
 from aotc.ir.schedule import Kernel
 from aotc.ir.symbolic import SymExpr, add, floordiv, mod, mul, sym
 from aotc.ir.templates import KernelKind
@@ -163,7 +164,7 @@ def emit_conv(
     arch_hint: str | int | None = None,
     config: TileConfig | None = None,
     name: str = "conv",
-    allow_tf32: bool = False,
+    precision: str | None = None,
 ) -> Kernel:
     """Emit ``node`` (CONV) with ``epilogue`` into ``builder`` and return the finished Kernel; arguments
     as for ``emit_matmul``. Depthwise convolutions use the direct kernel."""
@@ -180,10 +181,12 @@ def emit_conv(
         if shape.groups > MAX_GRID_YZ:
             raise UnsupportedError(f"conv with {shape.groups} groups: at most {MAX_GRID_YZ} (one grid row per group)")
         k = shape.c_in_group * shape.taps
+        precision = check_input_precision(dot_precision(node.attrs) if precision is None else precision)
+        dt = anchor.type.dtype
         cfg = check_dot_config(
-            config or matmul_config(upper(shape.rows, ranges), shape.c_out_group, k, anchor.type.dtype, arch_hint)
+            config or matmul_config(upper(shape.rows, ranges), shape.c_out_group, k, dt, arch_hint, True, precision)
         )
-        grid = _emit_gemm(builder, node, shape, cfg, outputs, allow_tf32)
+        grid = _emit_gemm(builder, node, shape, cfg, outputs, precision)
     return finish_tiled(builder, name, KernelKind.CONV, grid, cfg, node_index)
 
 
@@ -261,7 +264,7 @@ def _input_position(
 
 
 def _emit_gemm(
-    builder: KernelBuilder, node: Node, shape: ConvShape, cfg: TileConfig, outputs: Sequence[Value], allow_tf32: bool
+    builder: KernelBuilder, node: Node, shape: ConvShape, cfg: TileConfig, outputs: Sequence[Value], precision: str
 ) -> tuple:
     x, w = node.inputs
     anchor = node.outputs[0]
@@ -310,7 +313,7 @@ def _emit_gemm(
         full_tile(builder, b_tile, "(BLOCK_K, BLOCK_N)", w.type.dtype, "b")
         extra = ""
         if anchor.type.dtype is DType.float32:
-            extra = f', input_precision="{"tf32" if allow_tf32 else "ieee"}"'
+            extra = f', input_precision="{precision}"'
         builder.line(f"acc = tl.dot(a, b, acc{extra})")
     out_index = [f"{img}[:, None]", "co[None, :]", *(o if o == "0" else f"{o}[:, None]" for o in out_pos)]
     emit_epilogue(builder, anchor, "acc", out_index, mask_and(mask_m, mask_n), outputs)

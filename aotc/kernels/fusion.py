@@ -47,6 +47,7 @@ from aotc.kernels.fusion_graph import (
     has_reduction,
     inline_values,
     needs_compute,
+    operand_to_store,
     reads_memory,
     reduced_axes,
 )
@@ -240,7 +241,7 @@ def _needed(
             continue
         for v in ids:
             if v not in stored and v not in g.external and needs_compute(g, v, stored):
-                base = compute_below_views(g, v)
+                base = operand_to_store(g, v, stored) if k.root is not None else compute_below_views(g, v)
                 grow.add(base)
                 declined.append(f"operand %{v} of {what} is computed, not a view: %{base} stored first")
     operand_values |= grow

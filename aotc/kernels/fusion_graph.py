@@ -7,6 +7,7 @@ kernels that use it. The walks here stop at stored values, graph inputs and weig
 from __future__ import annotations
 
 from aotc.ir import ops
+from aotc.ir.dtypes import DType
 from aotc.ir.graph import Graph
 from aotc.ir.ops import REDUCTIONS, Op
 from aotc.ir.types import Node
@@ -44,6 +45,27 @@ def compute_below_views(g: FusionGraph, vid: int) -> int:
     while vid not in g.external and g.node(vid).op in PROLOGUE - {Op.CONCAT} - INDEX_SOURCES:
         vid = g.node(vid).inputs[0].id
     return vid
+
+
+def operand_to_store(g: FusionGraph, vid: int, stored: set[int]) -> int:
+    """What to store for a contraction operand that needs computing: the value under its views and casts
+    (``compute_below_views``), except that a narrowing float cast (float32 -> bfloat16) whose input nothing else
+    reads is stored after the cast: its producer (a layer norm in float32 before a bf16 Linear) rounds and stores
+    half the bytes, and the contraction loads them as they are. The same value is rounded the same way either
+    way, so the numbers do not change."""
+    while vid not in g.external and g.node(vid).op in PROLOGUE - {Op.CONCAT} - INDEX_SOURCES:
+        n = g.node(vid)
+        x = n.inputs[0]
+        if n.op is Op.CAST and _narrows(x.type.dtype, n.outputs[0].type.dtype) and needs_compute(g, x.id, stored):
+            alone = set(g.users.get(x.id, ())) == {g.prod[vid][0]}
+            if alone and x.id not in stored and x.id not in g.output_ids:
+                return vid
+        vid = x.id
+    return vid
+
+
+def _narrows(src: DType, dst: DType) -> bool:
+    return src.is_float and dst.is_float and dst.itemsize < src.itemsize
 
 
 def inline_values(g: FusionGraph, vid: int, stored: set[int]) -> set[int]:

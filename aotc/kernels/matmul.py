@@ -14,6 +14,7 @@ BLOCK_M rows; otherwise the batch is grid axis y.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -21,10 +22,11 @@ from typing import TYPE_CHECKING, Any
 from aotc.errors import UnsupportedError
 from aotc.ir.dtypes import DType
 from aotc.ir.ops import Op
+from aotc.ir.ops.reduce import check_input_precision, dot_precision
 from aotc.ir.schedule import Kernel
 from aotc.ir.symbolic import SymExpr, add, floordiv, mod, mul, sym
 from aotc.ir.templates import KernelKind
-from aotc.ir.tiles import TileConfig, check_dot_config, matmul_config, upper
+from aotc.ir.tiles import SM90_SMS, TileConfig, check_dot_config, matmul_config, upper
 from aotc.ir.types import Node, Value
 from aotc.kernels.contraction_emit import (
     anchor_index,
@@ -68,8 +70,11 @@ DOT_DTYPES = (DType.float32, DType.float16, DType.bfloat16)
 FIXED_NAMES = (
     *("pid", "pid_b", "tiles", "num_pid_m", "num_pid_n", "num_pid_in_group", "group_id", "first_pid_m"),
     *("group_size_m", "pid_m", "pid_n", "offs_m", "offs_n", "offs_k", "mask_m", "mask_n", "row", "batch_row"),
-    *("acc", "k0", "a", "b"),
+    *("acc", "k0", "a", "b", "tile", "num_tiles"),
 )
+# The persistent form's grid: sm_90's SM count (H100 SXM, H200), since the launching GPU's is not known when
+# compiling.
+PERSISTENT_PROGRAMS = SM90_SMS
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,15 +145,22 @@ def emit_matmul(
     arch_hint: str | int | None = None,
     config: TileConfig | None = None,
     name: str = "matmul",
-    allow_tf32: bool = False,
+    precision: str | None = None,
+    persistent: bool = False,
 ) -> Kernel:
     """Emit ``node`` (MATMUL) with ``epilogue`` (pointwise nodes on its output, in order) into ``builder``
     and return the finished Kernel. ``outputs`` are the values the kernel stores (default: the last
-    epilogue value, or the product). fp32 products use IEEE precision unless ``allow_tf32``."""
+    epilogue value, or the product). An fp32 product's ``tl.dot`` input precision is ``precision`` ("ieee",
+    "tf32", "tf32x3"), by default the node's own (``dot_precision``: IEEE unless the compile marked it).
+
+    ``persistent``: the persistent form (Triton's tutorial 09 with pointer loads): a fixed grid of
+    PERSISTENT_PROGRAMS programs, each looping ``for tile in range(pid, num_tiles, NUM_SMS)`` over the grouped tile
+    order, so a program's next tile's loads follow its last store with no launch between. The SM count is not known
+    when compiling, so the grid is fixed at sm_90's 132 (a GPU with fewer SMs runs some programs after others; one
+    with more leaves SMs idle). Not for a product batched on the grid."""
     reason = why_not_matmul(node)
     if reason is not None:
         raise UnsupportedError(f"matmul template: {reason}")
-    anchor = node.outputs[0]
     outputs = stored_outputs(builder, node, epilogue, outputs)
     node_index = anchor_index(builder, node)
     shape = matmul_shape(node)
@@ -156,22 +168,63 @@ def emit_matmul(
     # float32 accumulator of a half product, which the epilogue then stores unrounded).
     dtype = node.inputs[0].type.dtype
     dot = dtype in DOT_DTYPES
+    precision = check_input_precision(dot_precision(node.attrs) if precision is None else precision)
     ranges = builder.graph.ranges
     cfg = config or matmul_config(
-        upper(shape.rows, ranges), upper(shape.n, ranges), upper(shape.k, ranges), dtype, arch_hint, dot
+        upper(shape.rows, ranges), upper(shape.n, ranges), upper(shape.k, ranges), dtype, arch_hint, dot, precision
     )
     if dot:
         check_dot_config(cfg)
     tiles = mul(cdiv(shape.rows, cfg.block_m), cdiv(shape.n, cfg.block_n))
     grid, batch_on_x = grid_with_batch(tiles, shape.batch_count, ranges)
+    if persistent:
+        if shape.batch_count != 1:
+            raise UnsupportedError(
+                f"persistent matmul: a product batched over {shape.batch} (batch on the grid); expected one whose "
+                "batch folds into its rows"
+            )
+        grid = (PERSISTENT_PROGRAMS, 1, 1)
 
     reserve(builder, (*FIXED_NAMES, *_batch_names(shape)))
     rows, n, k = (size_text(builder, d, stem) for d, stem in ((shape.rows, "M"), (shape.n, "N"), (shape.k, "K")))
     mask_m = None if is_multiple(builder, shape.rows, cfg.block_m) else "mask_m[:, None]"
     mask_n = None if is_multiple(builder, shape.n, cfg.block_n) else "mask_n[None, :]"
     tail_k = not is_multiple(builder, shape.k, cfg.block_k)
-    a_idx, b_idx, out_batch, m_idx = _emit_program_ids(builder, shape, rows, n, batch_on_x)
-    tile_reach(builder, shape.rows, shape.n, grid_bound=not (batch_on_x and shape.batch_count != 1))
+    with contextlib.ExitStack() as tile_loop:
+        if persistent:
+            builder.line("pid = tl.program_id(0)")
+            builder.line(f"num_tiles = tl.cdiv({rows}, BLOCK_M) * tl.cdiv({n}, BLOCK_N)")
+            tile_loop.enter_context(builder.block("for tile in range(pid, num_tiles, NUM_SMS)"))
+        _emit_tile(builder, node, epilogue, outputs, shape, cfg, precision, persistent, batch_on_x, tail_k,
+                   (rows, n, k), (mask_m, mask_n))  # fmt: skip
+    extra = (("NUM_SMS", PERSISTENT_PROGRAMS),) if persistent else ()
+    return finish_tiled(builder, name, KernelKind.MATMUL, grid, cfg, node_index, extra)
+
+
+def _emit_tile(
+    builder: KernelBuilder,
+    node: Node,
+    epilogue: Sequence[Node],
+    outputs: Sequence[Value],
+    shape: MatmulShape,
+    cfg: TileConfig,
+    precision: str,
+    persistent: bool,
+    batch_on_x: bool,
+    tail_k: bool,
+    sizes: tuple[str, str, str],
+    masks: tuple[str | None, str | None],
+) -> None:
+    """One output tile: its program ids (``tile`` in the persistent loop), the K loop and the epilogue's stores."""
+    rows, n, k = sizes
+    mask_m, mask_n = masks
+    anchor = node.outputs[0]
+    dtype = node.inputs[0].type.dtype
+    dot = dtype in DOT_DTYPES
+    pid = "tile" if persistent else None
+    a_idx, b_idx, out_batch, m_idx = _emit_program_ids(builder, shape, rows, n, batch_on_x, pid)
+    # the persistent loop's ``tile`` stays below num_tiles by its range: no grid bound to require
+    tile_reach(builder, shape.rows, shape.n, grid_bound=not persistent and not (batch_on_x and shape.batch_count != 1))
     k_reach(builder, shape.k)
     if mask_m:
         builder.line(f"mask_m = offs_m < {rows}")
@@ -189,14 +242,12 @@ def emit_matmul(
         a_tile = full_tile(builder, a_tile, "(BLOCK_M, BLOCK_K)", node.inputs[0].type.dtype, "a")
         b_tile = full_tile(builder, b_tile, "(BLOCK_K, BLOCK_N)", node.inputs[1].type.dtype, "b")
         if dot:
-            precision = "tf32" if allow_tf32 else "ieee"
             extra = f', input_precision="{precision}"' if dtype is DType.float32 else ""
             builder.line(f"acc = tl.dot({a_tile}, {b_tile}, acc{extra})")
         else:
             builder.line(f"acc += tl.sum({a_tile}[:, :, None] * {b_tile}[None, :, :], axis=1)")
     out_index = [*out_batch, m_idx, "offs_n[None, :]"]
     emit_epilogue(builder, anchor, "acc", out_index, mask_and(mask_m, mask_n), outputs)
-    return finish_tiled(builder, name, KernelKind.MATMUL, grid, cfg, node_index)
 
 
 def emit_plan(b: KernelBuilder, kp: KernelPlan, name: str, config: KernelConfig, tiles: Any = None) -> Kernel:
@@ -207,11 +258,13 @@ def emit_plan(b: KernelBuilder, kp: KernelPlan, name: str, config: KernelConfig,
 
 
 def _emit_program_ids(
-    builder: KernelBuilder, shape: MatmulShape, rows: str, n: str, batch_on_x: bool
+    builder: KernelBuilder, shape: MatmulShape, rows: str, n: str, batch_on_x: bool, tile: str | None = None
 ) -> tuple[list[IndexItem], list[IndexItem], list[IndexItem], IndexItem]:
-    """Program ids and offsets; returns the per-operand batch indices, the output's batch
-    indices and the row index inside one batch entry (tile-shaped: rows along axis 0)."""
-    builder.line("pid = tl.program_id(0)")
+    """Program ids and offsets (of the tile numbered ``tile`` when given: the persistent loop's counter); returns
+    the per-operand batch indices, the output's batch indices and the row index inside one batch entry
+    (tile-shaped: rows along axis 0)."""
+    if tile is None:
+        builder.line("pid = tl.program_id(0)")
     pid_b = None
     if shape.batch_count != 1:
         if batch_on_x:
@@ -223,7 +276,7 @@ def _emit_program_ids(
         pid_b = "pid_b"
         tiles = mul(cdiv(builder.arg(shape.rows), sym("BLOCK_M")), cdiv(builder.arg(shape.n), sym("BLOCK_N")))
         builder.reach.bound(pid_b, add(floordiv(add(GRID_X, -1), tiles), 1) if batch_on_x else GRID_Y)
-    emit_tile_order(builder, rows, n, "pid")
+    emit_tile_order(builder, rows, n, tile or "pid")
     builder.line("offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)")
     builder.line("offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)")
     m_idx: IndexItem = "offs_m[:, None]"

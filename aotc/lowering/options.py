@@ -26,8 +26,9 @@ class CompileOptions:
     # Keep SDPA whole and fold hand-written softmax(q @ k^T * s + mask) @ v into it (aotc/lowering/attention.py),
     # so attention runs as one fused kernel.
     fuse_attention: bool = True
-    # "fp32" (as traced), "tf32" (float32 matmuls may use tf32 tensor cores on a GPU), "bf16" or "fp16"
-    # (contractions in half precision with float32 accumulation, weights stored in it): see lowering/precision.py.
+    # "fp32" (as traced), "tf32" (float32 matmuls may use tf32 tensor cores on a GPU), "tf32x3" (float32 matmuls
+    # in three tf32 products on tensor cores: float32-class error), "bf16" or "fp16" (contractions in half
+    # precision with float32 accumulation, weights stored in it): see lowering/precision.py.
     precision: str = "fp32"
     # Pad matmul dims that break 16-byte alignment when it pays (lowering/padding.py).
     matmul_padding: bool = True

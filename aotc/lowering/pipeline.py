@@ -15,7 +15,7 @@ from aotc.lowering.decompose import decompose
 from aotc.lowering.fold import fold_constants
 from aotc.lowering.options import CompileOptions
 from aotc.lowering.padding import explain_padding, pad_matmuls
-from aotc.lowering.precision import LOW_DTYPES, convert_precision, mark_tf32
+from aotc.lowering.precision import LOW_DTYPES, convert_precision, mark_tf32, mark_tf32x3
 from aotc.lowering.simplify import simplify
 from aotc.lowering.splitk import explain_split_k, split_k
 
@@ -34,6 +34,8 @@ def stages(options: CompileOptions) -> list[Stage]:
     out.append(("simplify", simplify))
     if options.precision == "tf32":
         out.append(("tf32", mark_tf32))
+    elif options.precision == "tf32x3":
+        out.append(("tf32x3", mark_tf32x3))
     # CSE before folding too: two equal folds would otherwise store two equal constants.
     if options.cse:
         out.append(("cse", cse))

@@ -36,7 +36,7 @@ from aotc.ir.ops import OPS, Op, OpKind
 from aotc.ir.types import Node, Value
 from aotc.ir.verify import graph_ctx
 
-PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+PRECISIONS = ("fp32", "tf32", "tf32x3", "bf16", "fp16")
 LOW_DTYPES = {"bf16": DType.bfloat16, "fp16": DType.float16}
 F32 = DType.float32
 
@@ -81,7 +81,8 @@ def fits(value: float | np.ndarray, dtype: DType) -> bool:
 
 
 def convert_precision(graph: Graph, precision: str) -> Graph:
-    """The graph with its contractions in ``precision`` ('bf16' or 'fp16'); 'fp32' and 'tf32' return it as is."""
+    """The graph with its contractions in ``precision`` ('bf16' or 'fp16'); 'fp32', 'tf32' and 'tf32x3' return it
+    as is."""
     low = LOW_DTYPES.get(check_precision(precision))
     if low is None:
         return graph
@@ -96,6 +97,18 @@ def mark_tf32(graph: Graph) -> Graph:
     for n in graph.nodes:
         if n.op in (Op.MATMUL, Op.CONV) and n.inputs[0].type.dtype is F32 and not n.attrs.get("allow_tf32", False):
             n = n.replace(attrs=n.attrs.set(allow_tf32=True))
+        nodes.append(n)
+    return graph.replace(nodes=tuple(nodes))
+
+
+def mark_tf32x3(graph: Graph) -> Graph:
+    """Float32 MATMUL/CONV nodes get ``input_precision="tf32x3"``: GPU kernels then multiply on tensor cores in
+    three tf32 products (a*b ~ a_hi*b_hi + a_hi*b_lo + a_lo*b_hi, each operand split into a tf32 head and its
+    remainder), close to float32's error at tensor-core speed. As with tf32, the cpu backend ignores the attr."""
+    nodes = []
+    for n in graph.nodes:
+        if n.op in (Op.MATMUL, Op.CONV) and n.inputs[0].type.dtype is F32 and "input_precision" not in n.attrs:
+            n = n.replace(attrs=n.attrs.set(input_precision="tf32x3"))
         nodes.append(n)
     return graph.replace(nodes=tuple(nodes))
 

@@ -180,7 +180,7 @@ def test_kernel_can_store_the_product_and_the_epilogue():
 def test_fp32_uses_ieee_unless_tf32_allowed():
     g = matmul_graph((16, 16), (16, 16))
     assert 'input_precision="ieee"' in _emit(g).source
-    assert 'input_precision="tf32"' in _emit(g, allow_tf32=True).source
+    assert 'input_precision="tf32"' in _emit(g, precision="tf32").source
     assert "input_precision" not in _emit(matmul_graph((16, 16), (16, 16), F16)).source
 
 

@@ -38,7 +38,7 @@ def test_precision_flag_stores_half_weights(tmp_path: Path) -> None:
 def test_bad_precision_is_a_usage_error(tmp_path: Path) -> None:
     result = _compile(tmp_path, "--precision", "int8")
     assert result.exit_code == 2
-    assert "'int8' is not one of 'fp32', 'tf32', 'bf16', 'fp16'" in result.output
+    assert "'int8' is not one of 'fp32', 'tf32', 'tf32x3', 'bf16', 'fp16'" in result.output
     assert not (tmp_path / "m.aotc").exists()
 
 

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from aotc.errors import ExecError, ShapeError
+from aotc.errors import ExecError, ShapeError, UnsupportedError
 from aotc.ir.dtypes import DType
 from aotc.ir.ops.base import Op, OpDef, OpKind, acc, one, same_dtype
 from aotc.ir.shapes import ShapeCtx, broadcast_shapes, fmt_shape, norm_axes, norm_axis
@@ -75,12 +75,34 @@ def _arg_ref(fn):
     return ref
 
 
+INPUT_PRECISIONS = ("ieee", "tf32", "tf32x3")
+
+
+def dot_precision(attrs: Attrs) -> str:
+    """A float32 matmul/conv's ``tl.dot`` input precision: its ``input_precision`` attr, else "tf32" when it has
+    ``allow_tf32``, else "ieee" (full float32 products)."""
+    given = attrs.get("input_precision")
+    return str(given) if given is not None else ("tf32" if attrs.get("allow_tf32", False) else "ieee")
+
+
+def check_input_precision(value: object) -> str:
+    """``value`` if it names a ``tl.dot`` input precision, else UnsupportedError naming it and the choices."""
+    if value not in INPUT_PRECISIONS:
+        raise UnsupportedError(f"input precision {value!r}: expected one of {list(INPUT_PRECISIONS)}")
+    return str(value)
+
+
 def _check_tf32(attrs: Attrs, dt: DType, what: str) -> None:
     tf32 = attrs.get("allow_tf32", False)
     if not isinstance(tf32, bool):
         raise ShapeError(f"{what} attr 'allow_tf32' must be a bool, got {tf32!r}")
-    if tf32 and dt is not DType.float32:
-        raise ShapeError(f"{what} attr 'allow_tf32' applies to float32 inputs, got {dt.value}")
+    given = attrs.get("input_precision")
+    if given is not None and given not in INPUT_PRECISIONS:
+        raise ShapeError(f"{what} attr 'input_precision' must be one of {list(INPUT_PRECISIONS)}, got {given!r}")
+    if tf32 and given not in (None, "tf32"):
+        raise ShapeError(f"{what} attrs allow_tf32=True and input_precision={given!r} disagree")
+    if (tf32 or given not in (None, "ieee")) and dt is not DType.float32:
+        raise ShapeError(f"{what} attr 'allow_tf32' / 'input_precision' applies to float32 inputs, got {dt.value}")
 
 
 def matmul_out_dtype(attrs: Attrs, dt: DType) -> DType:
@@ -240,7 +262,9 @@ DEFS = [
         kind=OpKind.REDUCTION,
     ),
     # allow_tf32: a float32 matmul/conv may multiply in tf32 on tensor cores (compile precision "tf32");
-    # the numpy references ignore it, so the cpu backend computes in full float32 either way.
+    # input_precision="tf32x3": in three tf32 products (each operand split in a tf32 head and its remainder), on
+    # tensor cores with float32-class error (compile precision "tf32x3"). The numpy references ignore both, so
+    # the cpu backend computes in full float32 either way.
     # out_dtype="float32": a half-precision product is returned as its float32 accumulator, not rounded.
     OpDef(
         Op.MATMUL,
@@ -248,7 +272,7 @@ DEFS = [
         _matmul_ref,
         (2, 2),
         onnx="MatMul",
-        attrs=("allow_tf32", "out_dtype"),
+        attrs=("allow_tf32", "input_precision", "out_dtype"),
         kind=OpKind.CONTRACTION,
     ),
     OpDef(
@@ -257,7 +281,7 @@ DEFS = [
         _conv_ref,
         (2, 2),
         onnx="Conv",
-        attrs=("strides", "pads", "dilations", "groups", "allow_tf32"),
+        attrs=("strides", "pads", "dilations", "groups", "allow_tf32", "input_precision"),
         kind=OpKind.CONTRACTION,
     ),
 ]

@@ -19,6 +19,7 @@ from typing import Any
 
 from aotc.ir.dtypes import DType
 from aotc.ir.graph import Graph
+from aotc.ir.ops.reduce import dot_precision
 from aotc.ir.symbolic import SymExpr
 from aotc.ir.symbolic_values import bounds, evaluate
 from aotc.ir.templates import ROOTED_AT
@@ -106,7 +107,7 @@ def kernel_key(
         if a not in _DOT_DTYPES:
             return None  # integer products: one register-tile config, nothing to tune
         dtypes = [a.value, root.inputs[1].type.dtype.value, root.outputs[0].type.dtype.value]
-        precision = "ieee" if a is DType.float32 else "default"
+        precision = dot_precision(root.attrs) if a is DType.float32 else "default"
         epilogue = epilogue_class(graph, root, nodes)
     return {
         "template": kind,

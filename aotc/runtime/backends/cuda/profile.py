@@ -1,6 +1,6 @@
 """Per-kernel GPU times of one call, for benchmarks: each launch of a program timed alone between two events
-(medians over repeats), with the bytes its buffers hold and the FLOPs of its matmuls, so a reader can put
-achieved bandwidth next to a copy's and matmul throughput next to torch.matmul's."""
+(medians over repeats), with the bytes its buffers hold and the FLOPs of its matmuls and attentions, so a reader
+can put achieved bandwidth next to a copy's and matmul throughput next to torch.matmul's."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ class KernelTime:
     kind: str
     ms: float  # median GPU time of one launch
     bytes: int  # the storage its buffer arguments span (reads + writes): a lower bound on its traffic
-    flops: int  # 2*M*N*K summed over the matmuls it computes (0 for none)
+    flops: int  # 2*M*N*K summed over its matmuls, 4*b*h*Lq*Lk*d over its attentions (half causal); 0 for none
     mnk: tuple[int, int, int] | None  # its first matmul as one (M, K) x (K, N) product (batch folded into M)
 
     @property
@@ -100,4 +100,10 @@ def _matmuls(program: CudaProgram, index: int, env: Mapping[str, int]) -> tuple[
             rows = int(np.prod(out[:-1], dtype=np.int64))
             total += 2 * rows * out[-1] * k
             first = first or (rows, out[-1], k)
+        elif node.op is Op.SDPA:
+            # q @ k^T and p @ v: 2 * Lq * Lk * d each per (batch, head); a causal mask halves the work done
+            q = [evaluate(d, env) for d in node.inputs[0].type.shape]
+            keys = evaluate(node.inputs[1].type.shape[-2], env)
+            flops = 4 * int(np.prod(q, dtype=np.int64)) * keys
+            total += flops // 2 if node.attrs.get("is_causal") else flops
     return total, first
