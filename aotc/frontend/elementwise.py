@@ -108,6 +108,7 @@ def as_tensor(x: Any, tr: Tracer | None = None, dtype: DType | None = None) -> T
 
 _COMPARE = {Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE}
 _LOGICAL = {Op.AND, Op.OR, Op.XOR}
+_BOOL_ARITH = {Op.MUL: Op.AND, Op.ADD: Op.OR}
 
 
 def binary(op: Op, a: Any, b: Any) -> TensorBase:
@@ -118,6 +119,8 @@ def binary(op: Op, a: Any, b: Any) -> TensorBase:
             raise trace_error(f"{op.value} (&, |, ^) is supported on bool tensors only, got {dt.value}")
     elif op is Op.DIV and not dt.is_float:
         dt = F32  # true division of integers gives the default float dtype, as in torch
+    elif dt is BOOL and op in _BOOL_ARITH:  # as torch: bool * bool is and, bool + bool is or, both bool
+        op = _BOOL_ARITH[op]
     elif op not in _COMPARE and dt is BOOL:
         raise trace_error(f"arithmetic ({op.value}) on bool tensors is not supported; convert with .int() or .float()")
     return wrap(tr.op(op, value_of(a, dt, tr), value_of(b, dt, tr)), tr)

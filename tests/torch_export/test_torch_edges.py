@@ -90,3 +90,21 @@ def test_a_minus_one_over_a_padded_length_is_inferred_by_congruence() -> None:
         want = _eager(PaddedChunks(), x=x).numpy()
         assert want.shape == (b, -(-s // 64), 8)
         np.testing.assert_allclose(compiled(x=x), want, rtol=1e-5, atol=1e-5)
+
+
+class BoolArithmetic(nn.Module):
+    """PP-DocLayout-V4 multiplies two masks: bool * bool is their and, bool + bool their or, as in torch."""
+
+    def forward(self, x: Any) -> Any:
+        a, b = x > 0, x < 0.5
+        return a * b, a + b, (a * b).sum(-1)
+
+
+def test_bool_times_bool_is_and_and_bool_plus_bool_is_or() -> None:
+    compiled = aotc.compile(BoolArithmetic(), {"x": TensorSpec((Dim("batch", min=1, max=8), 6))})
+    x = np.random.default_rng(1).standard_normal((5, 6)).astype(F32)
+    got, want = compiled(x=x), [t.numpy() for t in _eager(BoolArithmetic(), x=x)]
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype
+        np.testing.assert_array_equal(g, w)
+    assert want[0].dtype == np.bool_ and want[0].any() and not want[0].all()
