@@ -165,7 +165,8 @@ def _hf(name: str, rng: np.random.Generator) -> list[Case]:
     try:
         config_cls, cls = CONFIG_MAPPING[model_type], getattr(transformers, cls_name)
         config = config_cls(**_small(config_cls))
-        config.use_cache = False  # past key values are not an output to compare
+        for part in (config, *_sub_configs(config)):  # a VLM's text model keeps its own use_cache
+            part.use_cache = False  # past key values are not an output to compare
         module = cls(config).eval()
         if getattr(config, "_experts_implementation", None) is not None:
             # MoE experts as HF's batched_mm (each token's experts' weights gathered, then batched matmuls): the
@@ -212,6 +213,17 @@ def _hf(name: str, rng: np.random.Generator) -> list[Case]:
             cases.append(Case(module, {main: TensorSpec((BATCH, channels, side, side))}, feeds, "batch"))
         return cases
     raise Skip(f"takes {main!r}, not input_ids or pixel_values")
+
+
+def _sub_configs(config: Any) -> list[Any]:
+    """The configs nested in ``config`` (text_config, vision_config, decoder...), any depth."""
+    from transformers import PretrainedConfig
+
+    out = []
+    for value in vars(config).values():
+        if isinstance(value, PretrainedConfig):
+            out += [value, *_sub_configs(value)]
+    return out
 
 
 def _unzero(module: Any) -> None:

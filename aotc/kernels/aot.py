@@ -12,9 +12,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import json
 import linecache
 import os
 import re
+import sys
 import types
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -34,8 +36,9 @@ from aotc.ir.launch import (
 )
 from aotc.ir.schedule import Kernel
 from aotc.ir.triton_knobs import knob
-from aotc.kernels.cache import Compiled, KernelCache, cache_key
+from aotc.kernels.cache import Compiled, KernelCache, cache_key, to_json
 from aotc.kernels.compile_workers import run_jobs as _run_jobs
+from aotc.kernels.compile_workers import warm_up
 from aotc.kernels.toolchain import PTXAS_VARIABLES, Toolchain, choose_toolchain
 
 # The name the tests and callers know; the one check lives beside the launch data.
@@ -229,6 +232,16 @@ def spec_key(spec: Mapping[str, Any], triton: str) -> str:
     """The cache key of a job: the ptxas by its version, not its path, so that a cache built on one machine
     is hit on another with the same Triton (the GPU check carries one)."""
     return cache_key({**{k: v for k, v in spec.items() if k != "ptxas_path"}, "triton": triton})
+
+
+def worker_main() -> None:
+    """A compile worker's body (kernels/compile_workers.py starts it): warm up, then compile each JSON job spec
+    read from stdin (one a line), answering one JSON line each as it ends."""
+    warm_up()
+    for line in sys.stdin.buffer:
+        r = compile_one(json.loads(line))
+        sys.stdout.write(json.dumps({"error": r} if isinstance(r, str) else {"ok": to_json(r)}) + "\n")
+        sys.stdout.flush()
 
 
 def compile_one(spec: Mapping[str, Any]) -> Compiled | str:

@@ -23,11 +23,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from aotc.kernels.cache import Compiled, from_json, to_json
+from aotc.kernels.cache import Compiled, from_json
 
-__all__ = ["prestart", "release_prestarted", "run_jobs", "worker_main"]
+__all__ = ["prestart", "release_prestarted", "run_jobs", "warm_up"]
 
-_COMMAND = "from aotc.kernels.compile_workers import worker_main; worker_main()"
+_COMMAND = "from aotc.kernels.aot import worker_main; worker_main()"  # aot imports this module, not back
 _lock = threading.Lock()
 _ready: list[tuple[subprocess.Popen[bytes], IO[bytes]]] = []  # prestarted workers and their stderr files
 
@@ -156,19 +156,7 @@ def _run_worker(
         err.close()
 
 
-def worker_main() -> None:
-    """A compile worker's body: warm up, then compile each JSON job spec read from stdin (one a line), answering
-    one JSON line each as it ends."""
-    _warm_up()
-    from aotc.kernels.aot import compile_one
-
-    for line in sys.stdin.buffer:
-        r = compile_one(json.loads(line))
-        sys.stdout.write(json.dumps({"error": r} if isinstance(r, str) else {"ok": to_json(r)}) + "\n")
-        sys.stdout.flush()
-
-
-def _warm_up() -> None:
+def warm_up() -> None:
     """What every first compile in a process pays, paid before the first job arrives: importing Triton's
     compiler and hashing its install (memoised by Triton for the process)."""
     try:
