@@ -9,7 +9,9 @@ eager torch at two values of each dim on the cpu backend, and the core ATen opse
 
 ``--resume FILE`` reads the results already in FILE, runs only the models missing there and writes FILE again
 after each model, so a sweep that is stopped (or run in ``--slice`` parts on a shared machine) continues where it
-was; the table is written from every result in FILE that the chosen suites hold.
+was; the table is written from every result in FILE that the chosen suites hold. The repo keeps the last
+sweep's results in docs/torch_coverage.json, so a later sitting resumes or reruns from them
+(``--resume docs/torch_coverage.json --rerun refused,timeout``) instead of sweeping the hour-long suites again.
 
 Each model runs in a worker process (restarted after a crash or a timeout), so one model cannot take the sweep
 down. A result is one of: ``pass``; ``refused`` (a typed aotc error: its first line, the op it names and the
