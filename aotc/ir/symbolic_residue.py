@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from aotc.ir.symbolic import SymExpr, add, exact_div, floordiv, mul, remove_atoms, to_sexpr
+from aotc.ir.symbolic import SymExpr, exact_div, floordiv, to_sexpr
 
 __all__ = ["divide_by_congruence", "is_multiple_of"]
 
@@ -48,16 +48,13 @@ def divide_by_congruence(a: int | SymExpr, b: int | SymExpr) -> int | SymExpr | 
     ``a`` holds the factors ``M`` and what is left is a multiple of ``c`` by congruence. None otherwise."""
     if isinstance(b, int):
         c, rest = b, a
+    elif b.const or len(b.terms) != 1:
+        return None
     else:
-        if b.const or len(b.terms) != 1 or isinstance(a, int) or a.const:
+        mono, c = b.terms[0]
+        rest = exact_div(a, SymExpr(((mono, 1),)))  # b's factors out of every term (None: some term lacks one)
+        if rest is None:
             return None
-        (bmono, c) = b.terms[0]
-        rest: int | SymExpr = 0
-        for mono, k in a.terms:
-            left = remove_atoms(mono, bmono)
-            if left is None:
-                return None
-            rest = add(rest, mul(k, SymExpr(((left, 1),))) if left else k)
     if c <= 0:
         return None
     g = math.gcd(c, rest) if isinstance(rest, int) else math.gcd(c, rest.const, *(k for _, k in rest.terms))
