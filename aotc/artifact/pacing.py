@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 _lock = threading.Lock()
 _running = 0  # hashing threads running now, in any read
@@ -37,3 +38,18 @@ class Hashing:
         global _running
         with _lock:
             _running -= 1
+
+
+def start_workers(target: Callable[[], None], count: int) -> list[threading.Thread]:
+    """Up to ``count`` daemon threads running ``target``, started now. Fewer, even none, where the process can
+    start no more ("can't start new thread": a capped address space has no room for another stack); the caller
+    then hashes inline what they leave. A file is never called corrupt for want of a thread."""
+    started: list[threading.Thread] = []
+    for _ in range(count):
+        t = threading.Thread(target=target, daemon=True)
+        try:
+            t.start()
+        except RuntimeError:
+            break
+        started.append(t)
+    return started

@@ -4,12 +4,11 @@ their checksums, hashed on worker threads while the reader decodes the graphs.""
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Sequence
 
 from aotc.artifact.decode import SegmentInfo
 from aotc.artifact.layout import align_up, segment_checksum
-from aotc.artifact.pacing import Hashing
+from aotc.artifact.pacing import Hashing, start_workers
 from aotc.errors import ArtifactError
 
 # Below this many bytes of weights a thread costs more than it saves.
@@ -53,9 +52,7 @@ class SegmentHasher:
         self._bad: list[int] = []
         total = sum(s.length for s in segments)
         workers = min(MAX_WORKERS, os.cpu_count() or 1, len(segments)) if total >= PARALLEL_MIN_BYTES else 0
-        self._threads = [threading.Thread(target=self._paced_work, daemon=True) for _ in range(workers)]
-        for t in self._threads:
-            t.start()
+        self._threads = start_workers(self._paced_work, workers)
         if not self._threads:
             self._work()
             self.join()  # fail before the caller decodes anything

@@ -27,12 +27,11 @@ import base64
 import hashlib
 import os
 import struct
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from aotc.artifact.layout import PREAMBLE_SIZE
-from aotc.artifact.pacing import Hashing
+from aotc.artifact.pacing import Hashing, start_workers
 from aotc.errors import ArtifactError, UnsupportedError
 
 MAGIC = b"AOTCSIG\0"
@@ -166,9 +165,7 @@ class ChunkHasher:
         self.digests: list[bytes] = [b""] * count
         self._jobs = list(range(count - 1, -1, -1))  # popped from the end: in file order
         workers = min(MAX_WORKERS, os.cpu_count() or 1, count) if length >= PARALLEL_MIN_BYTES else 0
-        self._threads = [threading.Thread(target=self._paced_work, daemon=True) for _ in range(workers)]
-        for t in self._threads:
-            t.start()
+        self._threads = start_workers(self._paced_work, workers)
         if not self._threads:
             self._work()
 

@@ -9,7 +9,7 @@ from fractions import Fraction
 from aotc.errors import ShapeError
 from aotc.ir.symbolic import SymExpr, add, exact_div, floordiv, mul, sym, to_infix
 from aotc.ir.symbolic_residue import divide_by_congruence
-from aotc.ir.symbolic_values import Range, bounds, substitute
+from aotc.ir.symbolic_values import Range, bounds, prove_nonneg, substitute
 from aotc.ir.types import Shape, ShapeDim
 
 
@@ -75,9 +75,15 @@ class ShapeCtx:
         """``e >= 0`` for every binding allowed by the ranges and the facts."""
         known = self._proven.get(e)
         if known is None:
-            known = self.bounds(e)[0] >= 0 or any(self.bounds(add(e, mul(f, -1)))[0] >= 0 for f in self._nonneg)
+            known = self._proves(e) or any(self.bounds(add(e, mul(f, -1)))[0] >= 0 for f in self._nonneg)
             self._proven[e] = known
         return known
+
+    def _proves(self, e: ShapeDim) -> bool:
+        try:
+            return prove_nonneg(e, self.ranges, self.multiples)
+        except ShapeError:  # a divisor that may be 0 within the ranges: nothing is proved
+            return False
 
     def exact_div(self, a: ShapeDim, b: ShapeDim) -> ShapeDim | None:
         """``a / b`` when it is exact for every binding, also where that takes the dims' ``multiple_of``: a dim

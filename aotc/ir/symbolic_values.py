@@ -171,11 +171,49 @@ def bounds(
     # Interval arithmetic sees h and h//2 as unrelated, so h - 2*(h//2) looks like it may be
     # negative. The same value written with h%2 instead of the floor-division is bounded
     # tightly; both intervals hold e, so their intersection does too.
-    alt = _floordivs_as_mods(e)
-    if alt is not None:
-        alo, ahi = (alt, alt) if isinstance(alt, int) else _interval(alt, ranges, multiples or {})
-        lo, hi = max(lo, alo), min(hi, ahi)
+    for alt in (_floordivs_as_mods(e), _mods_joined(e)):
+        if alt is not None:
+            alo, ahi = (alt, alt) if isinstance(alt, int) else _interval(alt, ranges, multiples or {})
+            lo, hi = max(lo, alo), min(hi, ahi)
     return lo, hi
+
+
+def _mods_joined(e: SymExpr) -> int | SymExpr | None:
+    """e with each numerator of a division by an int d that holds both ``c*x`` and ``x%d`` written with
+    ``x = d*(x//d) + x%d``, so the remainders meet and the division resolves: a length padded to 512,
+    ``(511*(x%512) + x)//512``, is ``x%512 + x//512``. None when no numerator has such a pair."""
+    if not any(_joinable(a) is not None for mono, _ in e.terms for a in mono):
+        return None
+    out: int | SymExpr = e.const
+    for mono, c in e.terms:
+        term: int | SymExpr = c
+        for atom in mono:
+            joined = _joinable(atom)
+            term = mul(term, SymExpr((((atom,), 1),)) if joined is None else joined)
+        out = add(out, term)
+    return out
+
+
+def _joinable(a: Atom) -> int | SymExpr | None:
+    """The division atom ``a`` with its numerator's plain symbols split by their own remainder by its int
+    divisor (see _mods_joined), or None when it has none."""
+    if a.kind not in ("fdiv", "mod") or not isinstance(a.args[1], int) or not isinstance(a.args[0], SymExpr):
+        return None
+    num, d = a.args
+    coeffs = dict(num.terms)
+    changed: int | SymExpr = num
+    for mono, _ in num.terms:
+        if len(mono) != 1 or mono[0].kind != "mod" or mono[0].args[1] != d:
+            continue
+        x = mono[0].args[0]
+        if not (isinstance(x, SymExpr) and x.is_symbol()):
+            continue
+        k = coeffs.get(((x.terms[0][0][0]),), 0)
+        if k:  # k*x = k*d*(x//d) + k*(x%d)
+            changed = add(changed, mul(add(add(mul(floordiv(x, d), d), mod(x, d)), mul(x, -1)), k))
+    if changed is num:
+        return None
+    return floordiv(changed, d) if a.kind == "fdiv" else mod(changed, d)
 
 
 def _interval(e: SymExpr, ranges: Mapping[str, Range], multiples: Mapping[str, int]) -> Range:
@@ -350,6 +388,9 @@ def _monotone_nonneg(e: int | SymExpr, ranges: Mapping[str, Range], multiples: M
         return True
     if isinstance(e, int) or depth <= 0:
         return False
+    rest_of = _without_common_symbol(e, ranges)
+    if rest_of is not None:  # e = x*q with x >= 0: q >= 0 is enough (2*s*s - s is s*(2*s - 1))
+        return _monotone_nonneg(rest_of, ranges, multiples, depth - 1)
     for x in sorted(e.free_symbols()):
         slope: dict[Monomial, int] = {}
         rest: dict[Monomial, int] = {}
@@ -376,6 +417,19 @@ def _monotone_nonneg(e: int | SymExpr, ranges: Mapping[str, Range], multiples: M
             continue
         return _monotone_nonneg(add(b, mul(a, at)), ranges, multiples, depth - 1)
     return False
+
+
+def _without_common_symbol(e: SymExpr, ranges: Mapping[str, Range]) -> int | SymExpr | None:
+    """``e / x`` for a plain symbol ``x >= 0`` that is a factor of every term of ``e`` (no constant); else None."""
+    if e.const:
+        return None
+    for atom in e.terms[0][0]:
+        if atom.kind != "sym" or ranges.get(atom.name, (-1, 0))[0] < 0:
+            continue
+        parts = [(remove_atoms(mono, (atom,)), c) for mono, c in e.terms]
+        if all(m is not None for m, _ in parts):
+            return from_terms(dict(parts), 0)
+    return None
 
 
 def _product(options: list[list[int | SymExpr]]) -> list[tuple[int | SymExpr, ...]]:

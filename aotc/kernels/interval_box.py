@@ -77,7 +77,10 @@ class Box:
     def nonneg(self, e: Size) -> bool:
         if isinstance(e, int):
             return e >= 0
-        return prove_nonneg(e, self.names)
+        try:
+            return prove_nonneg(e, self.names)
+        except ShapeError:  # a divisor inside e may be 0 over the names' ranges (a size arg of an empty dim)
+            return False
 
     def within(self, v: SymExpr, top: Size, terms: frozenset[str]) -> bool:
         """Whether placeholder ``v`` lies in ``[0, top)`` wherever the mask ``terms`` keeps a lane: proved over the

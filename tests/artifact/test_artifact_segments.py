@@ -4,6 +4,7 @@ and reported as unverified whenever they were skipped."""
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +28,21 @@ def damaged_weight(data: bytes, value: np.float32) -> bytes:
 def test_a_damaged_segment_is_refused(monkeypatch: pytest.MonkeyPatch, threads: bool) -> None:
     if threads:  # hash every file on worker threads, as for a large one
         monkeypatch.setattr(segments, "PARALLEL_MIN_BYTES", 0)
+    art = read_artifact(DATA)
+    assert art.weights_verified and describe(art)["checksums"] == "ok"
+    with pytest.raises(ArtifactError, match="segment 0 is corrupted"):
+        read_artifact(damaged_weight(DATA, np.float32(7.0)))
+
+
+def test_a_process_that_cannot_start_threads_hashes_inline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under a capped address space ``Thread.start`` fails ("can't start new thread"): the file is still
+    verified, inline, and neither called malformed nor let through when damaged."""
+    monkeypatch.setattr(segments, "PARALLEL_MIN_BYTES", 0)
+
+    def no_thread(self: threading.Thread) -> None:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(threading.Thread, "start", no_thread)
     art = read_artifact(DATA)
     assert art.weights_verified and describe(art)["checksums"] == "ok"
     with pytest.raises(ArtifactError, match="segment 0 is corrupted"):

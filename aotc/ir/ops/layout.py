@@ -26,7 +26,7 @@ def _shape_attr(attrs: Attrs, key: str = "shape") -> Shape:
 
 def _nonneg(ctx: ShapeCtx, shape: Shape, what: str) -> None:
     for d in shape:
-        if ctx.bounds(d)[0] < 0:
+        if not ctx.proves_nonneg(d):
             raise ShapeError(f"{what}: dim {d} may be negative")
 
 
