@@ -28,6 +28,7 @@ from aotc.ir.types import ShapeDim
 
 __all__ = [
     "abs",
+    "acos",
     "all",
     "amax",
     "amin",
@@ -35,6 +36,8 @@ __all__ = [
     "arange",
     "argmax",
     "argmin",
+    "asin",
+    "atan",
     "bmm",
     "broadcast_to",
     "cat",
@@ -263,6 +266,7 @@ def _unary(op: Op):
 
 exp, log, sqrt, rsqrt = _unary(Op.EXP), _unary(Op.LOG), _unary(Op.SQRT), _unary(Op.RSQRT)
 sin, cos, tanh, erf = _unary(Op.SIN), _unary(Op.COS), _unary(Op.TANH), _unary(Op.ERF)
+acos, asin, atan = _unary(Op.ACOS), _unary(Op.ASIN), _unary(Op.ATAN)
 sigmoid, relu, neg, abs = _unary(Op.SIGMOID), _unary(Op.RELU), _unary(Op.NEG), _unary(Op.ABS)
 floor, ceil, round, sign = _unary(Op.FLOOR), _unary(Op.CEIL), _unary(Op.ROUND), _unary(Op.SIGN)
 isnan, isinf = _unary(Op.ISNAN), _unary(Op.ISINF)
