@@ -151,7 +151,10 @@ def where(cond: Any, a: Any, b: Any) -> TensorBase:
 # -- unary ops --------------------------------------------------------------------------------------
 
 # Ops defined on floats only; int and bool inputs compute in float32, as torch does.
-FLOAT_UNARY = {Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.RECIPROCAL, Op.SIN, Op.COS, Op.TANH, Op.ERF}
+FLOAT_UNARY = {
+    *(Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.RECIPROCAL, Op.SIN, Op.COS, Op.TANH, Op.ERF),
+    *(Op.ACOS, Op.ASIN, Op.ATAN),
+}
 HIGH_LEVEL_FLOAT = {Op.SIGMOID, Op.SILU, Op.GELU, Op.RELU, Op.SOFTMAX, Op.LOG_SOFTMAX}
 _ROUNDING = {Op.FLOOR, Op.CEIL, Op.ROUND}
 

@@ -7,7 +7,6 @@ code here reaches the builtins through ``builtins``.
 from __future__ import annotations
 
 import builtins
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,19 +14,19 @@ import numpy as np
 
 from aotc.frontend import layout
 from aotc.frontend import reductions as red
+from aotc.frontend.arange import arange
 from aotc.frontend.context import active_tracer, trace_error
 from aotc.frontend.elementwise import as_tensor, binary, tracer_of, unary, wrap
 from aotc.frontend.elementwise import clamp as _clamp
 from aotc.frontend.elementwise import where as _where
-from aotc.frontend.symint import SymInt, as_dim
+from aotc.frontend.symint import SymInt
 from aotc.frontend.tensor_base import TensorBase
 from aotc.ir.dtypes import DType, dtype_of
 from aotc.ir.ops import Op
-from aotc.ir.symbolic import floordiv, smax
-from aotc.ir.types import ShapeDim
 
 __all__ = [
     "abs",
+    "acos",
     "all",
     "amax",
     "amin",
@@ -35,6 +34,8 @@ __all__ = [
     "arange",
     "argmax",
     "argmin",
+    "asin",
+    "atan",
     "bmm",
     "broadcast_to",
     "cat",
@@ -191,40 +192,6 @@ def ones_like(x: Any, *, dtype: Any = None, device: Any = None) -> TensorBase:
     return full_like(x, 1, dtype=dtype)
 
 
-def arange(start: Any, end: Any = None, step: Any = 1, *, dtype: Any = None, device: Any = None) -> TensorBase:
-    """torch.arange; ``end`` (and ``start``) may be dynamic dims when everything is an int."""
-    if end is None:
-        start, end = 0, start
-    tr = active_tracer("aotc.arange")
-    ints = [as_dim(v) for v in (start, end, step)]
-    if builtins.all(i is not None for i in ints):
-        a, b, s = ints
-        if not isinstance(s, builtins.int) or s == 0:
-            raise trace_error(f"arange step must be a non-zero int, got {step!r}")
-        n: ShapeDim = floordiv(b - a + s - 1, s) if s > 0 else floordiv(a - b - s - 1, -s)
-        if not isinstance(n, builtins.int) and not tr.ctx.proves(n, ">=", 0):
-            n = smax(n, 0)
-        dt = _dtype(dtype) or DType.int64
-        base = DType.int64 if dt.is_int else dt
-    else:
-        if builtins.any(isinstance(v, SymInt) for v in (start, end, step)):
-            raise trace_error("arange with a dynamic dim needs int start, end and step")
-        a, b, s = (builtins.float(v) for v in (start, end, step))
-        if s == 0:
-            raise trace_error("arange step must be non-zero")
-        n = builtins.max(math.ceil((b - a) / s), 0)
-        dt = _dtype(dtype) or DType.float32
-        base = DType.float32 if not dt.is_float else dt
-    if isinstance(n, builtins.int) and n < 0:
-        n = 0
-    out = wrap(tr.op(Op.IOTA, shape=(n,), axis=0, dtype=base), tr)
-    if s != 1:
-        out = out * (s if base.is_int else builtins.float(s))
-    if a != 0:
-        out = out + (SymInt(a, tr.ctx) if not isinstance(a, (builtins.int, builtins.float)) else a)
-    return out if out.dtype is dt else out.to(dt)
-
-
 # -- elementwise -------------------------------------------------------------------------------------
 
 
@@ -263,6 +230,7 @@ def _unary(op: Op):
 
 exp, log, sqrt, rsqrt = _unary(Op.EXP), _unary(Op.LOG), _unary(Op.SQRT), _unary(Op.RSQRT)
 sin, cos, tanh, erf = _unary(Op.SIN), _unary(Op.COS), _unary(Op.TANH), _unary(Op.ERF)
+acos, asin, atan = _unary(Op.ACOS), _unary(Op.ASIN), _unary(Op.ATAN)
 sigmoid, relu, neg, abs = _unary(Op.SIGMOID), _unary(Op.RELU), _unary(Op.NEG), _unary(Op.ABS)
 floor, ceil, round, sign = _unary(Op.FLOOR), _unary(Op.CEIL), _unary(Op.ROUND), _unary(Op.SIGN)
 isnan, isinf = _unary(Op.ISNAN), _unary(Op.ISINF)

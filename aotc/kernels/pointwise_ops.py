@@ -70,6 +70,57 @@ def _tanh(x: str, bind: Bind) -> str:
     return f"tl.where({ax} < 0.0625, {small}, {big})"
 
 
+# Cephes' asinf: asin(t) ~= t + t * z * P(z), z = t*t, for |t| <= 0.5 (2.5e-7 relative error in float32)
+_ASIN_POLY = (4.2163199048e-2, 2.4181311049e-2, 4.5470025998e-2, 7.4953002686e-2, 1.6666752422e-1)
+# Cephes' atanf: atan(t) ~= t + t * z * P(z), z = t*t, for |t| <= tan(pi/8)
+_ATAN_POLY = (8.05374449538e-2, -1.38776856032e-1, 1.99777106478e-1, -3.33329491539e-1)
+_PI, _PI_2, _PI_4 = repr(math.pi), repr(math.pi / 2), repr(math.pi / 4)
+
+
+def _odd_series(t: str, z: str, poly: tuple[float, ...]) -> str:
+    """``t + t * z * P(z)``, P by Horner's rule from its leading coefficient."""
+    p = repr(poly[0])
+    for c in poly[1:]:
+        p = f"({p} * {z} + {c!r})"
+    return f"{t} + {t} * {z} * {p}"
+
+
+def _asin_parts(x: str, bind: Bind) -> tuple[str, str]:
+    """``(big, p)``: whether |x| > 0.5, and ``p = asin(t)`` for ``t = sqrt((1 - |x|) / 2)`` there, else for
+    ``t = x`` (the half-angle form keeps the series' argument within 0.5, and 1 - |x| is exact near 1). NaN and
+    |x| > 1 (the square root of a negative) come out NaN, as torch's."""
+    a = bind(f"tl.abs({x})")
+    big = bind(f"{a} > 0.5")
+    z = bind(f"tl.where({big}, 0.5 * (1.0 - {a}), {x} * {x})")
+    t = bind(f"tl.where({big}, tl.sqrt({z}), {x})")
+    return big, bind(_odd_series(t, z, _ASIN_POLY))
+
+
+def _asin(x: str, bind: Bind) -> str:
+    # asin(x) = sign(x) * (pi/2 - 2 asin(sqrt((1 - |x|) / 2))) for |x| > 0.5; the series keeps -0.0 below that
+    big, p = _asin_parts(x, bind)
+    return f"tl.where({big}, tl.where({x} < 0, 2.0 * {p} - {_PI_2}, {_PI_2} - 2.0 * {p}), {p})"
+
+
+def _acos(x: str, bind: Bind) -> str:
+    # acos(x) = 2 asin(sqrt((1 - x) / 2)) for x > 0.5, pi - that for x < -0.5, pi/2 - asin(x) between
+    big, p = _asin_parts(x, bind)
+    return f"tl.where({big}, tl.where({x} < 0, {_PI} - 2.0 * {p}, 2.0 * {p}), {_PI_2} - {p})"
+
+
+def _atan(x: str, bind: Bind) -> str:
+    # Fold |x| into [0, tan(pi/8)] with atan(a) = pi/2 + atan(-1/a) or pi/4 + atan((a-1)/(a+1)); the lanes that
+    # take no fold keep x's sign in t. A lane's 1/0 in a branch it does not take is never read.
+    a = bind(f"tl.abs({x})")
+    far = bind(f"{a} > 2.414213562373095")
+    mid = bind(f"{a} > 0.41421356237309503")
+    t = bind(f"tl.where({far}, -1.0 / {a}, tl.where({mid}, ({a} - 1.0) / ({a} + 1.0), {x}))")
+    r = bind(_odd_series(t, bind(f"{t} * {t}"), _ATAN_POLY))
+    folded = bind(f"tl.where({far}, {_PI_2}, {_PI_4}) + {r}")
+    # P(0) < 0 makes the series' -0.0 + 0.0 a +0.0: a zero is its own atan
+    return f"tl.where({mid}, tl.where({x} < 0, -{folded}, {folded}), tl.where({x} == 0, {x}, {r}))"
+
+
 def _rint(x: str, bind: Bind) -> str:
     # round half to even; values of magnitude >= 2**23 are already integers
     r = bind(f"tl.floor({x} + 0.5)")
@@ -164,6 +215,7 @@ _UNARY_FLOAT = {
     Op.FLOOR: "tl.floor({0})",
     Op.CEIL: "tl.ceil({0})",
 }
+_INVERSE_TRIG = {Op.ACOS: _acos, Op.ASIN: _asin, Op.ATAN: _atan}
 _COMPARE = {Op.EQ: "==", Op.NE: "!=", Op.LT: "<", Op.LE: "<=", Op.GT: ">", Op.GE: ">="}
 _LOGIC = {Op.AND: "&", Op.OR: "|", Op.XOR: "^"}
 _ARITH = {Op.ADD: "+", Op.SUB: "-", Op.MUL: "*"}
@@ -184,6 +236,8 @@ def _expr(op: Op, a: list[str], dt: DType, bind: Bind = _inline) -> str:
         return _UNARY_FLOAT[op].format(*a)
     if op is Op.TANH:
         return _tanh(a[0], bind)
+    if op in _INVERSE_TRIG:
+        return _INVERSE_TRIG[op](a[0], bind)
     if op is Op.ROUND:
         return _rint(a[0], bind)
     if op is Op.NEG:

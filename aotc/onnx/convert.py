@@ -12,7 +12,6 @@ from aotc.onnx import (
     ops_scan,
     ops_scatter,
     ops_shape,
-    ops_trig,
 )
 from aotc.onnx.ops_attention import convert_attention, convert_rotary_embedding
 from aotc.onnx.ops_math import Converter
@@ -27,7 +26,6 @@ CONVERTERS: dict[str, Converter] = {
     **ops_resize.CONVERTERS,
     **ops_einsum.CONVERTERS,
     **ops_scatter.CONVERTERS,
-    **ops_trig.CONVERTERS,
     "Attention": convert_attention,
     "RotaryEmbedding": convert_rotary_embedding,
 }

@@ -22,6 +22,7 @@ T = TensorType
 BASE: dict[Op, tuple[list[TensorType], dict[str, Any]]] = {
     **{op: ([T(F32, (2, 3))], {}) for op in (Op.NEG, Op.ABS, Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.RECIPROCAL)},
     **{op: ([T(F32, (2, 3))], {}) for op in (Op.SIN, Op.COS, Op.TANH, Op.ERF, Op.FLOOR, Op.CEIL, Op.ROUND, Op.SIGN)},
+    **{op: ([T(F32, (2, 3))], {}) for op in (Op.ACOS, Op.ASIN, Op.ATAN)},
     Op.NOT: ([T(BOOL, (2, 3))], {}),
     Op.ISNAN: ([T(F32, (2, 3))], {}),
     Op.ISINF: ([T(F32, (2, 3))], {}),

@@ -101,6 +101,7 @@ def unary_math() -> Case:
         op.value: k.op(op, x)
         for op in (Op.EXP, Op.SIN, Op.COS, Op.TANH, Op.ERF, Op.FLOOR, Op.CEIL, Op.ROUND, Op.SIGN, Op.NEG, Op.ABS)
     }
+    outs |= {op.value: k.op(op, x) for op in (Op.ACOS, Op.ASIN, Op.ATAN)}
     outs |= {op.value: k.op(op, pos) for op in (Op.LOG, Op.SQRT, Op.RSQRT, Op.RECIPROCAL)}
     outs |= {op.value: k.op(op, x) for op in (Op.RELU, Op.SIGMOID, Op.SILU)}
     outs["gelu_tanh"] = k.op(Op.GELU, x, approximate="tanh")

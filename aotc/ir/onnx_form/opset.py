@@ -46,7 +46,7 @@ FIRST_INPUT_TYPES: dict[str, frozenset[DType]] = {
     **dict.fromkeys(("Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Mod", "MatMul"), _NUMBERS),
     **dict.fromkeys(("ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceMean"), _NUMBERS),
     **dict.fromkeys(("Exp", "Log", "Sqrt", "Reciprocal", "Tanh", "Erf", "Floor", "Ceil", "IsNaN", "Sigmoid"), _FLOATS),
-    **dict.fromkeys(("Sin", "Cos", "Round"), frozenset({_F, _H})),
+    **dict.fromkeys(("Sin", "Cos", "Acos", "Asin", "Atan", "Round"), frozenset({_F, _H})),
     "IsInf": frozenset({_F}),
     "Equal": _NUMBERS | _LOGIC,
     **dict.fromkeys(("Not", "And", "Or", "Xor", "Where"), _LOGIC),
