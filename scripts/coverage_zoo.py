@@ -34,6 +34,9 @@ class Case:
     inputs: dict[str, TensorSpec]
     feeds: list[dict[str, np.ndarray]]  # one per size: two values of each dynamic dim
     dims: str  # which dims are dynamic, for the table
+    # The same inputs with seq static (batch still dynamic), for a model that specializes seq: the sweep declares
+    # dynamic what the model allows, as a user would, and the table says which dims were dynamic.
+    static_seq: Case | None = None
 
 
 def torchvision():
@@ -188,8 +191,16 @@ def _hf(name: str, rng: np.random.Generator) -> list[Case]:
         # every such model accepts (BART-likes would shift them in themselves).
         if "decoder_input_ids" in inspect.signature(module.forward).parameters:
             names.append("decoder_input_ids")
+        seq = _TEXT_SIZES[0][1]
+        fixed = [ids[0], rng.integers(0, min(vocab, 100), size=(_TEXT_SIZES[1][0], seq)).astype(np.int64)]
         feeds = [{n: x for n in names} for x in ids]
         text = Case(module, {n: TensorSpec((BATCH, SEQ), "int64") for n in names}, feeds, "batch, seq")
+        text.static_seq = Case(
+            module,
+            {n: TensorSpec((BATCH, seq), "int64") for n in names},
+            [{n: x for n in names} for x in fixed],
+            "batch",
+        )
         if "pixel_values" not in inspect.signature(module.forward).parameters:
             return [text]
         side, channels = _image(getattr(config, "vision_config", None) or config)
@@ -200,6 +211,12 @@ def _hf(name: str, rng: np.random.Generator) -> list[Case]:
             {**text.inputs, "pixel_values": image},
             [f | {"pixel_values": p} for f, p in zip(feeds, pixels)],
             "batch, seq",
+        )
+        both.static_seq = Case(
+            module,
+            {**text.static_seq.inputs, "pixel_values": image},
+            [f | {"pixel_values": p} for f, p in zip(text.static_seq.feeds, pixels)],
+            "batch",
         )
         return [both, text]
     if main == "pixel_values":

@@ -70,3 +70,42 @@ def test_a_tables_rows_carry_over_into_a_later_sweep(tmp_path: Path) -> None:
     assert rows == results
     assert made.startswith("`python scripts/x.py --y` on ")
     assert "2 rows carried over" in table(rows, [], "c", "2 rows carried over unchanged from the table written by m")
+
+
+def test_a_model_that_specializes_seq_is_run_again_with_seq_static(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A recurrence unrolled over the tokens fixes seq: aotc refuses the dynamic seq naming the line, and the
+    sweep declares seq static (batch still dynamic), as a user would; the row keeps the first refusal."""
+    torch = pytest.importorskip("torch")
+    np = pytest.importorskip("numpy")
+    import coverage_zoo
+    from coverage_zoo import BATCH, SEQ, Case
+
+    from aotc import TensorSpec
+
+    class Unrolled(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = torch.nn.Embedding(16, 4)
+
+        def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+            h = torch.zeros(input_ids.shape[0], 4)
+            for t in range(input_ids.shape[1]):  # a Python loop over seq: torch.export specializes it
+                h = torch.tanh(h + self.emb(input_ids[:, t]))
+            return h
+
+    rng = np.random.default_rng(0)
+    ids = [rng.integers(0, 16, size=s).astype(np.int64) for s in ((2, 5), (3, 7), (3, 5))]
+    m = Unrolled().eval()
+    case = Case(m, {"input_ids": TensorSpec((BATCH, SEQ), "int64")}, [{"input_ids": x} for x in ids[:2]], "batch, seq")
+    case.static_seq = Case(
+        m, {"input_ids": TensorSpec((BATCH, 5), "int64")}, [{"input_ids": ids[0]}, {"input_ids": ids[2]}], "batch"
+    )
+    monkeypatch.setattr(coverage_zoo, "build", lambda suite, name: case)
+    r = run_case("hf", "unrolled/Unrolled")
+    assert r["status"] == "pass" and r["dims"] == "batch", r
+    assert "dim 'seq'" in r["specialized"] and "test_coverage_sample.py" in r["specialized"], r
+    row = table({"hf:unrolled/Unrolled": r}, [], "test").splitlines()[-1]
+    assert "| batch | pass |" in row and "seq static: " in row
+    case.static_seq = None  # without the static form the refusal stands
+    r = run_case("hf", "unrolled/Unrolled")
+    assert r["status"] == "refused" and "specialized" in r["detail"], r
