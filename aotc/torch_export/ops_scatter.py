@@ -1,5 +1,6 @@
 """ATen's indexed writes -> aotc's frontend: ``index_put`` (``x[mask] = v``, ``x[i] = v``, ``x[i] += v`` as
-torch.export leaves them) and ``scatter_reduce.two`` (``x.scatter_reduce(dim, index, src, reduce)``).
+torch.export leaves them), ``scatter_reduce.two`` (``x.scatter_reduce(dim, index, src, reduce)``) and its two
+special cases ``scatter.src`` (a plain write) and ``scatter_add``.
 
 A bool mask selects a data-dependent number of elements, but when the value broadcasts over them (its shape
 does not depend on the count) the write is a ``where`` over the mask: no shape depends on the data. Integer
@@ -156,6 +157,16 @@ def _put_indexed(
 # -- scatter_reduce -------------------------------------------------------------------------------------------
 
 
+def scatter_src(cx: Cx, x: Tensor, dim: int, index: Tensor, src: Tensor) -> Tensor:
+    """``x.scatter(dim, index, src)``: each ``src[p]`` written at ``p`` with its coordinate along ``dim`` replaced
+    by ``index[p]`` (repeated positions keep one of their writes, which torch leaves undefined too)."""
+    return _along(cx, x, dim, index, src, "scatter", lambda x, coords, upd: _scatter(cx, x, coords, upd, "none", False))
+
+
+def scatter_add(cx: Cx, x: Tensor, dim: int, index: Tensor, src: Tensor) -> Tensor:
+    return scatter_reduce(cx, x, dim, index, src, "sum", True)
+
+
 def scatter_reduce(
     cx: Cx, x: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str, include_self: bool = True
 ) -> Tensor:
@@ -166,41 +177,50 @@ def scatter_reduce(
     for ints), positions nothing was written to keeping ``x``."""
     if reduce not in _REDUCTION:
         raise trace_error(f"scatter_reduce: reduce must be one of {', '.join(_REDUCTION)}, got {reduce!r}")
+
+    def combine(x: Tensor, coords: Tensor, upd: Tensor) -> Tensor:
+        if not include_self:  # torch's rule: the written positions start from the identity
+            start = T.full(tuple(upd.shape), _identity(reduce, x.dtype), dtype=x.dtype)
+            x = _scatter(cx, x, coords, start, "none", False)
+        out = _scatter(cx, x, coords, upd, _REDUCTION[reduce], False)
+        if reduce != "mean":
+            return out
+        ones = T.full(tuple(upd.shape), 1, dtype=x.dtype)
+        count = _scatter(cx, T.full(tuple(x.shape), int(include_self), dtype=x.dtype), coords, ones, "add", False)
+        count = ew.where(count == 0, ew.as_tensor(1, cx.tracer, x.dtype), count)
+        out = out / count if x.dtype.is_float else ew.floor_divide(out, count)
+        return out if out.dtype is x.dtype else ew.cast(out, x.dtype)
+
+    return _along(cx, x, dim, index, src, "scatter_reduce", combine)
+
+
+def _along(cx: Cx, x: Tensor, dim: int, index: Tensor, src: Tensor, what: str, body: Any) -> Tensor:
+    """``body(x, coords, updates)`` for a scatter along ``dim``: the SCATTER's full coordinates (``index`` on
+    ``dim``, each other dim its own position) and the part of ``src`` (in ``x``'s dtype) the index covers."""
     if not index.dtype.is_int:
-        raise trace_error(f"scatter_reduce: the index must be an int tensor, got {index.dtype.value}")
+        raise trace_error(f"{what}: the index must be an int tensor, got {index.dtype.value}")
     if x.ndim == 0:  # torch treats a 0-d operand as 1-d of one element
         flat = [layout.reshape_to(t, (1,)) if t.ndim == 0 else t for t in (x, index, src)]
-        out = scatter_reduce(cx, flat[0], 0, flat[1], flat[2], reduce, include_self)
-        return layout.reshape_to(out, ())
+        return layout.reshape_to(_along(cx, flat[0], 0, flat[1], flat[2], what, body), ())
     ax = layout.axis(dim, x.ndim)
     if not index.ndim == src.ndim == x.ndim:
         raise trace_error(
-            f"scatter_reduce: self, index and src need one rank, got {_fmt(_shape(x))}, {_fmt(_shape(index))} "
+            f"{what}: self, index and src need one rank, got {_fmt(_shape(x))}, {_fmt(_shape(index))} "
             f"and {_fmt(_shape(src))}"
         )
     tr, xs, ids = cx.tracer, _shape(x), _shape(index)
     for d, n in enumerate(ids):
-        what = f"scatter_reduce's index {_fmt(ids)} must not exceed src {_fmt(_shape(src))} in dim {d}"
-        tr.require(n, "<=", _shape(src)[d], what)
+        tr.require(
+            n, "<=", _shape(src)[d], f"{what}'s index {_fmt(ids)} must not exceed src {_fmt(_shape(src))} in dim {d}"
+        )
         if d != ax:
-            tr.require(n, "<=", xs[d], f"scatter_reduce's index {_fmt(ids)} must not exceed self {_fmt(xs)} in dim {d}")
+            tr.require(n, "<=", xs[d], f"{what}'s index {_fmt(ids)} must not exceed self {_fmt(xs)} in dim {d}")
     upd = src if src.dtype is x.dtype else ew.cast(src, x.dtype)
     if _shape(upd) != ids:  # only the part of src the index covers is written
         upd = upd[tuple(slice(0, n) for n in index.shape)]
     iota = [ew.wrap(tr.op(Op.IOTA, shape=ids, axis=d, dtype=I64), tr) for d in range(len(ids))]
-    coords = _coordinates(cx, [index if d == ax else iota[d] for d in range(len(ids))])
-    if not include_self:  # torch's rule: the written positions start from the identity
-        start = T.full(tuple(index.shape), _identity(reduce, x.dtype), dtype=x.dtype)
-        x = _scatter(cx, x, coords, start, "none", False)
-    # torch refuses a negative scatter index, so the SCATTER does too
-    out = _scatter(cx, x, coords, upd, _REDUCTION[reduce], False)
-    if reduce != "mean":
-        return out
-    ones = T.full(tuple(index.shape), 1, dtype=x.dtype)
-    count = _scatter(cx, T.full(tuple(x.shape), int(include_self), dtype=x.dtype), coords, ones, "add", False)
-    count = ew.where(count == 0, ew.as_tensor(1, tr, x.dtype), count)
-    out = out / count if x.dtype.is_float else ew.floor_divide(out, count)
-    return out if out.dtype is x.dtype else ew.cast(out, x.dtype)
+    # torch refuses a negative scatter index, so the SCATTERs (negative_indices=False) do too
+    return body(x, _coordinates(cx, [index if d == ax else iota[d] for d in range(len(ids))]), upd)
 
 
 def _identity(reduce: str, dt: DType) -> Any:

@@ -218,6 +218,8 @@ ATEN: dict[str, Translation] = {
     "aten.slice_scatter.default": L.slice_scatter,
     "aten.select_scatter.default": L.select_scatter,
     "aten.index_put.default": W.index_put,
+    "aten.scatter.src": W.scatter_src,
+    "aten.scatter_add.default": W.scatter_add,
     "aten.scatter_reduce.two": W.scatter_reduce,
     # -- neural-network ops aotc keeps whole
     "aten.linear.default": N.linear,

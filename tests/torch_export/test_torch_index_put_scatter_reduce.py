@@ -235,6 +235,29 @@ def test_scatter_reduce_along_the_last_dim_with_an_index_narrower_than_src(reduc
     check(lambda x, i: fn(x, i[:, :4]), specs, feeds(RNG, [(2, 6), (5, 6)], lambda s: RNG.integers(0, 5, s)), ref)
 
 
+@pytest.mark.parametrize("dim", [0, 1])
+def test_scatter_of_a_src_and_scatter_add_are_torchs(dim: int) -> None:
+    """``x.scatter_(dim, index, src)`` with distinct positions per line (repeated ones are undefined in torch) and
+    ``scatter_add`` with repeats, the index one line short of src."""
+
+    def fn(x: Any, i: Any) -> Any:
+        order = torch.topk(i, i.shape[dim], dim=dim, largest=False)[1]  # an argsort: distinct positions
+        out = torch.zeros_like(x).scatter_(dim, order, x)
+        short = i.narrow(1 - dim, 0, i.shape[1 - dim] - 1) % 3
+        return out.scatter_add(dim, short, x * 2)
+
+    def ref(x: np.ndarray, i: np.ndarray) -> np.ndarray:
+        out = scatter_reduce_ref(np.zeros_like(x), dim, np.argsort(i, axis=dim, kind="stable"), x, "sum", False)
+        short = (i[:-1] if dim == 1 else i[:, :-1]) % 3
+        return scatter_reduce_ref(out, dim, short, x * 2, "sum", True)
+
+    def distinct(s: tuple) -> np.ndarray:  # no ties, so torch's order and numpy's agree
+        return RNG.permutation(int(np.prod(s))).reshape(s)
+
+    specs = {"x": ((BATCH, 4), "float32"), "i": ((BATCH, 4), "int64")}
+    check(fn, specs, feeds(RNG, [(3, 4), (6, 4)], distinct), ref)
+
+
 def test_tapas_reduce_min_segments_on_the_interpreted_kernels() -> None:
     """Tapas' ``reduce_min`` (an amin over segments, include_self=False) and an accumulating index_put, as
     generated Triton kernels under the interpreter."""
