@@ -1,10 +1,11 @@
 """``aten.index_put`` (``x[mask] = v``, ``x[i] = v``, ``x[i] += v``) and ``aten.scatter_reduce.two`` through
 ``aotc.compile(torch_module, specs)``: each against a numpy reference of torch's definition and torch eager, at two
-sizes of a dynamic dim, on the cpu and reference backends (the scatter kernels once under the Triton interpreter),
-and the refusals naming the op."""
+sizes of a dynamic dim, on the cpu and reference backends and as generated kernels under the Triton interpreter, and
+the refusals naming the op."""
 
 from __future__ import annotations
 
+import importlib.util
 from itertools import product
 from typing import Any
 
@@ -19,6 +20,8 @@ from aotc.errors import AotcError
 torch = torch_module()
 nn = torch.nn
 BATCH = Dim("batch", min=1, max=8)
+# the generated kernels too, where Triton (its interpreter) is installed
+DEVICES = ("cpu", "reference", *(("interpret",) if importlib.util.find_spec("triton") else ()))
 
 
 class Fn(nn.Module):
@@ -30,7 +33,7 @@ class Fn(nn.Module):
         return self.fn(x, i)
 
 
-def check(fn: Any, specs: dict, inputs: list[dict], reference: Any, devices: tuple = ("cpu", "reference")) -> None:
+def check(fn: Any, specs: dict, inputs: list[dict], reference: Any, devices: tuple = DEVICES) -> None:
     """``fn(x, i)`` compiled over ``specs`` matches torch eager and ``reference`` (numpy) at each of ``inputs``."""
     module = Fn(fn).eval()
     compiled = aotc.compile(module, {k: TensorSpec(*s) for k, s in specs.items()})
