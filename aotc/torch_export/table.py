@@ -17,6 +17,7 @@ from aotc.ir.ops import Op
 from aotc.torch_export import ops_layout as L
 from aotc.torch_export import ops_math as M
 from aotc.torch_export import ops_nn as N
+from aotc.torch_export import ops_scatter as W
 from aotc.torch_export import ops_sym as S
 
 Translation = Callable[..., Any]
@@ -219,6 +220,10 @@ ATEN: dict[str, Translation] = {
     "aten.scatter.value": L.scatter_value,
     "aten.slice_scatter.default": L.slice_scatter,
     "aten.select_scatter.default": L.select_scatter,
+    "aten.index_put.default": W.index_put,
+    "aten.scatter.src": W.scatter_src,
+    "aten.scatter_add.default": W.scatter_add,
+    "aten.scatter_reduce.two": W.scatter_reduce,
     # -- neural-network ops aotc keeps whole
     "aten.linear.default": N.linear,
     "aten.addmm.default": N.addmm,

@@ -84,3 +84,17 @@ def test_released_pages_leave_the_resident_set_and_read_the_same(tmp_path: Path)
     np.testing.assert_array_equal(array.reshape(-1), data)
     del array
     mm.close()
+
+
+def test_a_0d_weight_stays_0d_for_the_session() -> None:
+    """A 0-d weight (torch.export lifts ``torch.tensor(0)`` as one) reaches the session with its own rank: numpy's
+    ascontiguousarray makes a 0-d array 1-d, and onnxruntime refuses such an initializer (the model fell back)."""
+    scale = np.array(3, dtype=np.int64)
+
+    def fn(ids):
+        return ids * scale
+
+    compiled = aotc.compile(fn, {"ids": TensorSpec((Dim("batch", min=1, max=4), 5), "int64")}, options=OPTIONS)
+    exe = aotc.load(compiled.artifact_bytes, device="cpu")  # a fallback would warn, an error under pytest
+    ids = np.arange(10).reshape(2, 5)
+    np.testing.assert_array_equal(exe(ids=ids), ids * 3)

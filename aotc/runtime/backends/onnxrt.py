@@ -168,7 +168,8 @@ class OrtBackend:
             array = self._constants[constant]
             if array.dtype.name in _HALF:
                 array = array.astype(np.float32)
-            self._weights[constant] = np.ascontiguousarray(array)
+            # ascontiguousarray makes a 0-d array 1-d, which onnxruntime refuses for a 0-d initializer
+            self._weights[constant] = np.ascontiguousarray(array).reshape(array.shape)
         return self._weights[constant]
 
 
