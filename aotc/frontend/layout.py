@@ -12,7 +12,7 @@ from aotc.frontend.tensor_base import TensorBase
 from aotc.ir.dtypes import DType
 from aotc.ir.ops import Op
 from aotc.ir.shapes import fmt_shape, numel
-from aotc.ir.symbolic import SymExpr, floordiv, mod, to_infix
+from aotc.ir.symbolic import SymExpr, add, floordiv, mod, to_infix
 from aotc.ir.types import Shape, ShapeDim, Value
 
 
@@ -199,14 +199,20 @@ def split(x: TensorBase, size_or_sections: Any, dim: int = 0) -> tuple[TensorBas
         tr.require(total, "==", n, f"split sizes {tuple(size_or_sections)} must add up to dim {ax}")
     else:
         size = as_dim(size_or_sections)
-        if not isinstance(size, int) or size <= 0:
-            raise trace_error(f"split size must be a positive int, got {size_or_sections!r}")
-        if not isinstance(n, int):
+        pieces = (
+            tr.ctx.exact_div(n, size) if isinstance(size, SymExpr) and tr.ctx.proves_nonneg(add(size, -1)) else None
+        )
+        if isinstance(pieces, int) and pieces > 0:  # a dynamic size that divides the dim: chunk(k) of k*seq
+            sizes = [size] * pieces
+        elif not isinstance(size, int) or size <= 0:
+            raise trace_error(f"split size must be a positive int or a dim that divides {n}, got {size_or_sections!r}")
+        elif not isinstance(n, int):
             raise trace_error(
                 f"split({size}) of the dynamic dim {n} gives a number of pieces that depends on it; "
                 "pass a list of sizes or use chunk()"
             )
-        sizes = [min(size, n - i) for i in range(0, n, size)] or [0]
+        else:
+            sizes = [min(size, n - i) for i in range(0, n, size)] or [0]
     out, start = [], 0
     for s in sizes:
         out.append(slice_axis(x, ax, start, start + s))
