@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -150,7 +151,7 @@ def _binary_key(k: Kernel, name: str) -> tuple:
     pointers = {a.name: f"__ptr{j}" for j, a in enumerate(k.args) if a.kind is not ArgKind.SIZE}
     return (
         k.kind,
-        _anonymous(k.source, name, pointers),
+        _anonymous(k.source, name, tuple(pointers.items())),
         tuple((pointers.get(a.name, a.name), a.type) for a in k.args),
         k.constexprs,
         k.num_warps,
@@ -164,7 +165,8 @@ def _name(graph: Graph, kp: KernelPlan, idx: int, producers: Mapping[int, tuple[
     return kernel_name(graph, producers, kp.kind, kp.nodes, kp.root, idx)
 
 
-def _anonymous(source: str, name: str, pointers: Mapping[str, str]) -> str:
+@functools.lru_cache(maxsize=256)  # a kernel's key is asked for again when its arch launches are compared
+def _anonymous(source: str, name: str, pointers: tuple[tuple[str, str], ...]) -> str:
     """The syntax tree of kernel ``name``'s ``source`` (so no comment: the header), the kernel renamed ``KERNEL``,
     its pointers by ``pointers`` and every name it assigns ``__vN`` in the order they appear: two kernels that
     compute the same, whatever they call their values, read the same."""
