@@ -121,6 +121,14 @@ def test_bitwise_on_ints_follows_torch_promotion():
         np.testing.assert_array_equal(o, w, err_msg=f"output {i}")
 
 
+def test_bitwise_functions_and_methods_are_the_operators():
+    a, b = np.array([-6, 0, 9], np.int32), np.array([3, -1, 12], np.int64)
+    fn = lambda x, y: (aotc.bitwise_and(x, y), x.bitwise_or(y), aotc.bitwise_xor(x, 5), x.bitwise_not())  # noqa: E731
+    for o, w in zip(trace_run(fn, a, b), (a & b, a | b, a ^ 5, ~a), strict=True):
+        assert o.dtype == w.dtype
+        np.testing.assert_array_equal(o, w)
+
+
 def test_bitwise_on_floats_is_a_trace_error_naming_the_dtypes():
     with pytest.raises(TraceError, match=r"bitwise and .* bool or integer operands, got int32, float32"):
         trace_run(lambda x: x & 1.5, arr((3,), "int32"))
