@@ -205,10 +205,11 @@ class Shape:
 
     def atom(self, node: ast.expr, ctx: frozenset) -> Interval:
         """Bounds of a node that is no linear form of others."""
-        if isinstance(node, ast.Compare) or (
-            isinstance(node, ast.BinOp) and isinstance(node.op, (ast.BitAnd, ast.BitOr))
-        ):
+        if isinstance(node, ast.Compare):
             return 0, 1
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.BitAnd, ast.BitOr)):
+            # masks (0 or 1) combine to a mask; integers' bits are bounded only when both sides are not negative
+            return _bits(node.op, self.interval(node.left, ctx), self.interval(node.right, ctx))
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Invert):
             return WHOLE
         if isinstance(node, ast.BinOp):
@@ -278,6 +279,8 @@ class Shape:
                 self._literals(node.right, holds, out, depth + 1)
             return
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.Invert, ast.Not)):
+            if isinstance(node.op, ast.Invert) and not self._mask(node.operand):
+                return  # ~x of an integer is nonzero wherever x is not -1: it negates no comparison
             return self._literals(node.operand, not holds, out, depth + 1)
         if isinstance(node, ast.Call) and call_name(node) == ".to":
             return self._literals(node.func.value, holds, out, depth + 1)  # type: ignore[attr-defined]
@@ -307,6 +310,21 @@ class Shape:
     def _boolean(self, node: ast.expr) -> bool:
         n = self.prog.deref(node)
         return isinstance(n, ast.Compare) or (isinstance(n, ast.BinOp) and isinstance(n.op, (ast.BitAnd, ast.BitOr)))
+
+    def _mask(self, node: ast.expr, depth: int = 0) -> bool:
+        """Whether ``node`` is a comparison or &, |, ^, ~ of comparisons only: a mask, which ``~`` negates."""
+        n = self.prog.deref(node)
+        if isinstance(n, ast.Compare):
+            return True
+        if depth > 64:
+            return False
+        if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Invert):
+            return self._mask(n.operand, depth + 1)
+        return (
+            isinstance(n, ast.BinOp)
+            and isinstance(n.op, (ast.BitAnd, ast.BitOr, ast.BitXor))
+            and (self._mask(n.left, depth + 1) and self._mask(n.right, depth + 1))
+        )
 
     def feasible(self, ctx: frozenset) -> bool:
         """False where the literals of ``ctx`` keep no lane: one is a false constant (a pad's tap at a fixed
@@ -399,6 +417,19 @@ def _bitcast_to(node: ast.Call) -> int | None:
     if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "tl":
         return _DTYPE_WIDTHS.get(t.attr)
     return None
+
+
+def _bits(op: ast.operator, a: Interval, b: Interval) -> Interval:
+    """Bounds of ``a & b`` or ``a | b`` over integers: an and of a value in [0, h] is in [0, h], an or of values
+    in [0, h] is below the next power of two above h; a side that may be negative bounds nothing."""
+    if a[0] > a[1] or b[0] > b[1]:
+        return EMPTY
+    if isinstance(op, ast.BitAnd):
+        his = [iv[1] for iv in (a, b) if iv[0] >= 0]
+        return (0, min(his)) if his else WHOLE
+    if min(a[0], b[0]) < 0 or math.isinf(max(a[1], b[1])):
+        return WHOLE
+    return 0, 2 ** int(max(a[1], b[1])).bit_length() - 1
 
 
 def _neg(t: Mapping) -> dict:

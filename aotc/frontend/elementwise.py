@@ -115,8 +115,9 @@ def binary(op: Op, a: Any, b: Any) -> TensorBase:
     tr = tracer_of(a, b)
     dt = result_type(a, b)
     if op in _LOGICAL:
-        if dt is not BOOL:
-            raise trace_error(f"{op.value} (&, |, ^) is supported on bool tensors only, got {dt.value}")
+        if dt.is_float:  # as torch: bitwise ops take bool and integer operands only
+            got = ", ".join(_level_dtype(x)[1].value for x in (a, b))
+            raise trace_error(f"bitwise {op.value} (&, |, ^) needs bool or integer operands, got {got}")
     elif op is Op.DIV and not dt.is_float:
         dt = F32  # true division of integers gives the default float dtype, as in torch
     elif dt is BOOL and op in _BOOL_ARITH:  # as torch: bool * bool is and, bool + bool is or, both bool
@@ -173,8 +174,8 @@ def unary(op: Op, x: Any, **attrs: Any) -> TensorBase:
         return t  # rounding an integer tensor is the identity in torch
     elif op in (Op.NEG, Op.ABS, Op.SIGN) and t.dtype is BOOL:
         raise trace_error(f"{op.value} of a bool tensor is not supported")
-    elif op is Op.NOT and t.dtype is not BOOL:
-        raise trace_error(f"~ / logical_not needs a bool tensor here, got {t.dtype.value}")
+    elif op is Op.NOT and t.dtype.is_float:
+        raise trace_error(f"~ (bitwise not) needs a bool or integer tensor, got {t.dtype.value}")
     elif op in (Op.ISNAN, Op.ISINF) and not t.dtype.is_float:
         return wrap(tr.full(False, BOOL, t._v().type.shape), tr)
     return wrap(tr.op(op, v, **attrs), tr)

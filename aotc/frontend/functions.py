@@ -36,6 +36,10 @@ __all__ = [
     "argmin",
     "asin",
     "atan",
+    "bitwise_and",
+    "bitwise_not",
+    "bitwise_or",
+    "bitwise_xor",
     "bmm",
     "broadcast_to",
     "cat",
@@ -250,6 +254,22 @@ def logical_and(a: Any, b: Any) -> TensorBase:
 
 def logical_or(a: Any, b: Any) -> TensorBase:
     return _t(a).logical_or(b)
+
+
+def bitwise_and(a: Any, b: Any) -> TensorBase:
+    return binary(Op.AND, a, b)
+
+
+def bitwise_or(a: Any, b: Any) -> TensorBase:
+    return binary(Op.OR, a, b)
+
+
+def bitwise_xor(a: Any, b: Any) -> TensorBase:
+    return binary(Op.XOR, a, b)
+
+
+def bitwise_not(x: Any) -> TensorBase:
+    return unary(Op.NOT, x)
 
 
 def eq(a: Any, b: Any) -> TensorBase:

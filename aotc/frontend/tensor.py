@@ -166,6 +166,18 @@ class Tensor(TensorBase):
     def logical_not(self) -> Tensor:
         return ew.unary(Op.NOT, self.bool())
 
+    def bitwise_and(self, o: Any) -> Tensor:
+        return ew.binary(Op.AND, self, o)
+
+    def bitwise_or(self, o: Any) -> Tensor:
+        return ew.binary(Op.OR, self, o)
+
+    def bitwise_xor(self, o: Any) -> Tensor:
+        return ew.binary(Op.XOR, self, o)
+
+    def bitwise_not(self) -> Tensor:
+        return ew.unary(Op.NOT, self)
+
     def clamp(self, min: Any = None, max: Any = None) -> Tensor:
         return ew.clamp(self, min, max)
 

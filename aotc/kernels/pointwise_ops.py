@@ -248,8 +248,8 @@ def _expr(op: Op, a: list[str], dt: DType, bind: Bind = _inline) -> str:
         if dt.is_float:
             return f"tl.where({a[0]} > 0, 1.0, tl.where({a[0]} < 0, -1.0, {a[0]}))"
         return f"tl.where({a[0]} > 0, 1, tl.where({a[0]} < 0, -1, 0)).to({TL_DTYPE[dt]})"
-    if op is Op.NOT:
-        return f"{a[0]} == 0"
+    if op is Op.NOT:  # bool's not as a comparison, which the source-bounds check reads as a mask's negation
+        return f"{a[0]} == 0" if dt is DType.bool else f"~{a[0]}"
     if op is Op.ISNAN:
         return f"{a[0]} != {a[0]}"
     if op is Op.ISINF:

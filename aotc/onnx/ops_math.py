@@ -232,6 +232,20 @@ def binary(op: Op) -> Converter:
     return convert
 
 
+def bits(op: Op, on_bool: bool) -> Converter:
+    """ONNX's logical ops (Not, And, Or, Xor) take bool tensors and its Bitwise* ops integers; aotc's op is the
+    same for both, so the type the ONNX op allows is checked here."""
+
+    def convert(imp: Importer, node: OnnxNode) -> list[Operand]:
+        xs = values(imp, node, *range(len(node.inputs)))
+        dt = xs[0].type.dtype
+        if (dt is DType.bool) != on_bool or dt.is_float:
+            raise node.fail(f"needs {'bool' if on_bool else 'integer'} inputs, got {dt.value}")
+        return [imp.b.op(op, *xs)]
+
+    return convert
+
+
 def _pow(imp: Importer, node: OnnxNode) -> list[Operand]:
     base = imp.value(node.inputs[0], what=f"{node.label} base")
     exp = imp.value(node.inputs[1], base.type.dtype, what=f"{node.label} exponent")
@@ -396,7 +410,8 @@ CONVERTERS: dict[str, Converter] = {
     "Ceil": unary(Op.CEIL),
     "Round": unary(Op.ROUND),
     "Sign": unary(Op.SIGN),
-    "Not": unary(Op.NOT),
+    "Not": bits(Op.NOT, on_bool=True),
+    "BitwiseNot": bits(Op.NOT, on_bool=False),
     "IsNaN": _ISNAN,
     "IsInf": _isinf,
     "Relu": _relu,
@@ -433,9 +448,12 @@ CONVERTERS: dict[str, Converter] = {
     "LessOrEqual": binary(Op.LE),
     "Greater": binary(Op.GT),
     "GreaterOrEqual": binary(Op.GE),
-    "And": binary(Op.AND),
-    "Or": binary(Op.OR),
-    "Xor": binary(Op.XOR),
+    "And": bits(Op.AND, on_bool=True),
+    "Or": bits(Op.OR, on_bool=True),
+    "Xor": bits(Op.XOR, on_bool=True),
+    "BitwiseAnd": bits(Op.AND, on_bool=False),
+    "BitwiseOr": bits(Op.OR, on_bool=False),
+    "BitwiseXor": bits(Op.XOR, on_bool=False),
     "Sum": variadic(Op.ADD),
     "Mean": variadic(Op.ADD, mean=True),
     "Max": variadic(Op.MAXIMUM),

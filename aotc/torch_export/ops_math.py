@@ -133,9 +133,9 @@ def logical(op: Op) -> Any:
 
 
 def bitwise(op: Op) -> Any:
+    """bitwise_and/or/xor (Tensor and Scalar overloads, and the operators): torch's promotion, floats refused."""
+
     def fn(cx: Cx, a: Any, b: Any) -> Tensor:
-        if ew.result_type(a, b) is not DType.bool:
-            raise trace_error(f"bitwise {op.value} is supported on bool tensors only")
         return ew.binary(op, a, b)
 
     return fn
@@ -145,9 +145,15 @@ def logical_not(cx: Cx, x: Tensor) -> Tensor:
     return ew.unary(Op.NOT, x.bool())
 
 
+# Unsigned torch dtypes, carried in a wider signed aotc dtype (_torch._DTYPES), by their all-ones value.
+_UNSIGNED_ONES = {"uint8": 0xFF}
+
+
 def bitwise_not(cx: Cx, x: Tensor) -> Tensor:
-    if x.dtype is not DType.bool:
-        raise trace_error("bitwise_not is supported on bool tensors only")
+    ones = _UNSIGNED_ONES.get(cx.out_torch_dtype() or "")
+    if ones is not None:
+        # ~x of a uint8 is 255 - x; in the int32 that carries it, ~x would be negative.
+        return ew.binary(Op.XOR, x, ones)
     return ew.unary(Op.NOT, x)
 
 

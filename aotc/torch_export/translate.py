@@ -107,6 +107,11 @@ class Translator:
         val = self.node.meta.get("val")
         return aotc_dtype(val.dtype) if hasattr(val, "dtype") else None
 
+    def out_torch_dtype(self) -> str | None:
+        """The name of the torch dtype of the node's result ("uint8"), which a narrow carried dtype may hide."""
+        val = self.node.meta.get("val")
+        return str(val.dtype).removeprefix("torch.") if hasattr(val, "dtype") else None
+
     # -- the walk -----------------------------------------------------------------------------------------
     def run(self, user_inputs: Sequence[Tensor]) -> Any:
         """The module's outputs (a tensor, or tuples, lists and dicts of them) for these input tensors."""

@@ -59,9 +59,16 @@ def _line(k: Kernel, text: str) -> int:
         ("matmul_bias", "offs_k[:, None] * 192 + offs_n", "offs_k[:, None] * 193 + offs_n", "weight_ptr"),
         ("matmul_bias", "(offs_m[:, None] * 192 + offs_n[None, :]), out", "(offs_m[:, None] * 192 + offs_n[None, :]) - 1, out", "out_ptr"),
         ("layernorm", "xmask = xoffs < n_rows", "xmask = xoffs < n_rows + 1", "x_ptr"),
+        # integer bitwise ops: | sets bits above the clamp, & keeps bits of a value in [0, 511], ~ of an int
+        # (-1 or -2 here, both true) negates no comparison, ~ of a comparison does
+        ("embedding", "idx0 = tl.where(bad0, 0, input_ids)", "idx0 = tl.where(bad0, 0, input_ids) | 512",
+         "wte_weight_ptr"),
+        ("embedding", "idx0 = tl.where(bad0, 0, input_ids)", "idx0 = input_ids & 511", None),
+        ("embedding", "mask = offs < n_elements", "mask = ~((offs >= n_elements).to(tl.int32))", "input_ids_ptr"),
+        ("embedding", "mask = offs < n_elements", "mask = ~(offs >= n_elements)", None),
     ],
     ids=["gather bound", "clamp to 1 (in bounds)", "mask + 1", "mask <=", "loop", "mask dropped", "row stride",
-         "offset - 1", "reduction mask"],
+         "offset - 1", "reduction mask", "bits or'd in", "low bits (in bounds)", "~ of an int", "~ of a mask"],
 )  # fmt: skip
 def test_an_edit_that_reaches_further_is_refused_naming_its_line(
     name: str, old: str, new: str, pointer: str | None

@@ -102,7 +102,7 @@ UNARY_CASES: dict[Op, tuple[Callable, tuple[DType, ...], DType | None]] = {
     Op.CEIL: (lambda v: v if not math.isfinite(v) else float(math.ceil(v)), FLOATS, None),
     Op.ROUND: (_round, FLOATS, None),
     Op.SIGN: (_sign, NUMERIC, None),
-    Op.NOT: (lambda v: not v, (BOOL,), None),
+    Op.NOT: (lambda v: (not v) if isinstance(v, bool) else ~v, (BOOL, I32, I64), None),
     Op.ISNAN: (lambda v: v != v, FLOATS, BOOL),
     Op.ISINF: (lambda v: math.isinf(v), FLOATS, BOOL),
 }
@@ -215,9 +215,10 @@ BINARY_CASES: dict[Op, tuple[Callable, tuple[DType, ...], DType | None]] = {
     Op.LE: (lambda a, b: a <= b, ALL_DTYPES, BOOL),
     Op.GT: (lambda a, b: a > b, ALL_DTYPES, BOOL),
     Op.GE: (lambda a, b: a >= b, ALL_DTYPES, BOOL),
-    Op.AND: (lambda a, b: bool(a) and bool(b), (BOOL,), BOOL),
-    Op.OR: (lambda a, b: bool(a) or bool(b), (BOOL,), BOOL),
-    Op.XOR: (lambda a, b: bool(a) != bool(b), (BOOL,), BOOL),
+    # python's &, |, ^ on ints are two's complement of unbounded width, on bools logical
+    Op.AND: (lambda a, b: a & b, (BOOL, I32, I64), None),
+    Op.OR: (lambda a, b: a | b, (BOOL, I32, I64), None),
+    Op.XOR: (lambda a, b: a ^ b, (BOOL, I32, I64), None),
 }
 
 # (a shape, b shape, broadcast result) as in numpy.
@@ -318,11 +319,30 @@ def test_nan_propagates_through_maximum_and_comparisons_are_false() -> None:
     assert ref_checked(Op.NE, [a, b]).all()
 
 
-def test_arithmetic_on_bool_and_logic_on_numbers_are_rejected() -> None:
+def test_arithmetic_on_bool_and_bitwise_ops_on_floats_are_rejected() -> None:
     with pytest.raises(ShapeError, match="bool"):
         infer(Op.ADD, [TensorType(BOOL, (2,))] * 2)
-    with pytest.raises(ShapeError, match="bool"):
-        infer(Op.AND, [TensorType(I32, (2,))] * 2)
+    for op in (Op.AND, Op.OR, Op.XOR):
+        with pytest.raises(ShapeError, match="bool or integer inputs, got float16"):
+            infer(op, [TensorType(F16, (2,))] * 2)
+    with pytest.raises(ShapeError, match="bool or integer input, got float32"):
+        infer(Op.NOT, [TensorType(F32, (2,))])
+
+
+def test_bitwise_ops_on_ints_are_twos_complement_and_on_bools_logical() -> None:
+    a = arr([-(2**31), -1, -6, 0, 5, 2**31 - 1], I32)
+    b = arr([-1, 2**31 - 1, 3, -1, -4, -(2**31)], I32)
+    np.testing.assert_array_equal(ref_checked(Op.AND, [a, b]), [-(2**31), 2**31 - 1, 2, 0, 4, 0])
+    np.testing.assert_array_equal(ref_checked(Op.OR, [a, b]), [-1, -1, -5, -1, -3, -1])
+    np.testing.assert_array_equal(ref_checked(Op.XOR, [a, b]), [2**31 - 1, -(2**31), -7, -1, -7, -1])
+    np.testing.assert_array_equal(ref_checked(Op.NOT, [a]), [2**31 - 1, 0, 5, -1, -6, -(2**31)])
+    big = arr([-(2**63), 2**62 + 1], I64)
+    np.testing.assert_array_equal(ref_checked(Op.NOT, [big]), [2**63 - 1, -(2**62) - 2])
+    t, f = arr([True, True, False, False], BOOL), arr([True, False, True, False], BOOL)
+    for op, want in ((Op.AND, [1, 0, 0, 0]), (Op.OR, [1, 1, 1, 0]), (Op.XOR, [0, 1, 1, 0])):
+        got = ref_checked(op, [t, f])
+        assert got.dtype == np.bool_ and got.tolist() == [bool(w) for w in want]
+    assert ref_checked(Op.NOT, [t[1:3]]).tolist() == [False, True]  # not ~1 == -2: logical on bool
 
 
 def test_symbolic_broadcasting() -> None:

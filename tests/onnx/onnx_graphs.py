@@ -150,6 +150,11 @@ def int_ops() -> Case:
         "max": k.op(Op.MAXIMUM, a, b),
     }
     outs["i32"] = k.op(Op.CAST, a, dtype=I32)
+    # integer bitwise ops: ONNX's Bitwise* (opset 18), where bool tensors take And / Or / Xor / Not
+    outs |= {op.value: k.op(op, a, b) for op in (Op.AND, Op.OR, Op.XOR)}
+    outs["not"] = k.op(Op.NOT, a)
+    outs["xor_i32"] = k.op(Op.XOR, outs["i32"], k.op(Op.CAST, b, dtype=I32))
+    outs["not_i32"] = k.op(Op.NOT, outs["i32"])
     outs["f32"] = k.op(Op.CAST, a, dtype=F32)
     outs["sum"] = k.op(Op.REDUCE_SUM, a, axes=(0,), keepdim=False)
     return Case("int_ops", k.graph("ints", outs), ({"n": 4}, {"n": 11}))

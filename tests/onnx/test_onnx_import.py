@@ -302,3 +302,29 @@ def test_every_error_is_an_aotc_error(tmp_path: Path) -> None:
     path.write_text("hello")
     with pytest.raises(AotcError):
         import_onnx(path)
+
+
+def test_bitwise_ops_match_onnxruntime_and_logical_ops_take_bool_only() -> None:
+    i32, b = TensorProto.INT32, TensorProto.BOOL
+    ins = [helper.make_tensor_value_info(n, i32, ["n"]) for n in ("a", "c")]
+    nodes = [helper.make_node(f"Bitwise{o}", ["a", "c"], [o.lower()]) for o in ("And", "Or", "Xor")]
+    nodes.append(helper.make_node("BitwiseNot", ["a"], ["not"]))
+    outs = [helper.make_tensor_value_info(n, i32, None) for n in ("and", "or", "xor", "not")]
+    model = model_of(nodes, ins, outs, opset=18)
+    graph = import_onnx(model)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    a = np.array([-(2**31), -7, -1, 0, 5, 2**31 - 1], np.int32)
+    c = np.array([-1, 3, 2**31 - 1, -1, -4, -(2**31)], np.int32)
+    for got, want in zip(run_graph(graph, [a, c], {"n": 6}), sess.run(None, {"a": a, "c": c}), strict=True):
+        assert got.dtype == want.dtype == np.int32
+        np.testing.assert_array_equal(got, want)
+    for op, dtype, want in (("And", i32, "needs bool inputs, got int32"), ("BitwiseOr", b, "integer inputs, got bool")):
+        xs = [helper.make_tensor_value_info(n, dtype, [2]) for n in ("x", "y")]
+        bad = model_of(
+            [helper.make_node(op, ["x", "y"], ["z"], name="m")],
+            xs,
+            [helper.make_tensor_value_info("z", dtype, None)],
+            opset=18,
+        )
+        with pytest.raises(UnsupportedError, match=want):
+            import_onnx(bad)

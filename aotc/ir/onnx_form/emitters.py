@@ -42,6 +42,15 @@ def _simple(op_type: str, **fixed: object) -> Emitter:
     return emit
 
 
+def _bits(logical: str, bitwise: str) -> Emitter:
+    """A bitwise op: ONNX's logical form on bool tensors, its Bitwise* form (opset 18) on integers."""
+
+    def emit(ctx: ExportCtx, node: Node, ins: list[str], outs: list[str]) -> None:
+        ctx.add(logical if node.inputs[0].type.dtype is DType.bool else bitwise, ins, outs)
+
+    return emit
+
+
 def _rsqrt(ctx: ExportCtx, node: Node, ins: list[str], outs: list[str]) -> None:
     ctx.one("Reciprocal", [ctx.one("Sqrt", ins)], outs[0])
 
@@ -320,7 +329,6 @@ _UNARY = {
     Op.CEIL: "Ceil",
     Op.ROUND: "Round",
     Op.SIGN: "Sign",
-    Op.NOT: "Not",
     Op.ISNAN: "IsNaN",
     Op.ISINF: "IsInf",
     Op.RELU: "Relu",
@@ -339,14 +347,15 @@ _BINARY = {
     Op.LE: "LessOrEqual",
     Op.GT: "Greater",
     Op.GE: "GreaterOrEqual",
-    Op.AND: "And",
-    Op.OR: "Or",
-    Op.XOR: "Xor",
     Op.WHERE: "Where",
 }
 
 EMITTERS: dict[Op, Emitter] = {
     **{op: _simple(name) for op, name in {**_UNARY, **_BINARY}.items()},
+    Op.NOT: _bits("Not", "BitwiseNot"),
+    Op.AND: _bits("And", "BitwiseAnd"),
+    Op.OR: _bits("Or", "BitwiseOr"),
+    Op.XOR: _bits("Xor", "BitwiseXor"),
     Op.RSQRT: _rsqrt,
     Op.NE: _ne,
     Op.MOD: _mod,

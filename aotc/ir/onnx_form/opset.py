@@ -39,6 +39,7 @@ _F, _H, _B, _I32, _I64, _BOOL = DType.float32, DType.float16, DType.bfloat16, DT
 _NUMBERS = frozenset({_F, _H, _B, _I32, _I64})
 _FLOATS = frozenset({_F, _H, _B})
 _LOGIC = frozenset({_BOOL})
+_INTS = frozenset({_I32, _I64})
 
 # op type -> the aotc dtypes its first input takes at EXPORT_OPSET
 FIRST_INPUT_TYPES: dict[str, frozenset[DType]] = {
@@ -50,6 +51,7 @@ FIRST_INPUT_TYPES: dict[str, frozenset[DType]] = {
     "IsInf": frozenset({_F}),
     "Equal": _NUMBERS | _LOGIC,
     **dict.fromkeys(("Not", "And", "Or", "Xor", "Where"), _LOGIC),
+    **dict.fromkeys(("BitwiseNot", "BitwiseAnd", "BitwiseOr", "BitwiseXor"), _INTS),
 }
 
 

@@ -70,8 +70,8 @@ def _infer_unary(kind: str) -> Callable:
             raise ShapeError(f"needs a floating-point input, got {t.dtype.value}")
         if kind == "numeric" and t.dtype is DType.bool:
             raise ShapeError("needs a numeric input, got bool")
-        if kind == "bool" and t.dtype is not DType.bool:
-            raise ShapeError(f"needs a bool input, got {t.dtype.value}")
+        if kind == "bits" and t.dtype.is_float:
+            raise ShapeError(f"needs a bool or integer input, got {t.dtype.value}")
         out = DType.bool if kind == "float->bool" else t.dtype
         if kind == "float->bool" and not t.dtype.is_float:
             raise ShapeError(f"needs a floating-point input, got {t.dtype.value}")
@@ -85,8 +85,8 @@ def _infer_binary(kind: str) -> Callable:
         dt = same_dtype(ts, "binary op")
         if kind == "numeric" and dt is DType.bool:
             raise ShapeError("arithmetic on bool tensors is not supported; cast first")
-        if kind == "bool" and dt is not DType.bool:
-            raise ShapeError(f"logical op needs bool inputs, got {dt.value}")
+        if kind == "bits" and dt.is_float:
+            raise ShapeError(f"bitwise op needs bool or integer inputs, got {dt.value}")
         shape = broadcast_shapes(ctx, ts[0].shape, ts[1].shape)
         return one(DType.bool if kind == "compare" else dt, shape)
 
@@ -201,7 +201,9 @@ DEFS = [
     _u(Op.CEIL, np.ceil, onnx="Ceil"),
     _u(Op.ROUND, _round_half_even, onnx="Round"),
     _u(Op.SIGN, np.sign, "numeric", "Sign"),
-    _u(Op.NOT, np.logical_not, "bool", "Not"),
+    # On bool tensors the bitwise ops are the logical ones (numpy's and torch's alike), so one reference serves
+    # both; ONNX splits them (Not/And/Or/Xor for bool, Bitwise* for ints: see onnx_form/emitters.py).
+    _u(Op.NOT, np.invert, "bits", "Not"),
     _u(Op.ISNAN, np.isnan, "float->bool", "IsNaN"),
     _u(Op.ISINF, np.isinf, "float->bool", "IsInf"),
     _b(Op.ADD, np.add, onnx="Add"),
@@ -219,9 +221,9 @@ DEFS = [
     _b(Op.LE, np.less_equal, "compare", "LessOrEqual"),
     _b(Op.GT, np.greater, "compare", "Greater"),
     _b(Op.GE, np.greater_equal, "compare", "GreaterOrEqual"),
-    _b(Op.AND, np.logical_and, "bool", "And"),
-    _b(Op.OR, np.logical_or, "bool", "Or"),
-    _b(Op.XOR, np.logical_xor, "bool", "Xor"),
+    _b(Op.AND, np.bitwise_and, "bits", "And"),
+    _b(Op.OR, np.bitwise_or, "bits", "Or"),
+    _b(Op.XOR, np.bitwise_xor, "bits", "Xor"),
     OpDef(Op.WHERE, _where_infer, lambda xs, a: (np.where(*xs),), (3, 3), onnx="Where", kind=OpKind.POINTWISE),
     OpDef(Op.CAST, _cast_infer, _cast_ref, (1, 1), onnx="Cast", attrs=("dtype",), kind=OpKind.POINTWISE),
 ]
