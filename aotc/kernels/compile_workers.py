@@ -1,8 +1,8 @@
 """The compile worker processes behind ``aot.compile_kernels``: fresh interpreters, each compiling the job specs
 it is sent (one JSON line each) and answering one JSON line per job.
 
-A worker's first second goes to starting up: importing aotc and Triton, and hashing Triton's install (its
-``triton_key``, a read of the 500 MB libtriton it does once per process, ~0.45 s of CPU). On a cold compile
+A worker's first half second goes to starting up: importing aotc and Triton (``warm_up``; Triton's own key of
+its install, a read of the 500 MB libtriton, is replaced by one from the files' sizes and times). On a cold compile
 (an empty kernel cache: a fresh CI machine, a user's first compile) ``prestart`` launches the workers when
 the kernel stage begins, so that start-up overlaps the scheduling of the kernels instead of delaying the
 first compile; a compile whose kernels are all cached starts none.
@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import contextlib
+import hashlib
 import json
 import os
 import subprocess
@@ -158,10 +159,26 @@ def _run_worker(
 
 def warm_up() -> None:
     """What every first compile in a process pays, paid before the first job arrives: importing Triton's
-    compiler and hashing its install (memoised by Triton for the process)."""
+    compiler, and the key of its install that its compile cache files entries under (``install_key``)."""
     try:
-        import triton.compiler  # noqa: F401
-        from triton.runtime.cache import triton_key
+        import triton
+        import triton.compiler
+        from triton.runtime import cache
     except ImportError:
         return  # compile_one reports a missing Triton per job, with the install hint
-    triton_key()
+    key = install_key(Path(triton.__file__).parent, triton.__version__)
+    cache.triton_key = lambda: key  # as Triton's own warm-up pool hands its workers the key
+
+
+def install_key(root: Path, version: str) -> str:
+    """A key of the Triton install at ``root`` that changes whenever any of its Python modules or native
+    libraries does: their paths, sizes and modification times. Triton's own ``triton_key`` reads every byte of
+    them, the 500 MB libtriton included: about 0.5 s of CPU in each worker of every compile (both cores'
+    worth on a 2-core machine), for a key only Triton's own cache of intermediate files uses (aotc's kernel
+    cache keys on the Triton version and the whole job)."""
+    h = hashlib.sha256(version.encode())
+    for p in sorted(root.rglob("*")):
+        if p.suffix in (".py", ".so") and p.is_file():
+            st = p.stat()
+            h.update(f"{p.relative_to(root)}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+    return f"{version}-aotc-{h.hexdigest()}"

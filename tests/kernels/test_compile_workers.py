@@ -73,3 +73,45 @@ def test_a_cold_compile_prestarts_and_a_warm_one_does_not(
     assert len(calls) == 1 and len(spawned) == before  # every kernel cached: no worker started
     feed = {"x": np.arange(12, dtype=np.float32).reshape(3, 4) - 6}
     np.testing.assert_array_equal(cold(**feed), warm(**feed))
+
+
+def test_the_install_key_changes_with_any_module_or_library_of_the_install(tmp_path: Path) -> None:
+    """Triton's compile cache files its entries under the key warm_up installs: any changed, added or removed
+    module or native library of the install must change it (a stale entry would be another compiler's output)."""
+    root = tmp_path / "triton"
+    (root / "compiler").mkdir(parents=True)
+    (root / "_C").mkdir()
+    (root / "compiler" / "code.py").write_text("x = 1\n")
+    (root / "_C" / "libtriton.so").write_bytes(b"\0" * 64)
+    (root / "notes.txt").write_text("not code")
+    key = compile_workers.install_key(root, "3.9.0")
+    assert key == compile_workers.install_key(root, "3.9.0") and key.startswith("3.9.0-")
+    assert compile_workers.install_key(root, "3.9.1") != key
+    (root / "notes.txt").write_text("still not code, longer")
+    assert compile_workers.install_key(root, "3.9.0") == key
+    keys = [key]
+    for change in (
+        lambda: (root / "compiler" / "code.py").write_text("x = 22\n"),  # another size
+        lambda: (root / "_C" / "libtriton.so").write_bytes(b"\1" * 65),
+        lambda: (root / "compiler" / "more.py").write_text(""),
+        lambda: (root / "compiler" / "more.py").unlink(),  # back to the install before it was added
+    ):
+        change()
+        keys.append(compile_workers.install_key(root, "3.9.0"))
+    assert len(set(keys[:4])) == 4 and keys[4] == keys[2]
+
+
+def test_a_warmed_up_worker_keys_tritons_cache_by_the_install_key() -> None:
+    """In a fresh interpreter (as a worker): after warm_up, Triton's cache key reads the install key, not a hash of
+    its 500 MB library."""
+    import subprocess
+    import sys
+
+    code = (
+        "import triton, pathlib; from triton.runtime import cache; from aotc.kernels import compile_workers as w; "
+        "w.warm_up(); k = cache.triton_key(); "
+        "assert k == w.install_key(pathlib.Path(triton.__file__).parent, triton.__version__), k; print(k)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "-aotc-" in out.stdout
