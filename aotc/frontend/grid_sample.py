@@ -29,21 +29,21 @@ PADDINGS = ("zeros", "border", "reflection")
 
 
 class _Sampler:
-    """What every tap of one grid_sample reads: the input's channel rows, each output point's first row id and
-    the spatial sizes (ints or symbols, and as float32 values)."""
+    """What every tap of one grid_sample reads: the input's channel rows, the first row id of each output point's
+    batch, and the input's height and width (ints or symbols)."""
 
     def __init__(self, b: B, x: Value, padding: str, align: bool) -> None:
         n, c, h, w = x.type.shape
         self.b, self.padding, self.align = b, padding, align
         self.h, self.w = h, w
         xf = b.cast(x, F32)
-        rows = b.op(Op.RESHAPE, b.op(Op.PERMUTE, xf, perm=(0, 2, 3, 1)), shape=(n * h * w, c))
-        self.rows, self.c = rows, c
+        self.rows = b.op(Op.RESHAPE, b.op(Op.PERMUTE, xf, perm=(0, 2, 3, 1)), shape=(n * h * w, c))
         batch = b.op(Op.IOTA, shape=(n, 1, 1), axis=0, dtype=I64)
         self.first = b.op(Op.MUL, batch, b.full(h * w, I64))  # the row of (n, 0, 0)
         self.w_i = b.full(w, I64)
 
     def f(self, v: float | ShapeDim) -> Value:
+        """A float32 scalar (a size as well: its value at run time)."""
         return self.b.full(v, F32)
 
     def unnormalize(self, g: Value, size: ShapeDim) -> Value:
