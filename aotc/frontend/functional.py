@@ -16,6 +16,7 @@ from aotc.frontend.context import Tracer, trace_error
 from aotc.frontend.conv_transpose import conv_transpose1d, conv_transpose2d
 from aotc.frontend.elementwise import as_tensor, tracer_of, unary, value_of, where, wrap
 from aotc.frontend.functions import repeat_interleave
+from aotc.frontend.grid_sample import grid_sample
 from aotc.frontend.pooling import batched, whole_window
 from aotc.frontend.resample import interpolate
 from aotc.frontend.symint import as_dim
@@ -39,6 +40,7 @@ __all__ = [
     "elu",
     "embedding",
     "gelu",
+    "grid_sample",
     "hardtanh",
     "interpolate",
     "layer_norm",

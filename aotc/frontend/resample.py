@@ -101,12 +101,9 @@ def resample_axis(
     return b.cast(y, x.type.dtype)
 
 
-def _cubic(b: B, x: Value, axis: int, src: Value, last: Value) -> Value:
-    """torch's bicubic step: the four taps floor(src) - 1 .. floor(src) + 2, each clamped into the input, weighted
-    by the cubic convolution kernel with A = -0.75 at the distance t = src - floor(src)."""
-    base_f = b.op(Op.FLOOR, src)
-    t = b.op(Op.SUB, src, base_f)
-    base = b.cast(base_f, I64)
+def cubic_weights(b: B, t: Value) -> list[Value]:
+    """The four weights of torch's cubic convolution kernel (A = -0.75) for the taps floor(src) - 1 .. floor(src) + 2,
+    at the distance ``t = src - floor(src)`` (float32); bicubic resampling and grid sampling share them."""
     one = b.full(1.0, F32)
 
     def c(v: float) -> Value:
@@ -121,7 +118,15 @@ def _cubic(b: B, x: Value, axis: int, src: Value, last: Value) -> Value:
         return b.op(Op.SUB, b.op(Op.MUL, inner, d), c(4 * CUBIC_A))
 
     u = b.op(Op.SUB, one, t)
-    weights = [far(b.op(Op.ADD, t, one)), near(t), near(u), far(b.op(Op.ADD, u, one))]
+    return [far(b.op(Op.ADD, t, one)), near(t), near(u), far(b.op(Op.ADD, u, one))]
+
+
+def _cubic(b: B, x: Value, axis: int, src: Value, last: Value) -> Value:
+    """torch's bicubic step: the four taps floor(src) - 1 .. floor(src) + 2, each clamped into the input, weighted
+    by the cubic convolution kernel at the distance t = src - floor(src)."""
+    base_f = b.op(Op.FLOOR, src)
+    weights = cubic_weights(b, b.op(Op.SUB, src, base_f))
+    base = b.cast(base_f, I64)
     xf = b.cast(x, F32) if x.type.dtype is not F32 else x
     rank = x.type.rank
     zero = b.full(0, I64)

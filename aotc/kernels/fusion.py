@@ -452,7 +452,14 @@ def _merge_pointwise(g: FusionGraph, kernels: list[KernelPlan]) -> list[KernelPl
     for k in kernels:
         for j in range(len(out) - 1, -1, -1):
             p = out[j]
-            if _can_merge(g, p, k) and not any(p.anchor.id in q.reads for q in out[j + 1 :]):
+            # p's values (a merged p stores several) move to k's place: no launch between may read one, nor k
+            # itself one it would then write beside reading (only p's anchor is proved read at the same element)
+            moved = {v.id for v in p.outputs}
+            if (
+                _can_merge(g, p, k)
+                and not (moved - {p.anchor.id}) & k.reads
+                and not any(moved & q.reads for q in out[j + 1 :])
+            ):
                 k.nodes |= p.nodes
                 k.reads = (k.reads | p.reads) - {p.anchor.id}
                 k.stored_first = (*p.stored_first, p.anchor)

@@ -5,6 +5,7 @@ output length. The importer computes that map's matrix at compile time by runnin
 an identity matrix (every mode, coordinate transform, cubic coefficient and antialias option comes out
 exactly as the spec defines it), then applies it: a GATHER for nearest (the matrix only selects), a MATMUL
 along the axis for linear and cubic. A dynamic resized axis takes the forms exporters write (``_resize_dynamic``).
+GridSample (2-D) is torch's grid sampling, built as aotc/frontend/grid_sample.py builds it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from aotc.errors import ShapeError
+from aotc.frontend.grid_sample import grid_sample_value
 from aotc.frontend.resample import resample_axis, scaled_length
 from aotc.ir.dtypes import DType
 from aotc.ir.ops import Op
@@ -196,4 +198,26 @@ def _resize(imp: Importer, node: OnnxNode) -> list[Operand]:
     return [y]
 
 
-CONVERTERS: dict[str, Converter] = {"Resize": _resize, "Upsample": _resize}
+# GridSample's modes: opset 16's names, and opset 20's (which also allows N-D inputs; 2-D is what aotc samples)
+_GRID_MODES = {
+    "bilinear": "bilinear",
+    "linear": "bilinear",
+    "nearest": "nearest",
+    "bicubic": "bicubic",
+    "cubic": "bicubic",
+}
+
+
+def _grid_sample(imp: Importer, node: OnnxNode) -> list[Operand]:
+    x, grid = values(imp, node, 0, 1)
+    mode = node.attr("mode", "linear" if node.opset >= 20 else "bilinear")
+    if mode not in _GRID_MODES:
+        raise node.fail(f"GridSample mode {mode!r} is not supported ({', '.join(_GRID_MODES)} are)")
+    padding, align = node.attr("padding_mode", "zeros"), bool(node.attr("align_corners", 0))
+    try:
+        return [grid_sample_value(imp.b, x, grid, _GRID_MODES[mode], padding, align)]
+    except ShapeError as e:
+        raise node.fail(str(e)) from None
+
+
+CONVERTERS: dict[str, Converter] = {"Resize": _resize, "Upsample": _resize, "GridSample": _grid_sample}

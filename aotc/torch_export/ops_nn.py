@@ -1,6 +1,6 @@
 """ATen neural-network ops aotc keeps whole -> aotc's high-level ops: linear and matmuls, embedding, layer/RMS/batch
-norm, convolution (1-D as 2-D, 3-D; transposed 1-D and 2-D), pooling (2-D, 3-D) and scaled-dot-product
-attention."""
+norm, convolution (1-D as 2-D, 3-D; transposed 1-D and 2-D), pooling (2-D, 3-D), upsampling, grid sampling and
+scaled-dot-product attention."""
 
 from __future__ import annotations
 
@@ -13,6 +13,9 @@ from aotc.frontend import layout
 from aotc.frontend import volume as V
 from aotc.frontend.context import trace_error
 from aotc.frontend.conv_transpose import conv_transpose as conv_transpose_nd
+from aotc.frontend.grid_sample import MODES as GRID_MODES
+from aotc.frontend.grid_sample import PADDINGS as GRID_PADDINGS
+from aotc.frontend.grid_sample import grid_sample
 from aotc.frontend.resample import resample
 from aotc.frontend.tensor import Tensor
 
@@ -262,6 +265,18 @@ _MODES = {
     "bilinear2d": "bilinear",
     "bicubic2d": "bicubic",
 }
+
+
+def grid_sampler_2d(
+    cx: Cx, x: Tensor, grid: Tensor, interpolation_mode: int = 0, padding_mode: int = 0, align_corners: bool = False
+) -> Tensor:
+    """``aten.grid_sampler_2d`` (F.grid_sample on 4-D inputs): the modes and paddings come as aten's ints."""
+    for what, v, names in (("interpolation_mode", interpolation_mode, GRID_MODES),
+                           ("padding_mode", padding_mode, GRID_PADDINGS)):  # fmt: skip
+        if not isinstance(v, int) or not 0 <= v < len(names):
+            want = ", ".join(f"{i} ({n})" for i, n in enumerate(names))
+            raise trace_error(f"grid_sampler_2d {what} must be one of {want}, got {v!r}")
+    return grid_sample(x, grid, GRID_MODES[interpolation_mode], GRID_PADDINGS[padding_mode], bool(align_corners))
 
 
 # -- attention ------------------------------------------------------------------------------------------------

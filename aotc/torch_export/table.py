@@ -278,6 +278,7 @@ ATEN: dict[str, Translation] = {
     "aten.upsample_bilinear2d.default": N.upsample("bilinear2d", True, False),
     "aten.upsample_bicubic2d.vec": N.upsample("bicubic2d", True, True),
     "aten.upsample_bicubic2d.default": N.upsample("bicubic2d", True, False),
+    "aten.grid_sampler_2d.default": N.grid_sampler_2d,
     "aten.scaled_dot_product_attention.default": N.sdpa,
     "aten._scaled_dot_product_flash_attention_for_cpu.default": N.sdpa_flash_cpu,
     # -- sizes, tuples and asserts

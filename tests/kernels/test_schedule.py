@@ -123,3 +123,21 @@ def test_unlowered_graph_is_a_typed_error() -> None:
     g = make_graph({"x": TensorType(F32, (4,))}, lambda b, x: [b.op(Op.RELU, x)])
     with pytest.raises(UnsupportedError, match="not lowered"):
         schedule_graph(g)
+
+
+def test_a_merged_pointwise_kernel_stores_every_value_before_the_launches_that_read_it() -> None:
+    """Bicubic grid sampling under two paddings shares its coordinate math (CSE): pointwise kernels that already
+    hold a merge are merged again into later ones, and each value they store must still precede its readers."""
+    from aotc.compiler import CompileOptions, lower
+    from aotc.frontend.grid_sample import grid_sample_value
+
+    def build(b: object, x: object, grid: object) -> list:
+        return [grid_sample_value(b, x, grid, "bicubic", p, False) for p in ("zeros", "border")]
+
+    g = make_graph({"x": TensorType(F32, (2, 3, 5, 6)), "grid": TensorType(F32, (2, 4, 7, 2))}, build)
+    s = schedule_graph(lower(g, CompileOptions()))
+    written = {v.id for v in g.inputs}
+    for k in s.kernels:
+        unwritten = [v for v in k.inputs if v not in written and v in {o for q in s.kernels for o in q.outputs}]
+        assert not unwritten, f"{k.name} reads {unwritten} before a launch writes them"
+        written.update(k.outputs)
