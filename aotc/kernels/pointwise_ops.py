@@ -283,8 +283,32 @@ def cast(x: str, src: DType, dst: DType) -> str:
     """``x`` converted as the cast reference does: float -> int truncates with NaN -> 0, -> bool is != 0."""
     if src is dst:
         return x
+    if is_literal(x):  # a folded constant (a FULL, an int scalar of the model): `1.to(...)` is not Python
+        return literal(_cast_value(_literal_value(x), dst), dst)
     if dst is DType.bool:
         return f"{x} != 0"
     if src.is_float and dst.is_int:
         return f"tl.where({x} != {x}, 0.0, {x}).to({TL_DTYPE[dst]})"
     return f"{x}.to({TL_DTYPE[dst]})"
+
+
+def _literal_value(text: str) -> float | int | bool:
+    """The number ``literal`` wrote as ``text``."""
+    if text in ("True", "False"):
+        return text == "True"
+    if "nan" in text:
+        return math.nan
+    if "inf" in text:
+        return -math.inf if text.startswith("-") else math.inf
+    return float(text) if any(c in text for c in ".e") else int(text)
+
+
+def _cast_value(v: float | int | bool, dst: DType) -> float | int | bool:
+    """``v`` converted as ``cast`` converts a tensor: -> bool is != 0, float -> int truncates with NaN -> 0."""
+    if dst is DType.bool:
+        return v != 0
+    if dst.is_int:
+        if isinstance(v, float) and math.isinf(v):
+            raise UnsupportedError(f"no Triton expression for the constant {v} cast to {dst.value}")
+        return 0 if isinstance(v, float) and math.isnan(v) else int(v)
+    return float(v)

@@ -72,6 +72,23 @@ def test_where_cast_and_logic() -> None:
     check(g, [x, np.zeros(6, np.float32)])
 
 
+def test_a_cast_constant_is_folded_into_a_literal() -> None:
+    """ProphetNet casts constants (a full of int 1 to float, of 2.7 to int, of nan to int, of 0 to bool): the
+    kernel writes the converted literal, as the cast reference converts it (`1.to(...)` was not Python)."""
+
+    def body(b, x):
+        one, frac, nan = b.full(1, I64), b.full(-2.7, F32), b.full(float("nan"), F32)
+        return [
+            b.op(Op.ADD, x, b.cast(one, F32)),
+            b.op(Op.ADD, b.cast(x, I32), b.cast(frac, I32)),
+            b.op(Op.ADD, b.cast(x, I64), b.cast(nan, I64)),
+            b.op(Op.OR, b.op(Op.GT, x, b.full(0.0, F32)), b.cast(b.full(0, I32), DType.bool)),
+        ]
+
+    g = make_graph({"x": TensorType(F32, (6,))}, body)
+    check(g, [np.array([1.5, -2.7, 3.0, 0.0, 7.9, -0.4], np.float32)])
+
+
 def _view_graph(fn, shape=(2, 3, 4), dtype=F32, symbols=()):
     return make_graph({"x": TensorType(dtype, shape)}, lambda b, x: [b.op(Op.NEG, fn(b, x))], symbols=symbols)
 
