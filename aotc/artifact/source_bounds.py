@@ -14,6 +14,7 @@ The arithmetic is in ``source_intervals`` (and ``tile_decode``); what the source
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Mapping
 
 from aotc.artifact.source_intervals import Interval, Shape, Unbounded
@@ -84,6 +85,10 @@ def check_launch(k: Kernel, names: Mapping[str, int], grid: tuple[int, int, int]
 
 def _bounds(shape: Shape, acc: Access, what: str) -> list[tuple[str, Interval]]:
     out = []
+    depth = sys.getrecursionlimit()
+    # A kernel of many gathers (a grid sample's taps, the ids of one feeding the next) nests its index math deeper than
+    # the default 1000 frames let the interval walk go; 5000 still leaves the C stack room for it.
+    sys.setrecursionlimit(max(depth, 5000))
     try:
         ctx = shape.literals(acc.mask)
         for pointer, (c, terms), lits in shape.pointers(acc.pointer, ctx):
@@ -99,6 +104,8 @@ def _bounds(shape: Shape, acc: Access, what: str) -> list[tuple[str, Interval]]:
             f"{what}: line {acc.line} ({acc.text[:100]!r}): {e}; the reader cannot bound what it touches, so the "
             "launch is refused"
         ) from None
+    finally:
+        sys.setrecursionlimit(depth)
     return out
 
 

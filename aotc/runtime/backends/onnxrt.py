@@ -168,8 +168,10 @@ class OrtBackend:
             array = self._constants[constant]
             if array.dtype.name in _HALF:
                 array = array.astype(np.float32)
-            # ascontiguousarray makes a 0-d array 1-d, which onnxruntime refuses for a 0-d initializer
-            self._weights[constant] = np.ascontiguousarray(array).reshape(array.shape)
+            contiguous = np.ascontiguousarray(array)  # the mapped array itself when it already is (bound in place)
+            if contiguous.ndim != array.ndim:  # a 0-d array comes back 1-d, which onnxruntime refuses for a 0-d one
+                contiguous = contiguous.reshape(array.shape)
+            self._weights[constant] = contiguous
         return self._weights[constant]
 
 
