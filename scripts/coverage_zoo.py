@@ -278,12 +278,22 @@ def _small(config_cls: Any) -> dict[str, Any]:
     """The shrunken sizes ``config_cls`` takes, and its sub-configs' (a vision-language model's text and vision
     towers, BLT's patcher...) as dicts of theirs, so a composite model is small too."""
     from transformers import PretrainedConfig
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
     given = inspect.signature(config_cls.__init__).parameters
     out: dict[str, Any] = {k: v for k, v in _SMALL.items() if k in given}
+    specs = getattr(config_cls, "sub_configs_defaults", None) or {}
     for name, sub in (getattr(config_cls, "sub_configs", None) or {}).items():
-        if name in given and isinstance(sub, type) and issubclass(sub, PretrainedConfig):  # not AutoConfig
+        if name not in given or not isinstance(sub, type):
+            continue
+        if issubclass(sub, PretrainedConfig):
             out[name] = _small(sub)
+        elif name != "backbone_config" and getattr(specs.get(name), "model_type", None) in CONFIG_MAPPING:
+            # An AutoConfig tower (LLaVA's CLIP and Llama, PaliGemma's SigLIP and Gemma): its default model type
+            # and the composite's defaults for it, shrunk. Left alone, they build the full 7B model. Backbones
+            # keep their own list-shaped sizes (stage widths and depths), which _SMALL's scalars would break.
+            spec = specs[name]
+            out[name] = {**spec.init_kwargs, **_small(CONFIG_MAPPING[spec.model_type]), "model_type": spec.model_type}
     return out
 
 

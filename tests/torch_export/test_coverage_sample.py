@@ -109,3 +109,43 @@ def test_a_model_that_specializes_seq_is_run_again_with_seq_static(monkeypatch: 
     case.static_seq = None  # without the static form the refusal stands
     r = run_case("hf", "unrolled/Unrolled")
     assert r["status"] == "refused" and "specialized" in r["detail"], r
+
+
+def test_a_composites_autoconfig_towers_are_shrunk_with_its_own_defaults() -> None:
+    """LLaVA's towers are AutoConfig sub-configs (CLIP vision, Llama text): left alone they build the 7B model,
+    which the sweep could not allocate; shrunk, they keep the composite's defaults for the rest."""
+    transformers_module()
+    from coverage_zoo import _small
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    cls = CONFIG_MAPPING["llava"]
+    config = cls(**_small(cls))
+    assert type(config.vision_config).__name__ == "CLIPVisionConfig"
+    assert type(config.text_config).__name__ == "LlamaConfig"
+    for tower in (config.vision_config, config.text_config):
+        assert tower.hidden_size == 32 and tower.num_hidden_layers == 2, tower
+    default = cls()
+    assert config.vision_config.hidden_act == default.vision_config.hidden_act  # the composite's own default
+
+
+def test_a_vanishing_init_is_given_a_signal_and_every_other_init_is_left_alone() -> None:
+    torch = pytest.importorskip("torch")
+    from coverage_zoo import _unzero
+
+    def net() -> torch.nn.Module:
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.Linear(4, 4))
+        with torch.no_grad():
+            m[0].weight.normal_(0.0, 0.01)
+            m[0].bias.zero_()
+            m[1].weight.zero_()
+        return m
+
+    plain = net()
+    conv = plain[0].weight.clone()
+    _unzero(plain)
+    assert plain[1].weight.any() and not plain[0].bias.any() and torch.equal(plain[0].weight, conv)
+    vanishing = net()
+    _unzero(vanishing, vanishing=True)
+    assert vanishing[0].bias.any()
+    assert 0.3 < float(vanishing[0].weight.detach().std()) * 27**0.5 / 2 < 3  # std 2/sqrt(fan-in 27), not 0.01
