@@ -149,3 +149,50 @@ def test_a_vanishing_init_is_given_a_signal_and_every_other_init_is_left_alone()
     _unzero(vanishing, vanishing=True)
     assert vanishing[0].bias.any()
     assert 0.3 < float(vanishing[0].weight.detach().std()) * 27**0.5 / 2 < 3  # std 2/sqrt(fan-in 27), not 0.01
+
+
+def test_a_model_that_traces_to_another_program_than_it_runs_is_told_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+    """PaliGemma masks causally when traced and not when run eagerly: aotc gives what torch.export's program
+    gives, which the row says (a failure, not counted as aotc's wrong answer); an answer that matches neither
+    stays a mismatch."""
+    torch = pytest.importorskip("torch")
+    np = pytest.importorskip("numpy")
+    import coverage_zoo
+    from coverage_zoo import BATCH, Case
+
+    import aotc
+    from aotc import TensorSpec
+
+    class Traced(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * 2.0 if torch.compiler.is_exporting() else x * 3.0
+
+    rng = np.random.default_rng(0)
+    feeds = [{"x": rng.standard_normal((n, 4)).astype(np.float32)} for n in (2, 3)]
+    case = Case(Traced().eval(), {"x": TensorSpec((BATCH, 4))}, feeds, "batch")
+    monkeypatch.setattr(coverage_zoo, "build", lambda suite, name: case)
+    r = run_case("hf", "traced/Traced")
+    assert r["status"] == "export differs" and "torch.export's program gives aotc's" in r["detail"], r
+
+    real = aotc.compile
+
+    def off(*args, **kwargs):  # an answer of neither program
+        model = real(*args, **kwargs)
+        return lambda **feeds: model(**feeds) + 1.0
+
+    monkeypatch.setattr(aotc, "compile", off)
+    r = run_case("hf", "traced/Traced")
+    assert r["status"] == "mismatch", r
+
+
+def test_a_model_past_the_workers_memory_cap_is_told_apart_from_a_bug(monkeypatch: pytest.MonkeyPatch) -> None:
+
+    import aotc
+
+    def big(*args, **kwargs):
+        raise MemoryError("Unable to allocate 64.0 MiB for an array")
+
+    transformers_module()
+    monkeypatch.setattr(aotc, "compile", big)
+    r = run_case("hf", "bert/BertModel")
+    assert r["status"] == "memory" and "memory cap" in r["detail"] and "64.0 MiB" in r["detail"], r
