@@ -121,3 +121,26 @@ def test_computed_ids_get_bound_outputs_only_when_the_graph_cannot_prove_them_va
     (bound,) = unproved.id_bounds
     assert bound.outputs == (1, 2) and bound.size == 15
     assert len(onnx.load_model_from_string(unproved.model).graph.output) == 3
+
+
+def test_fresh_names_skip_every_name_taken_and_do_not_search_from_the_start_each_time() -> None:
+    from aotc.ir.onnx_form.context import unique
+
+    taken: set[str] = set()
+    tried: dict[str, int] = {}
+    assert [unique("a", taken, tried) for _ in range(3)] == ["a", "a_2", "a_3"]
+    taken.add("a_5")  # taken by another route (an output's name)
+    assert [unique("a", taken, tried) for _ in range(2)] == ["a_4", "a_6"]
+    assert unique("b", taken, tried) == "b"
+    probes = 0
+
+    class Counting(set):
+        def __contains__(self, x: object) -> bool:
+            nonlocal probes
+            probes += 1
+            return super().__contains__(x)
+
+    many, tried = Counting(), {}
+    for _ in range(2000):
+        unique("x", many, tried)
+    assert probes < 3 * 2000  # linear: a search from x_2 each time would probe ~2 million times

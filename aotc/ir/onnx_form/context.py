@@ -42,6 +42,7 @@ class ExportCtx:
         self.nodes: list[proto.Message] = []
         self.initializers: list[tuple[str, np.ndarray]] = []
         self.taken: set[str] = set()
+        self._tried: dict[str, int] = {}  # name -> the suffix its next fresh copy starts at (unique)
         self.names: dict[int, str] = {}
         self.next_id = graph.max_value_id() + 1
         self._scalars: dict[tuple, str] = {}
@@ -54,7 +55,7 @@ class ExportCtx:
 
     # -- names and nodes ------------------------------------------------------------------------------------
     def fresh(self, hint: str) -> str:
-        return unique(hint, self.taken)
+        return unique(hint, self.taken, self._tried)
 
     def add(self, op_type: str, inputs: Sequence[str], outputs: Sequence[str] | int = 1, **attrs: Any) -> list[str]:
         """Append a node; ``outputs`` is a list of names or a count of fresh ones. Returns the output names."""
@@ -166,11 +167,17 @@ class ExportCtx:
         return accepts(op_type, DType.float32 if self.float32 and dtype in HALF else dtype)
 
 
-def unique(name: str, taken: set[str]) -> str:
-    """``name``, or ``name_2``, ``name_3``... whichever is not yet in ``taken``; adds it to ``taken``."""
-    out, i = name, 2
+def unique(name: str, taken: set[str], tried: dict[str, int] | None = None) -> str:
+    """``name``, or ``name_2``, ``name_3``... whichever is not yet in ``taken``; adds it to ``taken``. ``tried``
+    keeps, per name, the suffix the next search starts at (the ones below it are taken, and stay taken), so a graph
+    of 100,000 reshapes names its nodes in linear time, not quadratic (Zamba's 76 layers took minutes here)."""
+    out, i = name, (tried or {}).get(name, 2)
+    if i > 2:
+        out = f"{name}_{i}"
     while out in taken:
         out = f"{name}_{i}"
         i += 1
     taken.add(out)
+    if tried is not None:
+        tried[name] = i
     return out
