@@ -155,6 +155,11 @@ _SMALL = dict(
     use_cache=False,
 )
 _TEXT_SIZES = ((2, 7), (3, 16))
+# Layer counts ``_fitted`` tries where 2 is refused (Zamba's first 3 layers are fixed: its layer types need 3).
+_DEEPER = {"num_hidden_layers": (3, 4, 6)}
+# The most parameters a fitted config's model may keep (``_fitted``: one whose validators refused some sizes).
+_FITTED_WEIGHTS = 50_000_000
+_FITTED_LAYERS = 8  # and the most layers (Zamba2's 54 layer types are fixed; its export alone takes minutes)
 
 
 def _hf(name: str, rng: np.random.Generator) -> list[Case]:
@@ -167,7 +172,7 @@ def _hf(name: str, rng: np.random.Generator) -> list[Case]:
     model_type, cls_name = name.split("/", 1)
     try:
         config_cls, cls = CONFIG_MAPPING[model_type], getattr(transformers, cls_name)
-        config = config_cls(**_small(config_cls))
+        config, fitted = _config(config_cls)
         for part in (config, *_sub_configs(config)):  # a VLM's text model keeps its own use_cache
             part.use_cache = False  # past key values are not an output to compare
         module = cls(config).eval()
@@ -179,6 +184,11 @@ def _hf(name: str, rng: np.random.Generator) -> list[Case]:
     except Exception as e:  # a config that does not shrink, a model class that needs a download
         raise Skip(f"does not build from a small config: {type(e).__name__}: {_first_line(e)}") from None
     _unzero(module, vanishing=model_type in _VANISHING)
+    weights = sum(p.numel() for p in module.parameters())
+    layers = getattr(config, "num_hidden_layers", 0) or 0
+    if fitted and (weights > _FITTED_WEIGHTS or layers > _FITTED_LAYERS):  # its validators kept it big
+        size = f"{weights / 1e6:.0f}M parameters" if weights > _FITTED_WEIGHTS else f"{layers} layers"
+        raise Skip(f"does not build from a small config: {size} with the sizes it takes")
     main = getattr(module, "main_input_name", "input_ids")
     named = [p.name for p in inspect.signature(module.forward).parameters.values() if p.kind is not p.VAR_KEYWORD]
     if main not in named and "pixel_values" in named:  # a vision tower whose class keeps the text default
@@ -274,9 +284,10 @@ def _image(config: Any) -> tuple[int, int]:
     return (side if isinstance(side, int) else 32), int(getattr(config, "num_channels", 3) or 3)
 
 
-def _small(config_cls: Any) -> dict[str, Any]:
+def _small(config_cls: Any, towers: bool = True) -> dict[str, Any]:
     """The shrunken sizes ``config_cls`` takes, and its sub-configs' (a vision-language model's text and vision
-    towers, BLT's patcher...) as dicts of theirs, so a composite model is small too."""
+    towers, BLT's patcher...) as dicts of theirs, so a composite model is small too; its AutoConfig towers too
+    with ``towers``."""
     from transformers import PretrainedConfig
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
@@ -287,14 +298,66 @@ def _small(config_cls: Any) -> dict[str, Any]:
         if name not in given or not isinstance(sub, type):
             continue
         if issubclass(sub, PretrainedConfig):
-            out[name] = _small(sub)
-        elif name != "backbone_config" and getattr(specs.get(name), "model_type", None) in CONFIG_MAPPING:
+            out[name] = _small(sub, towers)
+        elif towers and name != "backbone_config" and getattr(specs.get(name), "model_type", None) in CONFIG_MAPPING:
             # An AutoConfig tower (LLaVA's CLIP and Llama, PaliGemma's SigLIP and Gemma): its default model type
             # and the composite's defaults for it, shrunk. Left alone, they build the full 7B model. Backbones
             # keep their own list-shaped sizes (stage widths and depths), which _SMALL's scalars would break.
             spec = specs[name]
-            out[name] = {**spec.init_kwargs, **_small(CONFIG_MAPPING[spec.model_type]), "model_type": spec.model_type}
+            out[name] = {
+                **spec.init_kwargs,
+                **_small(CONFIG_MAPPING[spec.model_type], towers),
+                "model_type": spec.model_type,
+            }
     return out
+
+
+def _config(config_cls: Any) -> tuple[Any, bool]:
+    """``config_cls`` shrunk by ``_small``, then with its AutoConfig towers left as they are (Apertus-1.5's audio
+    tower refuses the shrink), then where that fails its validators too (Swin's heads are a list per stage, Bamba's
+    layer types must match its layer count) by ``_fitted``; and whether it was fitted."""
+    for towers in (True, False):
+        try:
+            return config_cls(**_small(config_cls, towers)), False
+        except Exception:  # a validator's refusal
+            pass
+    return config_cls(**_fitted(config_cls)), True
+
+
+def _fitted(config_cls: Any, base: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``base`` with as many of ``_small``'s sizes as ``config_cls`` accepts: each size is kept when the config
+    still builds with it, in rounds until none more is taken (32 wide is refused while there are 12 heads, and
+    taken once 2 heads are)."""
+    from transformers import PretrainedConfig
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    given = inspect.signature(config_cls.__init__).parameters
+    wanted: dict[str, Any] = {k: v for k, v in _SMALL.items() if k in given}
+    specs = getattr(config_cls, "sub_configs_defaults", None) or {}
+    for name, sub in (getattr(config_cls, "sub_configs", None) or {}).items():
+        if name not in given or not isinstance(sub, type):
+            continue
+        if issubclass(sub, PretrainedConfig):
+            wanted[name] = _fitted(sub)
+        elif name != "backbone_config" and getattr(specs.get(name), "model_type", None) in CONFIG_MAPPING:
+            spec = specs[name]
+            tower = _fitted(CONFIG_MAPPING[spec.model_type], dict(spec.init_kwargs))
+            wanted[name] = {**tower, "model_type": spec.model_type}
+    chosen = dict(base or {})
+    taken = True
+    while taken:
+        taken = False
+        for key, value in list(wanted.items()):
+            for size in (value, *_DEEPER.get(key, ())):
+                try:
+                    config_cls(**{**chosen, key: size})
+                except Exception:  # a validator's refusal: this size does not fit (yet)
+                    continue
+                chosen[key] = size
+                del wanted[key]
+                taken = True
+                break
+    return chosen
 
 
 def _first_line(e: BaseException) -> str:

@@ -196,3 +196,22 @@ def test_a_model_past_the_workers_memory_cap_is_told_apart_from_a_bug(monkeypatc
     monkeypatch.setattr(aotc, "compile", big)
     r = run_case("hf", "bert/BertModel")
     assert r["status"] == "memory" and "memory cap" in r["detail"] and "64.0 MiB" in r["detail"], r
+
+
+def test_a_config_whose_validators_refuse_the_shrink_takes_the_sizes_it_accepts() -> None:
+    """Swin's heads are a list per stage, so ``num_heads=2`` is refused: the fitted config keeps the sizes its
+    validators accept, and is marked fitted (its model is skipped if they leave it big)."""
+    transformers_module()
+    from coverage_zoo import _config, _small
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    swin = CONFIG_MAPPING["swin"]
+    with pytest.raises(Exception, match="num_heads"):
+        swin(**_small(swin))
+    config, fitted = _config(swin)
+    assert fitted and config.num_channels == 3 and config.image_size == 32, config
+    assert list(config.num_heads) == [3, 6, 12, 24]  # its own
+    zamba, fitted = _config(CONFIG_MAPPING["zamba"])  # its layer types need 3 layers at least
+    assert fitted and zamba.num_hidden_layers == 3 and zamba.hidden_size == 32, zamba
+    bert, plain = _config(CONFIG_MAPPING["bert"])
+    assert not plain and bert.hidden_size == 32 and bert.num_hidden_layers == 2
