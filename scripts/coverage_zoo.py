@@ -288,6 +288,12 @@ def _small(config_cls: Any, towers: bool = True) -> dict[str, Any]:
     """The shrunken sizes ``config_cls`` takes, and its sub-configs' (a vision-language model's text and vision
     towers, BLT's patcher...) as dicts of theirs, so a composite model is small too; its AutoConfig towers too
     with ``towers``."""
+    return _wanted(config_cls, lambda cls, base: {**base, **_small(cls, towers)}, towers)
+
+
+def _wanted(config_cls: Any, shrink: Any, towers: bool = True) -> dict[str, Any]:
+    """``_SMALL``'s sizes that ``config_cls`` takes, and each sub-config's dict as ``shrink(class, defaults)``
+    gives it."""
     from transformers import PretrainedConfig
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
@@ -298,17 +304,14 @@ def _small(config_cls: Any, towers: bool = True) -> dict[str, Any]:
         if name not in given or not isinstance(sub, type):
             continue
         if issubclass(sub, PretrainedConfig):
-            out[name] = _small(sub, towers)
+            out[name] = shrink(sub, {})
         elif towers and name != "backbone_config" and getattr(specs.get(name), "model_type", None) in CONFIG_MAPPING:
             # An AutoConfig tower (LLaVA's CLIP and Llama, PaliGemma's SigLIP and Gemma): its default model type
             # and the composite's defaults for it, shrunk. Left alone, they build the full 7B model. Backbones
             # keep their own list-shaped sizes (stage widths and depths), which _SMALL's scalars would break.
             spec = specs[name]
-            out[name] = {
-                **spec.init_kwargs,
-                **_small(CONFIG_MAPPING[spec.model_type], towers),
-                "model_type": spec.model_type,
-            }
+            tower = shrink(CONFIG_MAPPING[spec.model_type], dict(spec.init_kwargs))
+            out[name] = {**tower, "model_type": spec.model_type}
     return out
 
 
@@ -328,21 +331,7 @@ def _fitted(config_cls: Any, base: dict[str, Any] | None = None) -> dict[str, An
     """``base`` with as many of ``_small``'s sizes as ``config_cls`` accepts: each size is kept when the config
     still builds with it, in rounds until none more is taken (32 wide is refused while there are 12 heads, and
     taken once 2 heads are)."""
-    from transformers import PretrainedConfig
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-
-    given = inspect.signature(config_cls.__init__).parameters
-    wanted: dict[str, Any] = {k: v for k, v in _SMALL.items() if k in given}
-    specs = getattr(config_cls, "sub_configs_defaults", None) or {}
-    for name, sub in (getattr(config_cls, "sub_configs", None) or {}).items():
-        if name not in given or not isinstance(sub, type):
-            continue
-        if issubclass(sub, PretrainedConfig):
-            wanted[name] = _fitted(sub)
-        elif name != "backbone_config" and getattr(specs.get(name), "model_type", None) in CONFIG_MAPPING:
-            spec = specs[name]
-            tower = _fitted(CONFIG_MAPPING[spec.model_type], dict(spec.init_kwargs))
-            wanted[name] = {**tower, "model_type": spec.model_type}
+    wanted = _wanted(config_cls, _fitted)
     chosen = dict(base or {})
     taken = True
     while taken:
