@@ -186,7 +186,6 @@ def test_a_model_that_traces_to_another_program_than_it_runs_is_told_apart(monke
 
 
 def test_a_model_past_the_workers_memory_cap_is_told_apart_from_a_bug(monkeypatch: pytest.MonkeyPatch) -> None:
-
     import aotc
 
     def big(*args, **kwargs):

@@ -171,9 +171,8 @@ def unique(name: str, taken: set[str], tried: dict[str, int] | None = None) -> s
     """``name``, or ``name_2``, ``name_3``... whichever is not yet in ``taken``; adds it to ``taken``. ``tried``
     keeps, per name, the suffix the next search starts at (the ones below it are taken, and stay taken), so a graph
     of 100,000 reshapes names its nodes in linear time, not quadratic (Zamba's 76 layers took minutes here)."""
-    out, i = name, (tried or {}).get(name, 2)
-    if i > 2:
-        out = f"{name}_{i}"
+    i = 2 if tried is None else tried.get(name, 2)
+    out = name if i == 2 else f"{name}_{i}"
     while out in taken:
         out = f"{name}_{i}"
         i += 1
