@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from torch_kit import torchvision_module, transformers_module
@@ -214,3 +215,27 @@ def test_a_config_whose_validators_refuse_the_shrink_takes_the_sizes_it_accepts(
     assert fitted and zamba.num_hidden_layers == 3 and zamba.hidden_size == 32, zamba
     bert, plain = _config(CONFIG_MAPPING["bert"])
     assert not plain and bert.hidden_size == 32 and bert.num_hidden_layers == 2
+
+
+def test_torchs_own_allocator_past_the_cap_is_a_memory_row_and_other_runtime_errors_stay_errors(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import aotc
+
+    def message(text: str) -> Any:
+        def fail(*args: Any, **kwargs: Any) -> Any:
+            raise RuntimeError(text)
+
+        return fail
+
+    transformers_module()
+    oom = (
+        "[enforce fail at alloc_cpu.cpp:121] . DefaultCPUAllocator: can't allocate memory: you tried to allocate "
+        "21233664 bytes. Error code 12 (Cannot allocate memory)"
+    )
+    monkeypatch.setattr(aotc, "compile", message(oom))
+    r = run_case("hf", "bert/BertModel")
+    assert r["status"] == "memory" and "21233664 bytes" in r["detail"], r
+    monkeypatch.setattr(aotc, "compile", message("expand: the requested shape has too few dimensions"))
+    r = run_case("hf", "bert/BertModel")
+    assert r["status"] == "error" and r["detail"].startswith("RuntimeError: expand"), r
