@@ -16,6 +16,7 @@ import os
 import re
 import sys
 import sysconfig
+import traceback
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -381,4 +382,9 @@ def _export_error(e: Exception, sources: Mapping[str, str], log: _Log) -> AotcEr
         return TraceError(f"{at}the model's shapes depend on tensor values (data-dependent: {first}); aotc compiles "
                           "shapes that follow from the input sizes")  # fmt: skip
     first = next((line.strip() for line in text.splitlines() if line.strip()), type(e).__name__)
-    return TraceError(f"torch.export could not capture the model: {type(e).__name__}: {first}")
+    # the model's own line where torch's trace of it raised (a None where the model wants a tensor, ...)
+    frames = [(f.filename, str(f.lineno)) for f in traceback.extract_tb(e.__traceback__)]
+    skip = _not_model()
+    ours = [f for f in frames if not f[0].startswith("<") and not os.path.realpath(f[0]).startswith(skip)]
+    at = f"{_model_line(ours)}: " if ours else ""
+    return TraceError(f"{at}torch.export could not capture the model: {type(e).__name__}: {first}")

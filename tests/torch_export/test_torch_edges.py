@@ -70,6 +70,19 @@ def test_an_argument_aotc_cannot_hold_is_refused_at_the_models_line_and_op() -> 
     assert re.match(rf".*{HERE}:\d+: aten\._to_copy\.default: a tensor has dtype complex64", str(info.value)), info
 
 
+def test_a_model_torch_export_cannot_capture_is_refused_at_the_models_line() -> None:
+    class MissingMask(nn.Module):  # LongT5 and Switch Transformers fail inside torch.export so
+        def forward(self, x: Any) -> Any:
+            mask = None
+            return x * mask.shape[0]
+
+    with pytest.raises(aotc.TraceError) as info:
+        aotc.compile(MissingMask(), {"x": TensorSpec((Dim("batch", min=1, max=4), 8))})
+    msg = str(info.value)
+    line = MissingMask.forward.__code__.co_firstlineno + 2
+    assert re.match(rf".*{HERE}:{line}: torch\.export could not capture the model: AttributeError: ", msg), msg
+
+
 class PaddedChunks(nn.Module):
     """Qwen3-Next's linear attention and Mamba-2's mixers: pad the sequence up to a multiple of the chunk, then
     split it into chunks with a -1 (the padded length traces as seq + (63*(seq % 64)) % 64)."""
