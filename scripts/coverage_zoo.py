@@ -39,6 +39,23 @@ class Case:
     static_seq: Case | None = None
 
 
+def with_mask(case: Case) -> Case | None:
+    """The case with an all-ones ``attention_mask`` beside its ``input_ids``, for a model whose code builds no mask
+    under torch.export when none is given (LongT5, Switch Transformers: ``if attention_mask is None and not
+    is_torchdynamo_compiling()``); None where the model takes no mask or the case has one or no ids."""
+    params = inspect.signature(case.module.forward).parameters
+    if "attention_mask" not in params or "attention_mask" in case.inputs or "input_ids" not in case.inputs:
+        return None
+    masked = Case(
+        case.module,
+        {**case.inputs, "attention_mask": case.inputs["input_ids"]},
+        [f | {"attention_mask": np.ones_like(f["input_ids"])} for f in case.feeds],
+        case.dims,
+    )
+    masked.static_seq = None if case.static_seq is None else with_mask(case.static_seq)
+    return masked
+
+
 def torchvision():
     """torchvision, its ops' fake kernels skipped: the CUDA torchvision this machine's wheels give fails to register
     them beside the CPU torch (``operator torchvision::nms does not exist``), and no model swept here uses them."""

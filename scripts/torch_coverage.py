@@ -66,6 +66,7 @@ RTOL, ATOL = 1e-3, 1e-4  # atol scaled by each output's largest magnitude (rando
 _OP = re.compile(r"\b(aten\.[A-Za-z0-9_]+\.[A-Za-z0-9_]+|aten\.[A-Za-z0-9_]+)")
 _WHERE = re.compile(r"([\w./-]+\.py):(\d+)")
 _TORCH_OOM = re.compile(r"DefaultCPUAllocator: can't allocate memory|can't allocate memory: you tried to allocate")
+_NO_CAPTURE = "torch.export could not capture the model"
 _SPECIALIZED_SEQ = re.compile(r"dim 'seq' .* is declared dynamic, but the model specialized it")
 
 
@@ -73,7 +74,7 @@ _SPECIALIZED_SEQ = re.compile(r"dim 'seq' .* is declared dynamic, but the model 
 
 
 def run_case(suite: str, name: str) -> dict[str, Any]:
-    from coverage_zoo import Skip, build
+    from coverage_zoo import Skip, build, with_mask
 
     start = time.perf_counter()
     try:
@@ -81,9 +82,12 @@ def run_case(suite: str, name: str) -> dict[str, Any]:
     except Skip as e:
         return {"status": "skip", "detail": str(e)}
     out = _run(case)
+    masked = with_mask(case) if out["status"] == "refused" and _NO_CAPTURE in out["detail"] else None
+    if masked is not None:  # the model's code needs the mask under export: given all ones, as a user would
+        case, out = masked, _run(masked) | {"unmasked": out["detail"]}
     if out["status"] == "refused" and case.static_seq is not None and _SPECIALIZED_SEQ.search(out["detail"]):
         # seq is not the model's to vary (a recurrence unrolled over it): declared static, as a user would
-        out = _run(case.static_seq) | {"specialized": out["detail"]}
+        out = _run(case.static_seq) | {k: v for k, v in out.items() if k == "unmasked"} | {"specialized": out["detail"]}
     if out["status"] == "pass":
         out["seconds"] = round(time.perf_counter() - start, 1)
     return out
@@ -347,6 +351,8 @@ def table(results: dict[str, dict[str, Any]], aten: list[dict[str, Any]], comman
     ]
     for key, r in sorted(results.items()):
         detail = r.get("detail", "") or (f"seq static: {r['specialized']}" if r.get("specialized") else "")
+        if r.get("unmasked"):
+            detail = f"an all-ones attention_mask given (without: {r['unmasked']}) {detail}".strip()
         detail = detail.replace("|", "\\|").replace("\n", " ")
         lines.append(
             f"| {key} | {r.get('dims', '')} | {r['status']} | {r.get('op', '')} | {r.get('where', '')} | {detail} |"

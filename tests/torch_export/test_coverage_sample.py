@@ -239,3 +239,41 @@ def test_torchs_own_allocator_past_the_cap_is_a_memory_row_and_other_runtime_err
     monkeypatch.setattr(aotc, "compile", message("expand: the requested shape has too few dimensions"))
     r = run_case("hf", "bert/BertModel")
     assert r["status"] == "error" and r["detail"].startswith("RuntimeError: expand"), r
+
+
+def test_a_model_that_needs_a_mask_under_export_is_given_one_of_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    """LongT5 builds no mask under torch.export when none is given, then uses it: the sweep gives it an all-ones
+    mask, as a user would, and the row says so; a model with no mask parameter stays refused at its line."""
+    torch = pytest.importorskip("torch")
+    np = pytest.importorskip("numpy")
+    import coverage_zoo
+    from coverage_zoo import BATCH, SEQ, Case
+
+    from aotc import TensorSpec
+
+    class NeedsMask(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = torch.nn.Embedding(16, 4)
+
+        def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+            if attention_mask is None and not torch.compiler.is_exporting():
+                attention_mask = torch.ones_like(input_ids)
+            return self.embed(input_ids) * attention_mask[..., None]
+
+    class NoMask(torch.nn.Module):
+        def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+            mask = None
+            return input_ids * mask.shape[0]
+
+    rng = np.random.default_rng(0)
+    feeds = [{"input_ids": rng.integers(0, 16, size=s).astype(np.int64)} for s in ((2, 5), (3, 7))]
+    for module in (NeedsMask(), NoMask()):
+        case = Case(module.eval(), {"input_ids": TensorSpec((BATCH, SEQ), "int64")}, feeds, "batch, seq")
+        monkeypatch.setattr(coverage_zoo, "build", lambda suite, name, case=case: case)
+        r = run_case("hf", "mask/Model")
+        if isinstance(module, NeedsMask):
+            assert r["status"] == "pass" and "could not capture" in r["unmasked"], r
+            assert "an all-ones attention_mask given" in table({"hf:mask/Model": r}, [], "cmd", "")
+        else:
+            assert r["status"] == "refused" and "test_coverage_sample.py" in r["where"] and "unmasked" not in r, r
