@@ -31,10 +31,11 @@ from aotc.frontend.trace import collect_dims
 from aotc.ir.symbolic import SymExpr, to_infix
 from aotc.ir.symbolic_values import evaluate
 from aotc.torch_export._torch import require_torch
+from aotc.torch_export.inplace import inplace_plan
 from aotc.torch_export.state_writes import written_placeholders
 from aotc.torch_export.symbols import Untranslatable, finite_int, guard_facts, to_dim
 from aotc.torch_export.table import decomposition_table
-from aotc.torch_export.translate import Translator, functional_inplace, refuse_mutations, require, size_of_input
+from aotc.torch_export.translate import Translator, refuse_mutations, require, size_of_input
 
 _TORCH_DTYPES = {"float32", "float16", "bfloat16", "int64", "int32", "bool"}
 # Example sizes for a dim without an explicit hint, as multiples of its multiple_of: divisible by the small factors
@@ -145,11 +146,11 @@ def export_at_hints(module: Any, args: Sequence[Tensor], kwargs: Mapping[str, Te
 
 def decompose(ep: Any) -> Any:
     """``ep`` with every op outside the ATen table decomposed by torch to core ATen (the table's ops stay whole).
-    Unchanged when the table covers it already, in-place ops included where each writes a value nothing else reads
-    afterwards (``x = relu_(conv(x))``): those translate as their functional twins, and torch's decomposition pass,
-    the slowest step of an import, is skipped."""
+    Unchanged when the table covers it already, in-place ops included where the Translator can run them
+    (inplace.py: an op on a value nothing else sees, ``x = relu_(conv(x))``, or writes into a fresh tensor through
+    slices and selects, ``out[:, i] = v``): torch's decomposition pass, the slowest step of an import, is skipped."""
     refuse_mutations(ep)
-    if functional_inplace(ep.graph, written_placeholders(ep)) is not None:
+    if inplace_plan(ep.graph, written_placeholders(ep)) is not None:
         return ep
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch's deprecation notices from inside run_decompositions

@@ -125,6 +125,31 @@ def repeat(cx: Cx, x: Tensor, repeats: Sequence[Any]) -> Tensor:
     return layout.repeat(x, (list(repeats),))
 
 
+def repeat_interleave(cx: Cx, x: Tensor, repeats: Any, dim: int | None = None, output_size: Any = None) -> Tensor:
+    """``repeat_interleave.self_int``: each slice along ``dim`` (of the flattened tensor when None) ``repeats`` times
+    in a row."""
+    if isinstance(repeats, int) and repeats < 0:
+        raise trace_error(f"repeat_interleave: repeats must be non-negative, got {repeats}")
+    t = layout.flatten(x) if dim is None else x
+    ax = layout.axis(0 if dim is None else dim, t.ndim)
+    src, r = list(t._v().type.shape), as_dim(repeats)
+    y = layout.expand(layout.unsqueeze(t, ax + 1), (src[: ax + 1] + [r] + src[ax + 1 :],))
+    return layout.reshape_to(y, src[:ax] + [src[ax] * r] + src[ax + 1 :])
+
+
+def diff(cx: Cx, x: Tensor, n: int = 1, dim: int = -1, prepend: Any = None, append: Any = None) -> Tensor:
+    """``torch.diff``: ``n`` times the difference of neighbours along ``dim`` (``!=`` for bools), after ``prepend``
+    and ``append`` are joined on."""
+    ax = layout.axis(dim, x.ndim)
+    parts = [p for p in (prepend, x, append) if p is not None]
+    y = layout.cat(parts, ax) if len(parts) > 1 else x
+    for _ in range(n):
+        size = y.shape[ax]
+        hi, lo = _at(y, ax, slice(1, None)), _at(y, ax, slice(None, size - 1))
+        y = T.ne(hi, lo) if y.dtype is DType.bool else hi - lo
+    return y
+
+
 def tril(cx: Cx, x: Tensor, diagonal: int = 0) -> Tensor:
     return layout.tri(x, diagonal, True)
 

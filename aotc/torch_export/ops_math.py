@@ -440,5 +440,15 @@ def arange_step(cx: Cx, start: Any, end: Any, step: Any = 1, dtype: DType | None
     return T.arange(start, end, step, dtype=dtype or cx.out_dtype())
 
 
+def eye(cx: Cx, n: Any, dtype: DType | None = None, *rest: Any) -> Tensor:
+    return eye_m(cx, n, n, dtype)
+
+
+def eye_m(cx: Cx, n: Any, m: Any, dtype: DType | None = None, *rest: Any) -> Tensor:
+    """``torch.eye``: ones where the row equals the column."""
+    same = T.unsqueeze(T.arange(0, n, 1), 1) == T.unsqueeze(T.arange(0, m, 1), 0)
+    return ew.cast(same, dtype or cx.out_dtype() or DType.float32)
+
+
 def lift_constant(cx: Cx, x: Tensor) -> Tensor:
     return x

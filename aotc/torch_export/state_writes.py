@@ -86,9 +86,27 @@ def written_placeholders(ep: Any) -> set[str]:
             first = node.args[0]
             if first in base and (target_name(node.target) in IDENTITY_ALIASES | VIEWS or writes_first(node)):
                 base[node] = base[first]
-                if writes_first(node):
+                if writes_first(node) and not copies_itself(node):
                     out.add(base[first])
     return out
+
+
+def copies_itself(node: Any) -> bool:
+    """``copy_(t, t.to(t's dtype))``: a tensor set to its own value, which writes nothing (CTRL sets its positional
+    table buffer to ``self.pos_encoding.to(device, dtype)`` on every call; not a state)."""
+    if target_name(node.target) != "aten.copy_.default" or len(node.args) < 2:
+        return False
+    dst = _itself(node.args[0])
+    return dst is not None and dst is _itself(node.args[1])
+
+
+def _itself(x: Any) -> Any:
+    """The node whose tensor ``x`` is, through aliases that keep its dtype (None for a constant)."""
+    while getattr(x, "op", None) == "call_function" and target_name(x.target) in IDENTITY_ALIASES:
+        if getattr(x.meta.get("val"), "dtype", None) != getattr(x.args[0].meta.get("val"), "dtype", 0):
+            break
+        x = x.args[0]
+    return x if hasattr(x, "op") else None
 
 
 def writes_first(node: Any) -> bool:

@@ -189,9 +189,12 @@ ATEN: dict[str, Translation] = {
     "aten.empty_like.default": M.like_value(0),
     "aten.scalar_tensor.default": M.scalar_tensor,
     "aten.arange.default": M.arange,
+    "aten.eye.default": M.eye,
+    "aten.eye.m": M.eye_m,
     "aten.arange.start": M.arange_start,
     "aten.arange.start_step": M.arange_step,
     "aten.fill.Scalar": L.fill_scalar,
+    "aten.fill.Tensor": L.copy,  # a 0-d tensor broadcast over x, in its dtype
     "aten.copy.default": L.copy,
     # -- layout
     "aten.view.default": L.view,
@@ -220,6 +223,8 @@ ATEN: dict[str, Translation] = {
     "aten.flip.default": L.flip,
     "aten.roll.default": L.roll,
     "aten.repeat.default": L.repeat,
+    "aten.repeat_interleave.self_int": L.repeat_interleave,
+    "aten.diff.default": L.diff,
     "aten.tril.default": L.tril,
     "aten.triu.default": L.triu,
     "aten.constant_pad_nd.default": L.constant_pad_nd,

@@ -23,6 +23,8 @@ from aotc.ir.dtypes import DType
 from aotc.ir.ops import Op
 from aotc.ir.symbolic_values import evaluate
 from aotc.torch_export._torch import aotc_dtype, require_torch, to_numpy
+from aotc.torch_export.inplace import functional_twin, inplace_plan, link
+from aotc.torch_export.local_writes import Followed, read, write_back
 from aotc.torch_export.state_writes import (
     IDENTITY_ALIASES,
     VIEWS,
@@ -85,7 +87,10 @@ class Translator:
         self.node: Any = None
         self._stored: dict[tuple, Tensor] = {}
         self.written = written_placeholders(ep)  # buffers (and lifted tensors) the program writes: states
-        self.inplace = functional_inplace(ep.graph, self.written) or set()  # in-place nodes run as functional twins
+        plan = inplace_plan(ep.graph, self.written)
+        self.inplace = plan.twins if plan else frozenset()  # in-place nodes run as their functional twins
+        self.local_roots = plan.local_roots if plan else frozenset()  # fresh tensors written in place
+        self.local: dict[str, tuple[Followed, tuple[Any, ...], int]] = {}  # FX node -> (root, chain, version read)
         self.alias: dict[str, tuple[ImportedState, tuple[Any, ...]]] = {}  # FX node -> the state (and index) it views
 
     # -- what translations ask ----------------------------------------------------------------------------
@@ -135,6 +140,7 @@ class Translator:
         for node in graph.nodes:
             if node.op == "call_function":
                 self.env[node.name] = self._call(node)
+                self._follow(node)
             elif node.op == "output":
                 out_node = node
             elif node.op == "get_attr":
@@ -197,6 +203,12 @@ class Translator:
         torch = require_torch()
         if isinstance(a, torch.fx.Node):
             v = self.env[a.name]
+            seen = self.local.get(a.name)
+            if seen is not None and seen[2] < seen[0].version:  # a view of a local tensor written since: reread
+                root, chain, _ = seen
+                v = self.env[a.name] = read(self, root, chain)
+                self.local[a.name] = (root, chain, root.version)
+                return v
             if a.name in self.alias and isinstance(v, Tensor) and self.tracer.is_stale(v._v()):
                 # a view of a buffer written since: torch's view shows the write
                 state, path = self.alias[a.name]
@@ -242,6 +254,8 @@ class Translator:
             done, out = self._state_op(node, name, loc, where)
             if done:
                 return out
+        if getattr(base, "name", None) in self.local and writes_first(node):
+            return self._local_write(node, name, loc, where)
         fn = ATEN.get(name)
         if fn is None and node.name in self.inplace:
             fn = ATEN.get(functional_twin(name) or "")
@@ -293,6 +307,34 @@ class Translator:
                 self.alias[node.name] = (state, joined)
         return False, None
 
+    def _local_write(self, node: Any, name: str, loc: str, where: str) -> Tensor:
+        """An in-place op on a local tensor or a view of one: its functional twin, written back into the tensor."""
+        root, chain, _ = self.local[node.args[0].name]
+        module = node_module(node)
+        with source_loc(f"{loc} ({module})" if loc and module else loc):
+            try:
+                view, *rest = self._args(node)
+                new = ATEN[functional_twin(name) or ""](self, view, *rest)
+                new = new if new.dtype is view.dtype else ew.cast(new, view.dtype)
+                write_back(self, root, chain, new)
+            except AotcError as e:
+                raise type(e)(f"{where}{name}: {e}") from None
+        self.local[node.name] = (root, chain, root.version)
+        return new
+
+    def _follow(self, node: Any) -> None:
+        """A local tensor as it is made, and each view of one with the path from it (local_writes.py)."""
+        if node.name in self.local_roots:
+            self.local[node.name] = (Followed(self.env[node.name]), (), 0)
+            return
+        base = node.args[0] if node.args else None
+        seen = self.local.get(getattr(base, "name", ""))
+        if seen is None or writes_first(node) or link(node) is None:
+            return
+        root, chain, _ = seen
+        step = (target_name(node.target), tuple(self._args(node)[1:])) if link(node) == "view" else ("same", ())
+        self.local[node.name] = (root, (*chain, step), root.version)
+
     def _conform(self, node: Any, name: str, out: Any) -> Any:
         """Cast to torch's dtype where aotc's promotion differs; a shape that differs from torch's at the example
         sizes is a bug in a translation and stops the import."""
@@ -327,7 +369,7 @@ class Translator:
 
     def _output(self, x: Any, i: int) -> Any:
         torch = require_torch()
-        v = self.env[x.name] if isinstance(x, torch.fx.Node) else x
+        v = self._value(x) if isinstance(x, torch.fx.Node) else x
         if isinstance(v, Tensor):
             return v
         if isinstance(v, (int, SymInt)):
@@ -335,66 +377,6 @@ class Translator:
         if v is None:
             return None
         raise UnsupportedError(f"output {i} is a {type(v).__name__}; aotc models return tensors")
-
-
-def functional_inplace(graph: Any, states: set[str] | frozenset[str] = frozenset()) -> set[str] | None:
-    """Names of the in-place nodes that may run as their functional twins, when every call is a table op or such
-    an in-place op; None when torch must decompose (an op outside the table, or an in-place write that another
-    node could observe: through a view, or by reading the old value afterwards). Writes into ``states`` (the
-    placeholders that become states) and their views are the Translator's (state_writes.py), not twins."""
-    order = {n: i for i, n in enumerate(graph.nodes)}
-    fresh: set[Any] = set()  # nodes holding a value no view or later reader shares
-    ok: set[str] = set()
-    on_state: set[Any] = {n for n in graph.nodes if n.op == "placeholder" and n.name in states}
-    for node in graph.nodes:
-        if node.op != "call_function":
-            continue
-        name = target_name(node.target)
-        if node.args and node.args[0] in on_state and (name in IDENTITY_ALIASES | VIEWS or writes_first(node)):
-            on_state.add(node)
-            if name not in ATEN or writes_first(node):
-                continue
-        if name in ATEN:
-            if not _aliases(node):
-                fresh.add(node)
-            continue
-        twin = functional_twin(name)
-        if twin is None:
-            return None
-        if name in _NO_WRITE_AT_INFERENCE and len(node.args) > 2 and node.args[2] is False:
-            ok.add(node.name)  # dropout_(x, p, train=False) writes nothing
-            continue
-        base = node.args[0] if node.args else None
-        if base not in fresh:
-            return None
-        for user in base.users:
-            if user is not node and (order[user] > order[node] or _aliases(user)):
-                return None
-        ok.add(node.name)
-        fresh.add(node)
-    return ok
-
-
-_NO_WRITE_AT_INFERENCE = frozenset(
-    {"aten.dropout_.default", "aten.feature_dropout_.default", "aten.alpha_dropout_.default"}
-)
-
-
-def functional_twin(name: str) -> str | None:
-    """``aten.add.Tensor`` for ``aten.add_.Tensor`` when the table has it."""
-    parts = name.split(".")
-    if len(parts) != 3 or not parts[1].endswith("_") or parts[1].startswith("_"):
-        return None
-    twin = f"{parts[0]}.{parts[1][:-1]}.{parts[2]}"
-    return twin if twin in ATEN else None
-
-
-def _aliases(node: Any) -> bool:
-    """Whether the node's result may share memory with one of its inputs (a view, or a getitem of one)."""
-    schema = getattr(node.target, "_schema", None)
-    if schema is None:
-        return target_name(node.target) == "operator.getitem"
-    return any(r.alias_info is not None for r in schema.returns)
 
 
 def _hint(d: Any) -> int | None:

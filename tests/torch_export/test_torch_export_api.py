@@ -268,7 +268,7 @@ def test_in_place_ops_translate_directly_unless_a_view_sees_the_write() -> None:
     from torch.export import Dim as TDim
     from torch.export import export
 
-    from aotc.torch_export.translate import functional_inplace
+    from aotc.torch_export.inplace import functional_inplace
 
     class Block(nn.Module):
         def forward(self, x: Any) -> Any:
