@@ -195,7 +195,7 @@ class Translator:
             raise UnsupportedError(f"{kind.lower()} {target!r} has no stored value in the exported program")
         key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()), str(t.dtype))
         if key not in self._stored:
-            arr = to_numpy(t, f"{kind.lower()} {target!r}")
+            arr = to_numpy(t, f"{kind.lower()} {target!r}", share=True)
             self._stored[key] = ew.wrap(self.tracer.constant(t, arr, name=target), self.tracer)
         return self._stored[key]
 
