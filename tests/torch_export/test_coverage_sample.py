@@ -236,6 +236,18 @@ def test_torchs_own_allocator_past_the_cap_is_a_memory_row_and_other_runtime_err
     monkeypatch.setattr(aotc, "compile", message(oom))
     r = run_case("hf", "bert/BertModel")
     assert r["status"] == "memory" and "21233664 bytes" in r["detail"], r
+
+    def evaluation(*args: Any, **kwargs: Any) -> Any:
+        from aotc.errors import ExecError
+
+        try:
+            raise MemoryError("Unable to allocate 3.20 GiB for an array")
+        except MemoryError as e:
+            raise ExecError(f"scaled_dot_product_attention at model.py:548 failed: {e}") from e
+
+    monkeypatch.setattr(aotc, "compile", evaluation)  # a typed error whose cause is the cap: memory, not a refusal
+    r = run_case("hf", "bert/BertModel")
+    assert r["status"] == "memory" and "3.20 GiB" in r["detail"], r
     monkeypatch.setattr(aotc, "compile", message("expand: the requested shape has too few dimensions"))
     r = run_case("hf", "bert/BertModel")
     assert r["status"] == "error" and r["detail"].startswith("RuntimeError: expand"), r
