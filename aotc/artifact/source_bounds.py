@@ -8,7 +8,8 @@ describe its code. So before the first launch at a shape every load, store and a
 (``source_program``) is bounded at that shape by interval arithmetic, and each must lie inside its
 pointer's extents: an address outside them, or one that cannot be bounded, refuses the launch.
 
-The arithmetic is in ``source_intervals`` (and ``tile_decode``); what the source may hold in ``source_program``.
+The arithmetic is in ``source_intervals`` (and ``tile_decode``), the region of a tensor descriptor's loads and stores
+in ``source_descriptors``; what the source may hold in ``source_program``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import math
 import sys
 from collections.abc import Mapping
 
+from aotc.artifact.source_descriptors import descriptor_bounds
 from aotc.artifact.source_intervals import Interval, Shape, Unbounded
 from aotc.artifact.source_program import Access, parse_program
 from aotc.errors import ArtifactError, ShapeError
@@ -90,6 +92,8 @@ def _bounds(shape: Shape, acc: Access, what: str) -> list[tuple[str, Interval]]:
     # the default 1000 frames let the interval walk go; 5000 still leaves the C stack room for it.
     sys.setrecursionlimit(max(depth, 5000))
     try:
+        if acc.descriptor:  # the box is clipped to the descriptor: its region is what it can touch
+            return descriptor_bounds(shape, acc.pointer)
         ctx = shape.literals(acc.mask)
         for pointer, (c, terms), lits in shape.pointers(acc.pointer, ctx):
             if not shape.feasible(lits):

@@ -6,8 +6,11 @@ stores): it reads the source as stored, with ``ast`` (nothing runs), and bounds 
 aotc's codegen writes is understood, and anything else that could reach memory is refused here, naming the
 line: statements are assignments, augmented assignments, expression statements, ``for`` loops over
 ``range``/``tl.range``/``tl.static_range`` and ``while`` loops (a compare-and-swap's); calls are the language's value functions (``PURE``), its
-loads, stores and atomics (``ACCESSES``), ``min``/``max``/``float``/``int`` and the ``.to`` cast. Block pointers,
-tensor descriptors, inline assembly and any other call are refused: the reader cannot bound what they touch.
+loads, stores and atomics (``ACCESSES``), ``min``/``max``/``float``/``int``, the ``.to`` cast, and in-kernel tensor
+descriptors: ``tl.make_tensor_descriptor`` (a value) and its ``.load``/``.store`` (accesses, bounded from the
+descriptor's shape and strides by ``source_descriptors``). Block pointers, host-made descriptors (the
+``tl.load_tensor_descriptor`` family, a descriptor parameter), inline assembly and any other call are refused: the
+reader cannot bound what they touch.
 
 Names are resolved as single assignments: a name read inside a loop before the loop body assigns it, or read
 after a loop that assigns it, holds a value carried across iterations (a ``phi``), which ``source_bounds``
@@ -48,6 +51,8 @@ PURE = frozenset(
     }
 )  # fmt: skip
 BUILTIN_CALLS = frozenset({"min", "max", "float", "int"})
+# A descriptor's methods that move its boxes: what they touch is the region its shape and strides span.
+DESCRIPTOR_ACCESSES = {".load": "load", ".store": "store"}
 LOOPS = frozenset({"range", "tl.range", "tl.static_range"})
 
 
@@ -66,13 +71,15 @@ class Def:
 
 @dataclass(frozen=True)
 class Access:
-    """One load, store or atomic: its call's function, pointer and mask nodes and its line."""
+    """One load, store or atomic: its call's function, pointer and mask nodes and its line. Through a tensor
+    descriptor (``descriptor``), ``pointer`` is the descriptor the method is called on and there is no mask."""
 
     op: str
     pointer: ast.expr
     mask: ast.expr | None
     line: int
     text: str
+    descriptor: bool = False
 
 
 @dataclass
@@ -273,7 +280,12 @@ class _Reader:
             text = self.lines[line - 1].strip() if 0 < line <= len(self.lines) else ""
             self.prog.accesses.append(Access(op, c.args[0], mask, line, text))
             return
-        if name.startswith("tl.") and name[3:] in PURE:
+        if (name.startswith("tl.") and name[3:] in PURE) or name == "tl.make_tensor_descriptor":
+            return
+        if name in DESCRIPTOR_ACCESSES and isinstance(c.func, ast.Attribute):
+            line = getattr(c, "lineno", 0)
+            text = self.lines[line - 1].strip() if 0 < line <= len(self.lines) else ""
+            self.prog.accesses.append(Access(DESCRIPTOR_ACCESSES[name], c.func.value, None, line, text, True))
             return
         if name in BUILTIN_CALLS or name in (".to",):
             return

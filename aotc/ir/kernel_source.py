@@ -72,14 +72,15 @@ TL_NAMES = TL_DTYPES | frozenset(
 TL_MEMBERS = {"PropagateNan": frozenset({"ALL", "NONE"})}
 TRITON_NAMES = frozenset({"cdiv", "next_power_of_2"})
 
-# Members of values (tensors, dtypes, constexprs): tl.tensor's public methods and fields and tl.dtype's
-# queries. Never ``handle``: under the interpreter it holds the tensor's numpy memory.
+# Members of values (tensors, dtypes, constexprs, tensor descriptors): tl.tensor's public methods and fields,
+# tl.dtype's queries and a descriptor's ``load``/``store`` (``source_program`` bounds what those touch from the
+# descriptor's shape and strides). Never ``handle``: under the interpreter it holds the tensor's numpy memory.
 VALUE_ATTRS = frozenset(
     {
         "T", "abs", "advance", "argmax", "argmin", "associative_scan", "atomic_add", "atomic_and", "atomic_cas",
         "atomic_load", "atomic_max", "atomic_min", "atomic_or", "atomic_poll", "atomic_store", "atomic_xchg",
         "atomic_xor", "broadcast_to", "cast", "cdiv", "ceil", "cos", "cumprod", "cumsum", "erf", "exp", "exp2",
-        "expand_dims", "flip", "floor", "gather", "histogram", "item", "log", "log2", "logical_and", "logical_or",
+        "expand_dims", "flip", "floor", "gather", "histogram", "item", "load", "log", "log2", "logical_and", "logical_or",
         "max", "min", "permute", "ravel", "reduce", "reduce_or", "reshape", "rsqrt", "sigmoid", "sin", "softmax",
         "sort", "split", "sqrt", "sqrt_rn", "store", "sum", "to", "trans", "view", "xor_sum",
         "dtype", "shape", "type", "numel", "value",
