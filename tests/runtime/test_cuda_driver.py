@@ -79,8 +79,8 @@ def test_a_driver_too_old_for_the_ptx_names_both_versions() -> None:
     with CudaBackend(driver=fake) as backend, pytest.raises(UnsupportedError) as err:
         backend.prepare(Variant(GRAPH, SCHEDULE), binaries)
     assert str(err.value) == (
-        "this artifact's kernels need a CUDA 13.4 driver or newer; NVIDIA B200 has a CUDA 12.8 driver: update the "
-        "NVIDIA driver, or recompile with --cuda-driver-floor 12.8"
+        "this artifact's kernels need a CUDA 13.4 driver or newer (kernel add_bias is PTX 9.4); NVIDIA B200 has a "
+        "CUDA 12.8 driver: update the NVIDIA driver, or recompile with --cuda-driver-floor 12.8"
     )
     # One image alone says the same of itself (what device=None's choice and a file without a floor rely on).
     with pytest.raises(UnsupportedError) as err:

@@ -60,7 +60,7 @@ class CudaBackend:
                 f"device {self.device.label!r} is not available for this artifact: its variant {graph.name!r} has no "
                 "compiled kernels; recompile the model with this aotc (aotc compile) to include them, or use device='cpu'"
             )
-        check_driver_floor(derive_driver_floor(binaries.values()), self.device.info)
+        check_driver_floor(derive_driver_floor(binaries.values()), self.device.info, binaries.values())
         schedule = self._runnable(schedule, binaries)
         program = CudaProgram(self.model, graph, schedule, binaries, self.graph_cache, self.streams)
         self._programs.append(program)

@@ -71,15 +71,22 @@ def cubin_loads(meta: LaunchMeta, info: DeviceInfo) -> bool:
         return False
 
 
-def check_driver_floor(floor: str, info: DeviceInfo) -> None:
-    """UnsupportedError when the GPU's driver is older than the artifact's floor (``""``: none recorded)."""
+def check_driver_floor(floor: str, info: DeviceInfo, binaries: Iterable[KernelBinary] = ()) -> None:
+    """UnsupportedError when the GPU's driver is older than the artifact's floor (``""``: none recorded), naming
+    the first of ``binaries`` that needs it (a Hopper attention kernel's TMA loads need PTX 8.6, for one)."""
     if not floor:
         return
     need = parse_version(floor, "the artifact's CUDA driver floor")
     if driver_release(info) < need:
+        which = next((b for b in binaries if derive_driver_floor([b]) == floor), None)
+        why = ""
+        if which is not None:
+            ptx = max((m.ptx_version for m in (which.ptx_meta, *(c.meta for c in which.cubins))), key=parse_version)
+            why = f" (kernel {which.name} is PTX {ptx})"
         raise UnsupportedError(
-            f"this artifact's kernels need a CUDA {floor} driver or newer; {info.name} has a CUDA {info.driver_cuda} "
-            f"driver: update the NVIDIA driver, or recompile with --cuda-driver-floor {info.driver_cuda}"
+            f"this artifact's kernels need a CUDA {floor} driver or newer{why}; {info.name} has a CUDA "
+            f"{info.driver_cuda} driver: update the NVIDIA driver, or recompile with --cuda-driver-floor "
+            f"{info.driver_cuda}"
         )
 
 
@@ -129,7 +136,7 @@ def can_run(binaries: Iterable[KernelBinary], info: DeviceInfo) -> bool:
     a device)."""
     binaries = list(binaries)
     try:
-        check_driver_floor(derive_driver_floor(binaries), info)
+        check_driver_floor(derive_driver_floor(binaries), info, binaries)
         for b in binaries:
             choose_image(b, info)
     except (UnsupportedError, VerifyError):
