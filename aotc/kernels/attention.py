@@ -24,6 +24,10 @@ Without a float mask the row max is taken over the raw scores and ``p = exp2(s *
 folded into the scale) is one FFMA per score. With one, scores stay in natural units (``s * scale + mask``,
 then ``exp``), so a mask of finfo.min cannot overflow to -inf (HF BERT's fully padded rows stay uniform, as in
 numpy). Two loops, no ``if``: the source-bounds check reads each loop's range as the bound of its keys.
+
+On Hopper (an sm_90 arch launch whose PTX is 8.6 or newer), q, k and v load through in-kernel tensor descriptors
+(TMA) wherever each is a buffer with 16-byte rows (kernels/attention_tma.py); the portable pointer form stays the
+base kernel, what sm_80 and the interpreter run.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from aotc.ir.symbolic_values import bounds
 from aotc.ir.templates import KernelKind
 from aotc.ir.tiles import upper
 from aotc.ir.types import Node, Value
+from aotc.kernels.attention_tma import Descriptor, make_descriptor, why_not_descriptor
 from aotc.kernels.contraction_emit import (
     anchor_index,
     cdiv,
@@ -69,7 +74,7 @@ LOG2E = 1.4426950408889634
 FIXED_NAMES = (
     *("pid_m", "pid_b", "tiles", "offs_m", "offs_n", "offs_d", "offs_e", "mask_m", "mask_n", "mask_d", "mask_e"),
     *("q", "kt", "vt", "s", "keep", "m_i", "l_i", "acc", "m_new", "m_use", "alpha", "p", "n0", "hi", "out"),
-    *("offs_t", "mask_t", "lk_full", "band"),
+    *("offs_t", "mask_t", "lk_full", "band", "q_desc", "k_desc", "v_desc"),
 )
 
 
@@ -182,8 +187,12 @@ def emit_attention(
     arch_hint: str | int | None = None,
     config: AttentionConfig | None = None,
     name: str = "attention",
+    ptx: int | None = None,
 ) -> Kernel:
     """Emit the SDPA ``node`` into ``builder`` and return the finished Kernel (kind ATTENTION).
+
+    ``ptx``: the PTX ISA version the kernel will be built at (86: 8.6; None: not known). With sm_90 and PTX 8.6
+    or newer, q, k and v load through tensor descriptors where each is valid for it (kernels/attention_tma.py).
 
     ``builder`` is a fresh KernelBuilder whose ``inline`` holds the views (and casts) feeding q, k, v
     and the mask, but not the SDPA output, which the kernel stores. Grid: (query tiles, batch x heads, 1),
@@ -260,16 +269,33 @@ def emit_attention(
         for term in (f"mask_{axis}[None, :]", f"mask_{axis}[:, None]"):
             r.guard(term, f"offs_{axis}", 0, size)
 
+    arch = _arch(arch_hint)
+    desc = {role: why_not_descriptor(builder, x, arch, ptx) is None for role, x in (("q", q), ("k", k), ("v", v))}
     q_mask = mask_and(_col(mask_m), _row(mask_d))
     with builder.reading_as("q"):
-        q_tile = builder.load(q, [*q_b, "offs_m[:, None]", "offs_d[None, :]"], q_mask)
-    q_tile = full_tile(builder, q_tile, "(BLOCK_M, BLOCK_D)", dtype, "q")
+        if desc["q"]:
+            rows = (lq, "offs_m", mask_m)
+            q_desc = make_descriptor(builder, q, q_b, rows, ("offs_d", mask_d), ("BLOCK_M", "BLOCK_D"), "q_desc")
+            builder.line(f"q = {q_desc.load('pid_m * BLOCK_M')}")
+            q_tile = "q"
+        else:
+            q_tile = builder.load(q, [*q_b, "offs_m[:, None]", "offs_d[None, :]"], q_mask)
+            q_tile = full_tile(builder, q_tile, "(BLOCK_M, BLOCK_D)", dtype, "q")
+    descs: dict[str, Descriptor] = {}
+    for role, x, batch, axis in (("k", k, k_b, "d"), ("v", v, v_b, "e")):
+        if desc[role]:
+            with builder.reading_as(role):
+                rows = (lk, "offs_t", "mask_t")
+                cols = (f"offs_{axis}", mask_d if axis == "d" else mask_e)
+                block = ("BLOCK_N", f"BLOCK_{axis.upper()}")
+                descs[role] = make_descriptor(builder, x, batch, rows, cols, block, f"{role}_desc")
     builder.line('m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)')
     builder.line("l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)")
     builder.line("acc = tl.zeros((BLOCK_M, BLOCK_E), dtype=tl.float32)")
     body = _Body(
         q_tile, k, v, mask, float_mask, out_batch, tuple(k_b), tuple(v_b), shape, dtype, lk, mask_m, mask_d, mask_e,
-        ', input_precision="ieee"' if dtype is DType.float32 else "", exp, qk_scale, fold,
+        ', input_precision="ieee"' if dtype is DType.float32 else "", exp, qk_scale, fold, descs.get("k"),
+        descs.get("v"),
     )  # fmt: skip
     aligned = is_multiple(builder, shape.lk, cfg.block_n)
     lk_full = lk if aligned else "lk_full"
@@ -309,7 +335,7 @@ def emit_attention(
 def emit_plan(b: Any, kp: KernelPlan, name: str, config: KernelConfig, tiles: AttentionConfig | None = None) -> Kernel:
     """The template table's emitter (aotc/ir/templates.py): ``kp``'s SDPA node."""
     assert kp.root is not None
-    return emit_attention(b, kp.root, arch_hint=f"sm_{config.arch}", name=name, config=tiles)
+    return emit_attention(b, kp.root, arch_hint=f"sm_{config.arch}", name=name, config=tiles, ptx=config.ptx)
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,20 +361,27 @@ class _Body:
     exp: str
     qk_scale: float
     fold: bool
+    k_desc: Descriptor | None = None  # k and v through tensor descriptors (Hopper), else pointer loads
+    v_desc: Descriptor | None = None
 
 
 def _key_block(builder: Any, b: _Body, offs: str, key_mask: str | None, *, causal: bool) -> None:
     """One BLOCK_N step of the online softmax at keys ``offs`` (masked by ``key_mask`` when given), the causal
     triangle applied when ``causal``. A block with no select and no float mask has only finite scores, so its
     new row max is finite and needs no -inf guard."""
-    builder.line(f"{offs} = n0 + tl.arange(0, BLOCK_N)")
+    if key_mask or causal or b.mask is not None or b.k_desc is None or b.v_desc is None:  # descriptors need no lanes
+        builder.line(f"{offs} = n0 + tl.arange(0, BLOCK_N)")
     if key_mask:
         builder.line(f"{key_mask} = {offs} < {b.lk}")
-    with builder.reading_as("k"):
-        k_tile = builder.load(
-            b.k, [*b.k_b, f"{offs}[None, :]", "offs_d[:, None]"], mask_and(_col(b.mask_d), _row(key_mask))
-        )
-    k_tile = full_tile(builder, k_tile, "(BLOCK_D, BLOCK_N)", b.dtype, "kt")
+    if b.k_desc is not None:  # the box past the key length and the head dim loads as zeros
+        builder.line(f"kt = {b.k_desc.load('n0')}.T")
+        k_tile = "kt"
+    else:
+        with builder.reading_as("k"):
+            k_tile = builder.load(
+                b.k, [*b.k_b, f"{offs}[None, :]", "offs_d[:, None]"], mask_and(_col(b.mask_d), _row(key_mask))
+            )
+        k_tile = full_tile(builder, k_tile, "(BLOCK_D, BLOCK_N)", b.dtype, "kt")
     dot = f"tl.dot({b.q_tile}, {k_tile}{b.precision})"
     builder.line(f"s = {dot}" if b.fold else f"s = {dot} * {b.qk_scale!r}")
     keep = [_row(key_mask)] if key_mask else []
@@ -374,11 +407,15 @@ def _key_block(builder: Any, b: _Body, offs: str, key_mask: str | None, *, causa
     scores = f"s * {b.qk_scale!r}" if b.fold else "s"
     builder.line(f"p = {b.exp}({scores} - {m_ref}[:, None])")
     builder.line("l_i = l_i * alpha + tl.sum(p, 1)")
-    with builder.reading_as("v"):
-        v_tile = builder.load(
-            b.v, [*b.v_b, f"{offs}[:, None]", "offs_e[None, :]"], mask_and(_col(key_mask), _row(b.mask_e))
-        )
-    v_tile = full_tile(builder, v_tile, "(BLOCK_N, BLOCK_E)", b.dtype, "vt")
+    if b.v_desc is not None:
+        builder.line(f"vt = {b.v_desc.load('n0')}")
+        v_tile = "vt"
+    else:
+        with builder.reading_as("v"):
+            v_tile = builder.load(
+                b.v, [*b.v_b, f"{offs}[:, None]", "offs_e[None, :]"], mask_and(_col(key_mask), _row(b.mask_e))
+            )
+        v_tile = full_tile(builder, v_tile, "(BLOCK_N, BLOCK_E)", b.dtype, "vt")
     probs = "p" if b.dtype is DType.float32 else f"p.to({TL_DTYPE[b.dtype]})"
     builder.line(f"acc = acc * alpha[:, None] + tl.dot({probs}, {v_tile}{b.precision})")
     builder.line("m_i = m_new")

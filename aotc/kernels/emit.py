@@ -232,6 +232,26 @@ class KernelBuilder(KernelWriter):
         self.reach.access(self._arg_names[("ptr", value.id)], at, mask, self._unsimplified(value, full))
         return off
 
+    def descriptor_base(
+        self, value: Value, origin: Sequence[IndexItem], region: Sequence[IndexItem], mask: str | None
+    ) -> tuple[str, str]:
+        """The pointer arg of memory ``value`` and the offset text of its element at ``origin``, for a tensor
+        descriptor whose box loads are clipped to ``region`` (per-dim template variables, in range where
+        ``mask`` keeps a lane). The region, not the origin, counts toward the pointer's extents: it is what the
+        descriptor's loads can touch, and an origin alone would claim an element of an empty value."""
+        if value.id in self.inline or value.id in self.redirects:
+            raise UnsupportedError(f"a tensor descriptor needs {value} in memory, not computed in the kernel")
+        if value.id not in self.reads:
+            self.reads.append(value.id)
+        if self._role and self._role[-1] not in self._roles.setdefault(value.id, []):
+            self._roles[value.id].append(self._role[-1])
+        ptr = self.pointer_arg(value)
+        base, _ = self._offset_at(value, self._index(value, origin))
+        full = self._index(value, region)
+        _, at = self._offset_at(value, full)
+        self.reach.access(ptr, at, mask, self._unsimplified(value, full))
+        return ptr, base
+
     def _offset_at(self, value: Value, index: Index) -> tuple[str, int | SymExpr]:
         """The offset's text and the same offset over the kernel's own names (``names_of``)."""
         shape = value.type.shape

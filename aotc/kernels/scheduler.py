@@ -8,8 +8,10 @@ import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from aotc.errors import UnsupportedError
 from aotc.ir.digest import seal_all
 from aotc.ir.graph import Graph
+from aotc.ir.launch import DEFAULT_DRIVER_FLOOR
 from aotc.ir.schedule import ArchLaunch, ArgKind, Kernel, Schedule, same_launch
 from aotc.kernels import naming
 from aotc.kernels.config import KernelConfig
@@ -18,6 +20,7 @@ from aotc.kernels.fusion import KernelPlan, plan_fusion
 from aotc.kernels.memplan import plan_memory
 from aotc.kernels.naming import kernel_name
 from aotc.kernels.templates import hook, template
+from aotc.kernels.toolchain import choose_toolchain
 from aotc.kernels.tuned import TileChoice, table_tiles
 
 
@@ -78,7 +81,9 @@ def schedule_graph(
             # The same kernel for another target: same flag slots, its own tiles.
             flags.count = start
             tile = None if tiles is not None else _tuned(graph, kp, idx, arch, options, sources)
-            other = _emit(builder(names), kp, f"{name}_sm{arch}", KernelConfig(arch=arch), tile)
+            other = _emit(
+                builder(names), kp, f"{name}_sm{arch}", KernelConfig(arch=arch, ptx=_ptx(arch, options)), tile
+            )
             if _binary_key(other, other.name) != _binary_key(kernel, kernel.name) or other.grid != kernel.grid:
                 if same_launch(kernel, other):
                     arch_launches.append(ArchLaunch(f"sm_{arch}", _shared(other, seen, rename=False)))
@@ -189,6 +194,16 @@ def _anonymous(source: str, name: str, pointers: tuple[tuple[str, str], ...]) ->
 def code(source: str) -> str:
     """A kernel's source without its header comment (the nodes of the launch it was first emitted for)."""
     return "".join(t for t in source.splitlines(keepends=True) if not t.startswith("#"))
+
+
+def _ptx(arch: int, options: Any) -> int | None:
+    """The PTX version ``sm_<arch>`` is built at for the options' driver floor (kernels/toolchain.py), or None
+    where no ptxas builds it (the compile step then says why)."""
+    floor = getattr(options, "cuda_driver_floor", None) or DEFAULT_DRIVER_FLOOR
+    try:
+        return choose_toolchain(f"sm_{arch}", floor).ptx_version
+    except UnsupportedError:
+        return None
 
 
 def _archs(options: Any) -> list[int]:
