@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -30,7 +31,9 @@ def explain(graph: Graph, schedule: Schedule, tile_sources: Sequence[Mapping[str
         for v in k.arch_launches:
             tiles = " ".join(f"{n}={x}" for n, x in v.kernel.constexprs)
             vgrid = " x ".join(to_infix(d) for d in v.kernel.grid)
-            lines.append(f"        {v.arch}: {v.kernel.name} ({tiles}, {v.kernel.num_warps} warps, grid {vgrid})")
+            tma = re.findall(r"^\s*(\w+?)_desc = tl\.make_tensor_descriptor\(", v.kernel.source, re.M)
+            via = f", TMA loads of {', '.join(tma)}" if tma else ""  # the Hopper attention's descriptors
+            lines.append(f"        {v.arch}: {v.kernel.name} ({tiles}, {v.kernel.num_warps} warps, grid {vgrid}{via})")
         for row in by_launch.get(i, ()):
             lines.append(f"        tiles for {row['arch']}: {_source_text(row)}")
         for c in k.checks:

@@ -24,6 +24,7 @@ from aotc.ir.launch import Cubin, KernelBinary
 from aotc.ir.schedule import Kernel
 from aotc.kernels.attention import AttentionConfig, emit_attention
 from aotc.kernels.attention_tma import why_not_descriptor
+from aotc.kernels.explain import explain
 from aotc.kernels.scheduler import schedule_graph
 from aotc.lowering.options import CompileOptions
 from aotc.runtime.backends.cuda.driver import DeviceInfo
@@ -234,3 +235,10 @@ def test_a_model_compiled_for_a_cuda_12_8_floor_ships_the_descriptor_form(tmp_pa
         *(torch.from_numpy(feeds[n]).double() for n in "qkv"), is_causal=True
     )
     np.testing.assert_allclose(got.astype(np.float64), want.numpy(), atol=3e-3, rtol=3e-3)
+
+
+def test_explain_names_the_tma_loads() -> None:
+    graph = attention_graph(Case(F16, 37, 50, 64))
+    text = explain(graph, schedule_graph(graph, CompileOptions(cuda_driver_floor="12.8")))
+    assert "TMA loads of q, k, v" in text, text
+    assert "TMA" not in explain(graph, schedule_graph(graph, CompileOptions()))
