@@ -93,6 +93,7 @@ CASES = [
     Case(BF16, 50, 37, 16, causal=True, mask="bool", block=(32, 16)),
     Case(F16, 20, 70, 40, mask="float", block=(16, 32)),
     Case(BF16, 9, 13, 64, heads=2, kv_heads=2, batch=2, block=(16, 16)),
+    Case(F16, 17, 33, 32, heads=4, kv_heads=1, repeat=False, batch=2, block=(16, 16)),  # k, v broadcast over heads
 ]
 
 
