@@ -25,6 +25,8 @@
 #   host         a call's host cost (issue 26): aotc's whole call, host and GPU time of the Linear, attention at
 #                seq 1k and the 8192^3 matmul beside the bare cuLaunchKernel / cuGraphLaunch floors and the
 #                reference's whole call, with each driver call's count and µs (benchmarks/bench_host.py --gpu)
+#   tma          the attention case again compiled at a CUDA 12.8 driver floor, where the sm_90 attention loads
+#                q, k, v through tensor descriptors (TMA; PTX 8.6+): $OUT/results_tma.jsonl beside the pointer form's
 #   load         verified and signed loads of a GPT-2-small-size file on this machine's cores (bench_load.py)
 #   serve        aotc serve on cuda: throughput and p50/p99 for the MLP and BERT at concurrency 1, 8 and 64,
 #                direct calls vs the server with batching off and on (bench_serve.py over the carried files)
@@ -37,7 +39,7 @@ cd "$(dirname "$0")/.."
 out=${OUT:-gpu_out}
 carry=$(realpath -m "${CARRY:-.gpu_carry}")
 budget=${GPU_CHECK_BUDGET:-480}
-steps=${STEPS:-env smoke tune correctness kernels e2e host load serve decode}
+steps=${STEPS:-env smoke tune correctness kernels e2e host tma load serve decode}
 dry=${GPU_CHECK_DRY:-0}
 py=${PYTHON:-python3}
 mkdir -p "$out"
@@ -156,6 +158,15 @@ if [ "$dry" = 1 ]; then
     run host 60 "$py benchmarks/bench_host.py linear --calls 50 --repeats 2 --jsonl $jsonl"
 else
     run host 120 "$py benchmarks/bench_host.py --gpu --calls 200 --jsonl $jsonl"
+fi
+
+# TMA: the same attention artifacts at a driver floor whose PTX holds cp.async.bulk.tensor (the carried cache has
+# them: gpu_prep.py compiles them at the same floor); their rows go to their own file, beside the pointer form's.
+if [ "$dry" = 1 ]; then
+    run tma 60 "AOTC_CUDA_DRIVER_FLOOR=12.8 $py benchmarks/bench_kernels.py attention --check"
+else
+    run tma 100 "AOTC_CUDA_DRIVER_FLOOR=12.8 $py benchmarks/bench_kernels.py attention --runs 20 \
+        --jsonl $out/results_tma.jsonl"
 fi
 
 # Load: verified and signed loads of a GPT-2-small-size file on this machine's cores (issue 15's aims: a signed load

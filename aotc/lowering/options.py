@@ -8,7 +8,7 @@ import json
 import os
 from dataclasses import dataclass
 
-from aotc.errors import AotcError
+from aotc.errors import AotcError, UnsupportedError
 from aotc.ir import launch
 from aotc.lowering.precision import check_precision
 
@@ -67,8 +67,15 @@ class CompileOptions:
     def from_env(cls) -> CompileOptions:
         """Defaults overridden by AOTC_NO_FOLD=1 / AOTC_NO_CSE=1 / AOTC_NO_FUSE_ATTENTION=1 /
         AOTC_NO_SPLIT_K=1 / AOTC_NO_KERNELS=1 (to bisect a miscompile), AOTC_TARGETS=sm_80,sm_90 or none,
+        AOTC_CUDA_DRIVER_FLOOR=12.8 (as --cuda-driver-floor: from 12.7 the sm_90 attention loads through TMA)
         and AOTC_VERIFY_STAGES=1 (verify the graph after every stage, as the tests do)."""
         targets = os.environ.get("AOTC_TARGETS")
+        floor = os.environ.get("AOTC_CUDA_DRIVER_FLOOR")
+        if floor:
+            try:
+                floor = launch.check_driver_floor(floor)
+            except UnsupportedError as e:
+                raise UnsupportedError(f"AOTC_CUDA_DRIVER_FLOOR: {e}") from None
         return cls(
             fold_constants=os.environ.get("AOTC_NO_FOLD", "") != "1",
             cse=os.environ.get("AOTC_NO_CSE", "") != "1",
@@ -77,6 +84,7 @@ class CompileOptions:
             split_k=os.environ.get("AOTC_NO_SPLIT_K", "") != "1",
             kernels=os.environ.get("AOTC_NO_KERNELS", "") != "1",
             **({} if targets is None else {"targets": parse_targets(targets)}),
+            **({} if not floor else {"cuda_driver_floor": floor}),
         )
 
 

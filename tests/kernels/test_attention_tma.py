@@ -243,3 +243,18 @@ def test_explain_names_the_tma_loads() -> None:
     text = explain(graph, schedule_graph(graph, CompileOptions(cuda_driver_floor="12.8")))
     assert "TMA loads of q, k, v" in text, text
     assert "TMA" not in explain(graph, schedule_graph(graph, CompileOptions()))
+
+
+def test_the_driver_floor_comes_from_the_environment_as_the_gpu_checks_tma_step_sets_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from aotc.errors import UnsupportedError
+    from aotc.lowering.options import CompileOptions
+
+    monkeypatch.delenv("AOTC_CUDA_DRIVER_FLOOR", raising=False)
+    assert CompileOptions.from_env().cuda_driver_floor == CompileOptions().cuda_driver_floor
+    monkeypatch.setenv("AOTC_CUDA_DRIVER_FLOOR", "12.8")
+    assert CompileOptions.from_env().cuda_driver_floor == "12.8"
+    monkeypatch.setenv("AOTC_CUDA_DRIVER_FLOOR", "11.0")
+    with pytest.raises(UnsupportedError, match=r"AOTC_CUDA_DRIVER_FLOOR: the CUDA driver floor '11.0' is below"):
+        CompileOptions.from_env()
