@@ -1,6 +1,7 @@
 """How much of the PyTorch world the torch importer takes: every model of scripts/coverage_zoo.py's suites through
 ``aotc.compile(module, specs)`` (dynamic batch, and sequence or height/width where the model allows), compared with
-eager torch at two values of each dim on the cpu backend, and the core ATen opset against the importer's table.
+eager torch at two values of each dim (the compiled model's own call: the artifact on the reference backend), and
+the core ATen opset against the importer's table.
 
     python scripts/torch_coverage.py                       # every suite, writes docs/torch_coverage.md
     python scripts/torch_coverage.py --suite torchvision --only classification/resnet18 --out -
@@ -312,7 +313,8 @@ def table(results: dict[str, dict[str, Any]], aten: list[dict[str, Any]], comman
         f"Written by `{command}` on {time.strftime('%Y-%m-%d')} (scripts/torch_coverage.py; do not edit by hand).",
         *([carried] if carried else []),
         "Each model: `aotc.compile(module, specs)` with the dims listed dynamic, compared with eager torch at two",
-        "values of each on the cpu backend. `skip` rows (the model does not build from a small config or does not",
+        "values of each, run as the compiled model's own call does (the artifact on the numpy reference backend; no",
+        "kernel runs). `skip` rows (the model does not build from a small config or does not",
         "run eagerly at the sweep's sizes) are not counted. Hugging Face models are built from their default",
         "config shrunk (and their sub-configs', AutoConfig towers such as LLaVA's CLIP and Llama included; not",
         "backbones; a config whose validators refuse a size keeps the sizes they take, and is skipped if that",
