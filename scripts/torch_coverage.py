@@ -118,7 +118,7 @@ def _run(case: Any) -> dict[str, Any]:
         return out | {"status": "pass"}
     except AotcError as e:
         if isinstance(e.__cause__, MemoryError):  # the run's numpy evaluation past the cap (SAM3's global attention)
-            return out | {"status": "memory", "detail": f"past the sweep's memory cap: {str(e).strip()[:200]}"}
+            return _memory(out, str(e).strip()[:200])
         text = str(e)
         op, where = _OP.search(text), _WHERE.search(text)
         return out | {
@@ -129,14 +129,18 @@ def _run(case: Any) -> dict[str, Any]:
             "where": f"{where.group(1)}:{where.group(2)}" if where else "",
         }
     except MemoryError as e:  # the worker's --memory-gb cap: a model the shrink leaves big (VibeVoice's tokenizer)
-        return out | {"status": "memory", "detail": f"past the sweep's memory cap: MemoryError: {str(e).strip()[:160]}"}
+        return _memory(out, f"MemoryError: {str(e).strip()[:160]}")
     except RuntimeError as e:
         if not _TORCH_OOM.search(str(e)):
             return _error(out, e)
         # torch's CPU allocator past the same cap (a tensor torch's eager run allocates): not aotc's failure
-        return out | {"status": "memory", "detail": f"past the sweep's memory cap: {str(e).strip()[:160]}"}
+        return _memory(out, str(e).strip()[:160])
     except Exception as e:  # an untyped error is the finding
         return _error(out, e)
+
+
+def _memory(out: dict[str, Any], what: str) -> dict[str, Any]:
+    return out | {"status": "memory", "detail": f"past the sweep's memory cap: {what}"}
 
 
 def _error(out: dict[str, Any], e: Exception) -> dict[str, Any]:

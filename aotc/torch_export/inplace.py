@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from aotc.torch_export.state_writes import IDENTITY_ALIASES, VIEWS, copies_itself, writes_first
+from aotc.torch_export.state_writes import IDENTITY_ALIASES, VIEWS, copies_itself, same_alias, writes_first
 from aotc.torch_export.table import ATEN, target_name
 
 NO_WRITE_AT_INFERENCE = frozenset(
@@ -69,7 +69,7 @@ def inplace_plan(graph: Any, states: set[str] | frozenset[str] = frozenset()) ->
         )
         if seen:  # another node sees the write: a local write, if the tensor written is one the Translator follows
             root = _root(node, parent)
-            if root not in fresh or root in parent:
+            if root not in fresh:
                 return None
             local.add(root)
             continue
@@ -120,9 +120,7 @@ def link(node: Any) -> str | None:
     name = target_name(node.target)
     if name in VIEWS:
         return "view"
-    if name in IDENTITY_ALIASES and _dtype(node) is not None and _dtype(node) == _dtype(node.args[0]):
-        return "same"  # .to() of the dtype it has is the tensor itself; to another dtype, a copy
-    return None
+    return "same" if same_alias(node) else None
 
 
 def _followed(node: Any) -> bool:
@@ -135,7 +133,3 @@ def _root(node: Any, parent: dict[Any, Any]) -> Any:
     while node in parent:
         node = parent[node]
     return node
-
-
-def _dtype(node: Any) -> Any:
-    return getattr(node.meta.get("val"), "dtype", None) if hasattr(node, "meta") else None

@@ -322,10 +322,14 @@ def _model_line(frames: Sequence[tuple[str, str]]) -> str:
     innermost frame."""
     if not frames:
         return ""
-    skip = _not_model()
-    outside = [f for f in frames if not f[0].startswith("<") and not os.path.realpath(f[0]).startswith(skip)]
-    path, line = (outside or frames)[-1]
+    path, line = (_in_model(frames) or frames)[-1]
     return f"{source_path(path)}:{line}"
+
+
+def _in_model(frames: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The ``(file, line)`` frames in the model's code: outside torch, aotc and the stdlib."""
+    skip = _not_model()
+    return [f for f in frames if not f[0].startswith("<") and not os.path.realpath(f[0]).startswith(skip)]
 
 
 @contextlib.contextmanager
@@ -384,8 +388,6 @@ def _export_error(e: Exception, sources: Mapping[str, str], log: _Log) -> AotcEr
                           "shapes that follow from the input sizes")  # fmt: skip
     first = next((line.strip() for line in text.splitlines() if line.strip()), type(e).__name__)
     # the model's own line where torch's trace of it raised (a None where the model wants a tensor, ...)
-    frames = [(f.filename, str(f.lineno)) for f in traceback.extract_tb(e.__traceback__)]
-    skip = _not_model()
-    ours = [f for f in frames if not f[0].startswith("<") and not os.path.realpath(f[0]).startswith(skip)]
+    ours = _in_model([(f.filename, str(f.lineno)) for f in traceback.extract_tb(e.__traceback__)])
     at = f"{_model_line(ours)}: " if ours else ""
     return TraceError(f"{at}torch.export could not capture the model: {type(e).__name__}: {first}")

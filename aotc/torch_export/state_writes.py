@@ -102,11 +102,17 @@ def copies_itself(node: Any) -> bool:
 
 def _itself(x: Any) -> Any:
     """The node whose tensor ``x`` is, through aliases that keep its dtype (None for a constant)."""
-    while getattr(x, "op", None) == "call_function" and target_name(x.target) in IDENTITY_ALIASES:
-        if getattr(x.meta.get("val"), "dtype", None) != getattr(x.args[0].meta.get("val"), "dtype", 0):
-            break
+    while getattr(x, "op", None) == "call_function" and same_alias(x):
         x = x.args[0]
     return x if hasattr(x, "op") else None
+
+
+def same_alias(node: Any) -> bool:
+    """An identity alias that keeps its tensor's dtype: the tensor itself (``.to()`` of another dtype is a copy)."""
+    if target_name(node.target) not in IDENTITY_ALIASES:
+        return False
+    dtype = getattr(node.meta.get("val"), "dtype", None)
+    return dtype is not None and dtype == getattr(node.args[0].meta.get("val"), "dtype", None)
 
 
 def writes_first(node: Any) -> bool:

@@ -329,10 +329,11 @@ class Translator:
             return
         base = node.args[0] if node.args else None
         seen = self.local.get(getattr(base, "name", ""))
-        if seen is None or writes_first(node) or link(node) is None:
+        kind = None if seen is None or writes_first(node) else link(node)
+        if kind is None:
             return
         root, chain, _ = seen
-        step = (target_name(node.target), tuple(self._args(node)[1:])) if link(node) == "view" else ("same", ())
+        step = (target_name(node.target), tuple(self._args(node)[1:])) if kind == "view" else ("same", ())
         self.local[node.name] = (root, (*chain, step), root.version)
 
     def _conform(self, node: Any, name: str, out: Any) -> Any:
