@@ -41,16 +41,16 @@ EOF
 
 tests=(
     tests/runtime/test_interpret_*.py
-    tests/kernels/test_attention.py
-    tests/kernels/test_matmul.py
-    tests/kernels/test_splitk_interpret.py
-    tests/kernels/test_conv.py
-    tests/kernels/test_reduction.py
-    tests/kernels/test_pointwise.py
-    tests/kernels/test_gather.py
-    tests/kernels/test_scatter.py
-    tests/kernels/test_models_interpret.py
-    tests/kernels/test_node_suite_regressions.py
+    tests/kernel_layer/test_attention.py
+    tests/kernel_layer/test_matmul.py
+    tests/kernel_layer/test_splitk_interpret.py
+    tests/kernel_layer/test_conv.py
+    tests/kernel_layer/test_reduction.py
+    tests/kernel_layer/test_pointwise.py
+    tests/kernel_layer/test_gather.py
+    tests/kernel_layer/test_scatter.py
+    tests/kernel_layer/test_models_interpret.py
+    tests/kernel_layer/test_node_suite_regressions.py
 )
 timeout 300 "$venv/bin/python" -m pytest -q -p no:cacheprovider "${tests[@]}" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}

@@ -81,7 +81,7 @@ def build_smoke(carry: Path) -> None:
 def build_models(carry: Path) -> None:
     from aotc.runtime import Executable
     from aotc_cli.loader import import_file
-    from tests.kernels.model_kit import CONFIGS, DIMS, MODELS, feeds
+    from tests.kernel_layer.model_kit import CONFIGS, DIMS, MODELS, feeds
 
     folder = carry / "models"
     folder.mkdir(parents=True, exist_ok=True)
@@ -107,7 +107,7 @@ def build_models(carry: Path) -> None:
 def build_cache(carry: Path) -> None:
     """Compile what the GPU check compiles there, into CARRY/cache (AOTC_CACHE_DIR must point at it)."""
     from aotc_cli.loader import import_file
-    from tests.kernels.model_kit import CONFIGS, MODELS
+    from tests.kernel_layer.model_kit import CONFIGS, MODELS
 
     for name in sorted(CONFIGS):  # test_cuda_gpu._artifact: targets (sm_80, sm_90) on an sm_90 GPU
         model, inputs = import_file(MODELS / f"{name}.py").build(**CONFIGS[name])

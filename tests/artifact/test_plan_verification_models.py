@@ -24,7 +24,7 @@ from aotc.ir.symbolic_values import evaluate
 from aotc.ir.variant import Variant
 from aotc.lowering.options import CompileOptions
 from aotc.lowering.pipeline import lower
-from tests.kernels.model_kit import CONFIGS, lowered
+from tests.kernel_layer.model_kit import CONFIGS, lowered
 from tests.onnx.onnx_graphs import CASES
 
 MODELS = [f"{name}/{fused}" for name in CONFIGS for fused in ("plain", "fused")] + [f"onnx/{n}" for n in CASES]

@@ -45,7 +45,7 @@ def subject(label: str) -> tuple[Graph, Schedule, dict[str, np.ndarray], list[np
 
         _, graph, plan = golden_model()
     else:
-        from tests.kernels.model_kit import lowered
+        from tests.kernel_layer.model_kit import lowered
 
         name, fused = label.split("/")
         graph = lowered(name, fuse_attention=fused == "fused")

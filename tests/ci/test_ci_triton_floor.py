@@ -26,7 +26,7 @@ def test_the_script_names_test_files_that_exist() -> None:
     listed = re.search(r"^tests=\((.*?)^\)", SCRIPT.read_text(), re.S | re.M)
     assert listed is not None
     patterns = listed.group(1).split()
-    assert "tests/kernels/test_attention.py" in patterns
+    assert "tests/kernel_layer/test_attention.py" in patterns
     for pattern in patterns:
         assert sorted(ROOT.glob(pattern)), f"{pattern} matches no file"
 

@@ -28,7 +28,7 @@ from aotc_cli.loader import import_file
 MODELS = Path(__file__).resolve().parents[2] / "models"
 UNIT_ROUNDOFF = {"bf16": 2.0**-8, "fp16": 2.0**-11}
 LOW = {"bf16": DType.bfloat16, "fp16": DType.float16}
-# Lowering and the cpu backend only: generated kernels are tested in tests/kernels.
+# Lowering and the cpu backend only: generated kernels are tested in tests/kernel_layer.
 OPTIONS = dataclasses.replace(CompileOptions.from_env(), kernels=False)
 
 

@@ -15,7 +15,7 @@ MODELS = Path(__file__).resolve().parents[2] / "models"
 
 @pytest.fixture(autouse=True)
 def _no_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
-    # These tests are about lowering; generated kernels are tested in tests/kernels.
+    # These tests are about lowering; generated kernels are tested in tests/kernel_layer.
     monkeypatch.setenv("AOTC_NO_KERNELS", "1")
 
 

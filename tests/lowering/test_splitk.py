@@ -34,7 +34,7 @@ F32, BF16 = DType.float32, DType.bfloat16
 
 
 def _options(**kw: object) -> CompileOptions:
-    # Lowering only: the kernels of the split graph are checked in tests/kernels/test_splitk_interpret.py.
+    # Lowering only: the kernels of the split graph are checked in tests/kernel_layer/test_splitk_interpret.py.
     return dataclasses.replace(CompileOptions.from_env(), kernels=False, **kw)
 
 

@@ -20,7 +20,7 @@ from aotc.ir.templates import KernelKind
 from aotc.kernels.scheduler import schedule_graph
 from aotc.lowering.options import CompileOptions
 from aotc.lowering.pipeline import lower
-from tests.kernels.kernel_kit import check
+from tests.kernel_layer.kernel_kit import check
 
 pytest.importorskip("triton")
 TARGETS = ("sm_80", "sm_90")

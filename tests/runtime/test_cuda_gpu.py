@@ -24,7 +24,7 @@ from aotc.lowering.options import CompileOptions
 from aotc.runtime import Executable
 from aotc.runtime.backends.cuda import CudaBackend, probe
 from aotc_cli.loader import import_file
-from tests.kernels.model_kit import CONFIGS, DIMS, MODELS, feeds
+from tests.kernel_layer.model_kit import CONFIGS, DIMS, MODELS, feeds
 
 pytest.importorskip("triton")
 

@@ -33,7 +33,7 @@ def _mlp() -> Artifact:
     import aotc
     from aotc.lowering.options import CompileOptions
     from aotc_cli.loader import import_file
-    from tests.kernels.model_kit import MODELS
+    from tests.kernel_layer.model_kit import MODELS
 
     model, inputs = import_file(MODELS / "mlp.py").build()
     return read_artifact(aotc.compile(model, inputs, name="mlp", options=CompileOptions(targets=())).artifact_bytes)

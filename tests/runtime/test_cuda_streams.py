@@ -90,7 +90,7 @@ def test_a_missing_wait_is_caught_by_the_adversarial_fake() -> None:
 
 def test_profile_times_every_launch_with_its_bytes_and_flops() -> None:
     from aotc.kernels.scheduler import schedule_graph
-    from tests.kernels.model_kit import DIMS, feeds, lowered
+    from tests.kernel_layer.model_kit import DIMS, feeds, lowered
 
     g = lowered("mlp")
     schedule = schedule_graph(g)
@@ -139,7 +139,7 @@ def test_a_copy_to_the_host_is_done_when_it_returns() -> None:
 def test_profile_of_a_fresh_program_forks_over_its_streams() -> None:
     """BERT's plan uses 4 streams: profiling before any call must create them (it raised KeyError: -1)."""
     from aotc.kernels.scheduler import schedule_graph
-    from tests.kernels.model_kit import DIMS, feeds, lowered
+    from tests.kernel_layer.model_kit import DIMS, feeds, lowered
 
     g = lowered("bert")
     schedule = schedule_graph(g)

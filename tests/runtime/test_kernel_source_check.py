@@ -23,7 +23,7 @@ from aotc.runtime.backends import InterpretBackend
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "artifact"))
 from kernel_kit import golden_model
 
-from tests.kernels.model_kit import CONFIGS, lowered
+from tests.kernel_layer.model_kit import CONFIGS, lowered
 
 HEADER = "import triton\nimport triton.language as tl\n\n\n"
 GOOD = (

@@ -17,7 +17,7 @@ from fake_cuda import FakeDriver
 
 from aotc.kernels.tuned.bundle import key_cases, write_bundle
 from aotc.runtime.backends.cuda import tune_run
-from tests.kernels.test_tune_bundle import _fake_compiled, matmul_graph
+from tests.kernel_layer.test_tune_bundle import _fake_compiled, matmul_graph
 
 ROOT = Path(__file__).resolve().parents[2]
 

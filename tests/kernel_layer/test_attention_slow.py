@@ -9,8 +9,8 @@ import pytest
 
 from aotc.ir import Op
 from aotc.kernels.attention import AttentionConfig, emit_attention
-from tests.kernels.contraction_kit import anchor_of, builder_for
-from tests.kernels.test_attention import BF16, F16, F32, Case, attention_graph, check_case
+from tests.kernel_layer.contraction_kit import anchor_of, builder_for
+from tests.kernel_layer.test_attention import BF16, F16, F32, Case, attention_graph, check_case
 
 triton = pytest.importorskip("triton")
 pytestmark = pytest.mark.slow

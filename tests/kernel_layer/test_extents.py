@@ -14,7 +14,7 @@ from aotc.ir.symbolic import floordiv, mod
 from aotc.ir.symbolic_values import bounds
 from aotc.kernels.scheduler import schedule_graph
 from tests.graph_kit import make_graph
-from tests.kernels.kernel_kit import check
+from tests.kernel_layer.kernel_kit import check
 
 F32 = DType.float32
 

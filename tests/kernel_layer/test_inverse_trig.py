@@ -10,7 +10,7 @@ import pytest
 
 from aotc.ir import DType, Op, TensorType
 from tests.graph_kit import make_graph
-from tests.kernels.kernel_kit import check, compile_renamed_for_sm80, in_fresh_process, run_schedule
+from tests.kernel_layer.kernel_kit import check, compile_renamed_for_sm80, in_fresh_process, run_schedule
 
 F32 = DType.float32
 OPS = {Op.ACOS: np.arccos, Op.ASIN: np.arcsin, Op.ATAN: np.arctan}
@@ -93,5 +93,5 @@ def compile_inverse_trig_kernels() -> None:
 
 def test_inverse_trig_kernels_compile_for_sm80() -> None:
     in_fresh_process(
-        "from tests.kernels.test_inverse_trig import compile_inverse_trig_kernels\ncompile_inverse_trig_kernels()"
+        "from tests.kernel_layer.test_inverse_trig import compile_inverse_trig_kernels\ncompile_inverse_trig_kernels()"
     )

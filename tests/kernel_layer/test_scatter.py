@@ -31,7 +31,7 @@ from aotc.onnx import import_onnx
 from aotc.runtime.backends.interpret import InterpretBackend
 from aotc.runtime.backends.triton_interp import launch
 from tests.graph_kit import make_graph
-from tests.kernels.kernel_kit import check, compile_renamed_for_sm80, in_fresh_process, run_schedule
+from tests.kernel_layer.kernel_kit import check, compile_renamed_for_sm80, in_fresh_process, run_schedule
 
 F32, F16, BF16, I32, I64, BOOL = DType.float32, DType.float16, DType.bfloat16, DType.int32, DType.int64, DType.bool
 NP = {F32: np.float32, F16: np.float16, BF16: ml_dtypes.bfloat16, I32: np.int32, I64: np.int64, BOOL: np.bool_}
@@ -357,4 +357,4 @@ def compile_scatter_kernels() -> None:
 
 
 def test_scatter_kernels_compile_for_sm80() -> None:
-    in_fresh_process("from tests.kernels.test_scatter import compile_scatter_kernels\ncompile_scatter_kernels()")
+    in_fresh_process("from tests.kernel_layer.test_scatter import compile_scatter_kernels\ncompile_scatter_kernels()")

@@ -199,7 +199,7 @@ def _arch_launch(schedule, arch="sm_90"):
 
 def test_entry_changes_the_kernel_and_it_still_computes_right(tables):
     from aotc.kernels.tuned import current_toolchain
-    from tests.kernels.contraction_kit import run_kernel
+    from tests.kernel_layer.contraction_kit import run_kernel
 
     g = lowered_linear(k=48, n=40, max_rows=100)
     options = SimpleNamespace(targets=("sm_80", "sm_90"), cuda_driver_floor="12.4", tune_dims=())

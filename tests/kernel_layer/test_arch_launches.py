@@ -13,7 +13,7 @@ from aotc.ir.templates import KernelKind
 from aotc.kernels.scheduler import schedule_graph
 from aotc.lowering.options import CompileOptions
 from aotc.lowering.pipeline import lower
-from tests.kernels.kernel_kit import check
+from tests.kernel_layer.kernel_kit import check
 
 BOTH = CompileOptions(targets=("sm_80", "sm_90"))
 

@@ -6,7 +6,7 @@ broadcast, no sprawling line).
 A codegen change that alters a pinned kernel fails ``test_pinned_kernel_text``; when the change is meant, rewrite
 the files and review their diff with the change:
 
-    AOTC_UPDATE_KERNEL_TEXT=1 .venv/bin/python -m pytest -q -p no:cacheprovider tests/kernels/test_kernel_text.py
+    AOTC_UPDATE_KERNEL_TEXT=1 .venv/bin/python -m pytest -q -p no:cacheprovider tests/kernel_layer/test_kernel_text.py
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from aotc.ir.templates import KernelKind
 from aotc.kernels.naming import value_names
 from aotc.kernels.scheduler import code, schedule_graph
 from tests.graph_kit import make_graph
-from tests.kernels.kernel_kit import check
-from tests.kernels.model_kit import CONFIGS, lowered
+from tests.kernel_layer.kernel_kit import check
+from tests.kernel_layer.model_kit import CONFIGS, lowered
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "kernels"
 UPDATE = "AOTC_UPDATE_KERNEL_TEXT"
@@ -67,7 +67,7 @@ def test_pinned_kernel_text(stem: str) -> None:
     assert path.exists(), f"no golden text {path}: run with {UPDATE}=1 to write it"
     assert kernel.source == path.read_text(), (
         f"the generated text of the pinned {stem} kernel changed. If the change is meant, rewrite the golden files "
-        f"with {UPDATE}=1 .venv/bin/python -m pytest -q -p no:cacheprovider tests/kernels/test_kernel_text.py "
+        f"with {UPDATE}=1 .venv/bin/python -m pytest -q -p no:cacheprovider tests/kernel_layer/test_kernel_text.py "
         "and review their diff with your change."
     )
 

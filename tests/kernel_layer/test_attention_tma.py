@@ -29,10 +29,10 @@ from aotc.kernels.scheduler import schedule_graph
 from aotc.lowering.options import CompileOptions
 from aotc.runtime.backends.cuda.driver import DeviceInfo
 from aotc.runtime.backends.cuda.modules import check_driver_floor
-from tests.kernels.contraction_kit import anchor_of, builder_for, run_kernel
-from tests.kernels.test_attention import BF16, F16, F32, TOLERANCE, Case, attention_graph
-from tests.kernels.test_attention_forms import masked_feeds, torch_sdpa
-from tests.kernels.test_attention_sm90 import SHARED_LIMIT, _dump
+from tests.kernel_layer.contraction_kit import anchor_of, builder_for, run_kernel
+from tests.kernel_layer.test_attention import BF16, F16, F32, TOLERANCE, Case, attention_graph
+from tests.kernel_layer.test_attention_forms import masked_feeds, torch_sdpa
+from tests.kernel_layer.test_attention_sm90 import SHARED_LIMIT, _dump
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")

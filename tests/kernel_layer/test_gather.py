@@ -14,7 +14,7 @@ from aotc.ir import DType, Op, Symbol, TensorType
 from aotc.ir.gather_ids import NEGATIVE_INDICES
 from aotc.ir.symbolic import sym
 from tests.graph_kit import make_graph
-from tests.kernels.kernel_kit import check, run_schedule
+from tests.kernel_layer.kernel_kit import check, run_schedule
 
 F32, I64 = DType.float32, DType.int64
 SEQ = Symbol("seq", 1, 16)

@@ -15,8 +15,8 @@ from aotc.ir.templates import KernelKind
 from aotc.ir.tiles import TileConfig
 from aotc.kernels.conv import conv_shape, emit_conv, why_not_conv
 from tests.graph_kit import make_graph
-from tests.kernels.contraction_graphs import CONV_CASES, conv_attrs, conv_bn_relu_graph, conv_graph
-from tests.kernels.contraction_kit import anchor_of, builder_for, check_kernel, epilogue_of
+from tests.kernel_layer.contraction_graphs import CONV_CASES, conv_attrs, conv_bn_relu_graph, conv_graph
+from tests.kernel_layer.contraction_kit import anchor_of, builder_for, check_kernel, epilogue_of
 
 F32, F16, BF16 = DType.float32, DType.float16, DType.bfloat16
 TILE = TileConfig(64, 16, 32)
@@ -95,8 +95,8 @@ def test_conv_shape_and_rejections():
 def test_scheduler_gives_conv_bn_relu_one_kernel():
     # Through the real scheduler and the interpret backend: the CNN block is one CONV kernel.
     from aotc.kernels.scheduler import schedule_graph
-    from tests.kernels.contraction_kit import random_feeds
-    from tests.kernels.kernel_kit import check
+    from tests.kernel_layer.contraction_kit import random_feeds
+    from tests.kernel_layer.kernel_kit import check
 
     g = conv_bn_relu_graph(F32)
     schedule = schedule_graph(g)

@@ -26,8 +26,8 @@ from aotc.kernels.scheduler import schedule_graph
 from aotc.lowering.options import CompileOptions
 from aotc.lowering.pipeline import lower
 from aotc_cli.loader import import_file
-from tests.kernels.kernel_kit import check
-from tests.kernels.model_kit import feeds
+from tests.kernel_layer.kernel_kit import check
+from tests.kernel_layer.model_kit import feeds
 
 MODELS = Path(__file__).resolve().parents[2] / "models"
 TOL = (2e-4, 2e-4)  # float32: tl.dot and numpy's matmul sum in other orders, through ten steps

@@ -16,7 +16,7 @@ import pytest
 from aotc.errors import AotcError
 from aotc.kernels.tuned import EXACT, choose
 from aotc.kernels.tuned.merge import empty_table, merge
-from tests.kernels.test_tuned_table import CHAIN, key_of, lowered_linear
+from tests.kernel_layer.test_tuned_table import CHAIN, key_of, lowered_linear
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -19,7 +19,7 @@ from aotc.ir.templates import KernelKind
 from aotc.kernels.scheduler import schedule_graph
 from aotc.runtime.backends.triton_interp import launch_source
 from tests.graph_kit import make_graph
-from tests.kernels.kernel_kit import check, run_schedule
+from tests.kernel_layer.kernel_kit import check, run_schedule
 
 F32, F16, BF16 = DType.float32, DType.float16, DType.bfloat16
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,7 +12,7 @@ import aotc
 from aotc import Dim, TensorSpec, nn
 from aotc.ir.dtypes import DType
 from aotc.ir.templates import KernelKind
-from tests.kernels.kernel_kit import check
+from tests.kernel_layer.kernel_kit import check
 
 pytest.importorskip("triton")
 

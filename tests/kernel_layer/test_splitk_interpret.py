@@ -23,7 +23,7 @@ from aotc.kernels.scheduler import schedule_graph
 from aotc.lowering.options import CompileOptions
 from aotc.lowering.splitk import split_k
 from tests.graph_kit import const, make_graph
-from tests.kernels.kernel_kit import check
+from tests.kernel_layer.kernel_kit import check
 
 pytest.importorskip("triton")
 

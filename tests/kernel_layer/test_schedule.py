@@ -15,7 +15,7 @@ from aotc.kernels import index_text as ix
 from aotc.kernels.explain import explain
 from aotc.kernels.scheduler import code, schedule_graph
 from tests.graph_kit import const, make_graph
-from tests.kernels.kernel_kit import check
+from tests.kernel_layer.kernel_kit import check
 
 F32 = DType.float32
 

@@ -16,8 +16,8 @@ from aotc.ir.templates import KernelKind
 from aotc.ir.tiles import TileConfig, matmul_config
 from aotc.kernels.matmul import emit_matmul, matmul_shape, why_not_epilogue, why_not_matmul
 from tests.graph_kit import make_graph
-from tests.kernels.contraction_graphs import linear_graph, matmul_graph
-from tests.kernels.contraction_kit import anchor_of, builder_for, check_kernel, epilogue_of
+from tests.kernel_layer.contraction_graphs import linear_graph, matmul_graph
+from tests.kernel_layer.contraction_kit import anchor_of, builder_for, check_kernel, epilogue_of
 
 F32, F16, BF16 = DType.float32, DType.float16, DType.bfloat16
 BIG = TileConfig(64, 64, 64)  # few programs: the interpreter's cost grows with their number
@@ -253,8 +253,8 @@ def test_configs():
 
 def test_scheduler_fuses_linear_gelu_residual():
     from aotc.kernels.scheduler import schedule_graph
-    from tests.kernels.contraction_kit import random_feeds
-    from tests.kernels.kernel_kit import check
+    from tests.kernel_layer.contraction_kit import random_feeds
+    from tests.kernel_layer.kernel_kit import check
 
     g = linear_graph(act=(Op.GELU, {}), residual=True)
     schedule = schedule_graph(g)

@@ -10,7 +10,7 @@ from aotc.ir.schedule import ALIGN
 from aotc.ir.symbolic_values import evaluate
 from aotc.kernels.memplan import arena_bytes_at_max
 from aotc.kernels.scheduler import schedule_graph
-from tests.kernels.model_kit import DIMS, lowered
+from tests.kernel_layer.model_kit import DIMS, lowered
 
 
 def _bindings(graph) -> list[dict[str, int]]:

@@ -16,7 +16,7 @@ from aotc.ir.evaluate import GraphRunner
 from aotc.lowering.options import CompileOptions
 from aotc.lowering.pipeline import lower
 from aotc.onnx import import_onnx
-from tests.kernels.kernel_kit import run_schedule
+from tests.kernel_layer.kernel_kit import run_schedule
 
 NAMES = [
     "squeezenet",

@@ -16,7 +16,7 @@ from aotc.kernels import index_text as ix
 from aotc.kernels.emit import KernelBuilder
 from aotc.kernels.scheduler import code, schedule_graph
 from tests.graph_kit import make_graph
-from tests.kernels.test_splitk_interpret import _compiled
+from tests.kernel_layer.test_splitk_interpret import _compiled
 
 GRAPH = Graph((), (), (), (), symbols=(Symbol("n", 1, 64),))
 

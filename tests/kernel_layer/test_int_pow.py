@@ -9,7 +9,7 @@ import pytest
 
 from aotc.ir import DType, Op, TensorType
 from tests.graph_kit import make_graph
-from tests.kernels.kernel_kit import check, compile_renamed_for_sm80, in_fresh_process
+from tests.kernel_layer.kernel_kit import check, compile_renamed_for_sm80, in_fresh_process
 
 BASES = [0, 1, -1, 2, -2, 3, -3, 7, 10, 12345, -99991]
 EXPONENTS = [0, 1, 2, 3, 5, 17, 30, 31, 62, 63, 1000003, -1, -2, -3]
@@ -60,4 +60,4 @@ def compile_int_pow_kernels() -> None:
 
 
 def test_int_pow_kernels_compile_for_sm80() -> None:
-    in_fresh_process("from tests.kernels.test_int_pow import compile_int_pow_kernels\ncompile_int_pow_kernels()")
+    in_fresh_process("from tests.kernel_layer.test_int_pow import compile_int_pow_kernels\ncompile_int_pow_kernels()")

@@ -11,7 +11,7 @@ from aotc.ir import DType, Op, Symbol, TensorType
 from aotc.ir.symbolic import sym
 from aotc.kernels.scheduler import schedule_graph
 from tests.graph_kit import make_graph
-from tests.kernels.kernel_kit import check
+from tests.kernel_layer.kernel_kit import check
 
 F32 = DType.float32
 REDUCE_OPS = [Op.REDUCE_SUM, Op.REDUCE_MAX, Op.REDUCE_MIN, Op.REDUCE_PROD, Op.ARGMAX, Op.ARGMIN]

@@ -35,8 +35,15 @@ from aotc.kernels.scheduler import schedule_graph
 from aotc.lowering.options import CompileOptions
 from aotc.lowering.pipeline import lower
 from tests.graph_kit import make_graph
-from tests.kernels.contraction_graphs import linear_graph, matmul_graph
-from tests.kernels.contraction_kit import anchor_of, builder_for, check_kernel, epilogue_of, random_feeds, run_kernel
+from tests.kernel_layer.contraction_graphs import linear_graph, matmul_graph
+from tests.kernel_layer.contraction_kit import (
+    anchor_of,
+    builder_for,
+    check_kernel,
+    epilogue_of,
+    random_feeds,
+    run_kernel,
+)
 
 F32, BF16 = DType.float32, DType.bfloat16
 GPT2_N = (768, 2304, 3072, 50257)  # GPT-2-small: attn.c_proj / mlp.c_proj, qkv, mlp.c_fc, the lm head

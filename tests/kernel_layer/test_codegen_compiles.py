@@ -19,7 +19,7 @@ from aotc.ir.symbolic import sym
 from aotc.kernels.aot import AotOptions, compile_kernels
 from aotc.kernels.scheduler import schedule_graph
 from tests.graph_kit import make_graph
-from tests.kernels.kernel_kit import check
+from tests.kernel_layer.kernel_kit import check
 
 F32, F16, BF16, I32, I64 = DType.float32, DType.float16, DType.bfloat16, DType.int32, DType.int64
 N = Symbol("n", 1, 100000)
@@ -70,9 +70,7 @@ def test_generated_kernels_compile_for_sm80() -> None:
     # A fresh process: Triton's interpreter, which other tests run in this one, patches triton.language
     # in a way the in-process compiler then trips on.
     root = Path(__file__).resolve().parents[2]
-    code = (
-        "from tests.kernels.test_codegen_compiles import CASES, compile_case\nfor c in sorted(CASES): compile_case(c)"
-    )
+    code = "from tests.kernel_layer.test_codegen_compiles import CASES, compile_case\nfor c in sorted(CASES): compile_case(c)"
     env = {**os.environ, "PYTHONPATH": str(root)}
     proc = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -10,7 +10,7 @@ import pytest
 from aotc.ir import DType, Op, Symbol, TensorType
 from aotc.ir.symbolic import sym
 from tests.graph_kit import make_graph
-from tests.kernels.kernel_kit import check
+from tests.kernel_layer.kernel_kit import check
 
 F32, I32, I64 = DType.float32, DType.int32, DType.int64
 NP = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}

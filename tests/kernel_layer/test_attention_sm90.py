@@ -19,8 +19,8 @@ import pytest
 
 from aotc.ir import Op
 from aotc.kernels.attention import emit_attention
-from tests.kernels.contraction_kit import anchor_of, builder_for
-from tests.kernels.test_attention import BF16, Case, attention_graph
+from tests.kernel_layer.contraction_kit import anchor_of, builder_for
+from tests.kernel_layer.test_attention import BF16, Case, attention_graph
 
 triton = pytest.importorskip("triton")
 

@@ -9,8 +9,8 @@ from aotc.ir.ops import Op
 from aotc.kernels.explain import explain
 from aotc.kernels.fusion import VIEWS
 from aotc.kernels.scheduler import schedule_graph
-from tests.kernels.kernel_kit import check
-from tests.kernels.model_kit import DIMS, feeds, lowered
+from tests.kernel_layer.kernel_kit import check
+from tests.kernel_layer.model_kit import DIMS, feeds, lowered
 
 # float32 models: block-wise sums and fused multiply-adds reorder float32 rounding across layers.
 TOL = (2e-4, 2e-4)

@@ -14,8 +14,8 @@ from aotc.ir.symbolic import sym
 from aotc.ir.tiles import TileConfig
 from aotc.kernels.conv import emit_conv
 from aotc.kernels.matmul import emit_matmul
-from tests.kernels.contraction_graphs import CONV_CASES, conv_bn_relu_graph, conv_graph, linear_graph, matmul_graph
-from tests.kernels.contraction_kit import anchor_of, builder_for, epilogue_of
+from tests.kernel_layer.contraction_graphs import CONV_CASES, conv_bn_relu_graph, conv_graph, linear_graph, matmul_graph
+from tests.kernel_layer.contraction_kit import anchor_of, builder_for, epilogue_of
 
 triton = pytest.importorskip("triton")
 pytestmark = pytest.mark.slow

@@ -30,7 +30,7 @@ from aotc.ir.verify import graph_ctx
 from aotc.kernels.attention import AttentionConfig, attention_config, emit_attention, why_not_attention
 from aotc.lowering.options import CompileOptions
 from aotc.lowering.pipeline import lower
-from tests.kernels.contraction_kit import anchor_of, builder_for, run_kernel
+from tests.kernel_layer.contraction_kit import anchor_of, builder_for, run_kernel
 
 pytest.importorskip("triton")
 

@@ -20,8 +20,8 @@ from aotc.ir.schedule import Kernel
 from aotc.ir.symbolic import sym
 from aotc.ir.verify import graph_ctx
 from aotc.kernels.attention import AttentionConfig, emit_attention
-from tests.kernels.contraction_kit import anchor_of, builder_for, run_kernel
-from tests.kernels.test_attention import F32, Case, attention_graph, feeds_for, run_case
+from tests.kernel_layer.contraction_kit import anchor_of, builder_for, run_kernel
+from tests.kernel_layer.test_attention import F32, Case, attention_graph, feeds_for, run_case
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
