@@ -171,6 +171,12 @@ _SMALL = dict(
     num_channels=3,
     use_cache=False,
 )
+# Sizes by model type where a config's size is not one of ``_SMALL``'s names: VibeVoice's speech tokenizers (its
+# audio tower and semantic encoder) double 32 filters over 6 stages of 3 to 8 blocks, 1.0B parameters in all.
+_TYPE_SIZES = {
+    "vibevoice_acoustic_tokenizer": dict(num_filters=4, depths=(1,) * 7),
+    "vibevoice_acoustic_tokenizer_encoder": dict(num_filters=4, depths=(1,) * 7),
+}
 _TEXT_SIZES = ((2, 7), (3, 16))
 # Layer counts ``_fitted`` tries where 2 is refused (Zamba's first 3 layers are fixed: its layer types need 3).
 _DEEPER = {"num_hidden_layers": (3, 4, 6)}
@@ -302,14 +308,14 @@ def _image(config: Any) -> tuple[int, int]:
     return (side if isinstance(side, int) else 32), int(getattr(config, "num_channels", 3) or 3)
 
 
-def _small(config_cls: Any, towers: bool = True) -> dict[str, Any]:
+def _small(config_cls: Any, towers: bool = True, backbones: bool = True) -> dict[str, Any]:
     """The shrunken sizes ``config_cls`` takes, and its sub-configs' (a vision-language model's text and vision
     towers, BLT's patcher...) as dicts of theirs, so a composite model is small too; its AutoConfig towers too
-    with ``towers``."""
-    return _wanted(config_cls, lambda cls, base: {**base, **_small(cls, towers)}, towers)
+    with ``towers``, and with ``backbones`` its transformer backbones (``_transformer_tower``)."""
+    return _wanted(config_cls, lambda cls, base: {**base, **_small(cls, towers, backbones)}, towers, backbones)
 
 
-def _wanted(config_cls: Any, shrink: Any, towers: bool = True) -> dict[str, Any]:
+def _wanted(config_cls: Any, shrink: Any, towers: bool = True, backbones: bool = False) -> dict[str, Any]:
     """``_SMALL``'s sizes that ``config_cls`` takes, and each sub-config's dict as ``shrink(class, defaults)``
     gives it."""
     from transformers import PretrainedConfig
@@ -317,29 +323,42 @@ def _wanted(config_cls: Any, shrink: Any, towers: bool = True) -> dict[str, Any]
 
     given = inspect.signature(config_cls.__init__).parameters
     out: dict[str, Any] = {k: v for k, v in _SMALL.items() if k in given}
+    out |= _TYPE_SIZES.get(getattr(config_cls, "model_type", ""), {})
     specs = getattr(config_cls, "sub_configs_defaults", None) or {}
     for name, sub in (getattr(config_cls, "sub_configs", None) or {}).items():
         if name not in given or not isinstance(sub, type):
             continue
         if issubclass(sub, PretrainedConfig):
             out[name] = shrink(sub, {})
-        elif towers and name != "backbone_config" and getattr(specs.get(name), "model_type", None) in CONFIG_MAPPING:
+        elif towers and getattr(specs.get(name), "model_type", None) in CONFIG_MAPPING:
             # An AutoConfig tower (LLaVA's CLIP and Llama, PaliGemma's SigLIP and Gemma): its default model type
             # and the composite's defaults for it, shrunk. Left alone, they build the full 7B model. Backbones
-            # keep their own list-shaped sizes (stage widths and depths), which _SMALL's scalars would break.
+            # keep their own list-shaped sizes (stage widths and depths), which _SMALL's scalars would break,
+            # unless they are transformers sized by scalars (SAM3's 32-layer ViT at 1008 pixels).
             spec = specs[name]
+            if name == "backbone_config" and not (backbones and _transformer_tower(CONFIG_MAPPING[spec.model_type])):
+                continue
             tower = shrink(CONFIG_MAPPING[spec.model_type], dict(spec.init_kwargs))
             out[name] = {**tower, "model_type": spec.model_type}
     return out
 
 
+def _transformer_tower(config_cls: Any) -> bool:
+    """Whether a backbone's config is a transformer's, sized by scalars alone (a layer count and a width, no
+    list among ``_SMALL``'s sizes it takes), which ``_SMALL`` shrinks as it does any tower."""
+    defaults = {k: p.default for k, p in inspect.signature(config_cls.__init__).parameters.items() if k in _SMALL}
+    sized = all(isinstance(defaults.get(k), int) for k in ("hidden_size", "num_hidden_layers"))
+    return sized and not any(isinstance(v, list | tuple) for v in defaults.values())
+
+
 def _config(config_cls: Any) -> tuple[Any, bool]:
-    """``config_cls`` shrunk by ``_small``, then with its AutoConfig towers left as they are (Apertus-1.5's audio
+    """``config_cls`` shrunk by ``_small``, then with its transformer backbones left as they are (LW-DETR's ViT
+    names the layers it outputs), then with all its AutoConfig towers left as they are (Apertus-1.5's audio
     tower refuses the shrink), then where that fails its validators too (Swin's heads are a list per stage, Bamba's
     layer types must match its layer count) by ``_fitted``; and whether it was fitted."""
-    for towers in (True, False):
+    for towers, backbones in ((True, True), (True, False), (False, False)):
         try:
-            return config_cls(**_small(config_cls, towers)), False
+            return config_cls(**_small(config_cls, towers, backbones)), False
         except Exception:  # a validator's refusal
             pass
     return config_cls(**_fitted(config_cls)), True

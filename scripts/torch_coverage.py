@@ -117,7 +117,7 @@ def _run(case: Any) -> dict[str, Any]:
                 return out | {"status": "mismatch", "detail": wrong}
         return out | {"status": "pass"}
     except AotcError as e:
-        if isinstance(e.__cause__, MemoryError):  # the run's numpy evaluation past the cap (SAM3's global attention)
+        if isinstance(e.__cause__, MemoryError):  # the run's numpy evaluation past the cap (a big attention matrix)
             return _memory(out, str(e).strip()[:200])
         text = str(e)
         op, where = _OP.search(text), _WHERE.search(text)
@@ -128,7 +128,7 @@ def _run(case: Any) -> dict[str, Any]:
             "op": op.group(1) if op else "",
             "where": f"{where.group(1)}:{where.group(2)}" if where else "",
         }
-    except MemoryError as e:  # the worker's --memory-gb cap: a model the shrink leaves big (VibeVoice's tokenizer)
+    except MemoryError as e:  # the worker's --memory-gb cap: a model the shrink leaves big
         return _memory(out, f"MemoryError: {str(e).strip()[:160]}")
     except RuntimeError as e:
         if not _TORCH_OOM.search(str(e)):

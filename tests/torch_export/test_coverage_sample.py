@@ -129,6 +129,34 @@ def test_a_composites_autoconfig_towers_are_shrunk_with_its_own_defaults() -> No
     assert config.vision_config.hidden_act == default.vision_config.hidden_act  # the composite's own default
 
 
+def test_a_transformer_backbone_is_shrunk_and_a_staged_one_keeps_its_sizes() -> None:
+    """SAM3's vision model wraps a ViT backbone (32 layers of 1024 at 1008 pixels: a 3.2 GiB attention matrix in
+    the sweep's evaluation) that _SMALL shrinks as any tower; Mask2Former's Swin keeps its per-stage lists, and
+    LW-DETR's ViT, which names the layers it outputs, is left as it is when its shrink is refused."""
+    transformers_module()
+    from coverage_zoo import _config
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    backbone = _config(CONFIG_MAPPING["sam3_vision_model"])[0].backbone_config
+    assert (backbone.num_hidden_layers, backbone.hidden_size, backbone.image_size) == (2, 32, 32), backbone
+    swin = _config(CONFIG_MAPPING["mask2former"])[0].backbone_config
+    assert swin.embed_dim == CONFIG_MAPPING["swin"]().embed_dim and isinstance(swin.depths, list | tuple)
+    vit = _config(CONFIG_MAPPING["lw_detr"])[0].backbone_config
+    assert vit.num_hidden_layers == CONFIG_MAPPING["lw_detr"]().backbone_config.num_hidden_layers
+
+
+def test_a_speech_tokenizer_is_shrunk_by_its_own_sizes() -> None:
+    """VibeVoice's audio tower and semantic encoder are sized by filters and per-stage depths, not _SMALL's names:
+    left alone, the model has 1.0B parameters, past the sweep's memory cap."""
+    transformers_module()
+    from coverage_zoo import _config
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    config = _config(CONFIG_MAPPING["vibevoice"])[0]
+    for tower in (config.audio_config, config.semantic_model_config):
+        assert tower.num_filters == 4 and set(tower.depths) == {1}, tower
+
+
 def test_a_vanishing_init_is_given_a_signal_and_every_other_init_is_left_alone() -> None:
     torch = pytest.importorskip("torch")
     from coverage_zoo import _unzero
