@@ -119,7 +119,7 @@ run smoke 60 "$py scripts/gpu_smoke.py smoke $carry --jsonl $jsonl ${fake[*]}"
 # on the fake driver, to exercise the step end to end.
 if [ "$dry" = 1 ]; then
     run tune 150 "
-        $py scripts/tune_bundle.py $out/tune_bundle_dry.zip --small --only matmul attention --limit 4 --sources \
+        $py scripts/tune_bundle.py $out/tune_bundle_dry.zip --small --only lstm matmul attention --limit 5 --sources \
             && $py scripts/tune_run.py $out/tune_bundle_dry.zip --out $out/tune_results.json --fake --max-reps 2 \
                 --budget 40
     "

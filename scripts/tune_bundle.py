@@ -9,9 +9,9 @@ compiled to sm_90 cubins.
 
 The set (issue 27): attention bf16 and fp16, b4 h16 seq 4k, head dim 64 and 128, causal or not (8 keys);
 the bf16 matmul 8192^3; GPT-2-small's bf16 matmuls at 1x128 and 8x1024 (each distinct key: qkv, attention
-projection, MLP fc and projection, lm head); the fp32 lm head at 8x1024. The LSTM cell's template has no
-tile parameters yet, so it is not in the set. ``--small`` swaps in tiny shapes that the interpreter behind the
-fake driver runs in seconds.
+projection, MLP fc and projection, lm head); the fp32 lm head at 8x1024; the example LSTM ensemble's
+recurrences (rows per program and warps) at batch 1 and 64, as the e2e step times it. ``--small`` swaps in tiny
+shapes that the interpreter behind the fake driver runs in seconds.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from aotc.lowering.pipeline import lower  # noqa: E402
 ARCH = "sm_90"
 GPT2_SMALL = {"vocab_size": 50257, "n_positions": 1024, "d_model": 768, "n_layer": 1, "n_head": 12}
 GPT2_SHAPES = ({"batch": 1, "seq": 128}, {"batch": 8, "seq": 1024})
+LSTM_BATCHES = (1, 64)  # benchmarks/bench_cuda.py's lstm_ensemble batches
 
 
 class Attention(nn.Module):
@@ -99,7 +100,23 @@ def gpt2_cases(small: bool) -> list[KeyCase]:
     return out
 
 
-GROUPS = {"attention": attention_cases, "matmul": matmul_cases, "gpt2": gpt2_cases}
+def lstm_cases(small: bool) -> list[KeyCase]:
+    from aotc_cli.loader import import_file
+
+    lstm = import_file(ROOT / "models" / "lstm_ensemble.py")
+    model, inputs = lstm.build(**({"hidden_size": 8, "members": 1, "steps": 3} if small else {}))
+    g = _lowered(model, inputs)
+    out: list[KeyCase] = []
+    for batch in (2,) if small else LSTM_BATCHES:
+        out += key_cases(g, {"batch": batch}, f"lstm_ensemble_b{batch}", ARCH, _recurrence)
+    return out
+
+
+def _recurrence(key: dict) -> bool:
+    return key["template"] == "recurrent_cell"  # the LSTM cell alone: the set has its matmul shapes already
+
+
+GROUPS = {"attention": attention_cases, "matmul": matmul_cases, "gpt2": gpt2_cases, "lstm": lstm_cases}
 
 
 def limited(cases: list[KeyCase], limit: int | None) -> list[KeyCase]:

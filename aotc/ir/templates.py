@@ -60,7 +60,8 @@ class Template:
     emit a launch rooted at that node. ``group``: ``(fusion graph) -> [(node indices, detail)]``, node groups the
     template computes whole as one launch each, before the planner's general rules (aotc/kernels/fusion.py);
     ``detail`` is the template's own record of a group, which its emitter reads. ``tuning``: what autotuning
-    varies, "gemm" (matmul tiles) or "attention" (flash-attention tiles); "" when the heuristics alone choose.
+    varies, "gemm" (matmul tiles), "attention" (flash-attention tiles) or "recurrent" (a chain's rows per program
+    and warps); "" when the heuristics alone choose.
     """
 
     kind: KernelKind
@@ -234,7 +235,12 @@ TEMPLATES: tuple[Template, ...] = (
     Template(K("scatter"), frozenset(), scatter_grid, emit="scatter:emit_plan"),
     # The steps of an unrolled recurrence (an LSTM's time loop), each its products, gates and state update.
     Template(
-        K("recurrent_cell"), frozenset(), recurrent_grid, emit="recurrent:emit_plan", group="recurrent:node_groups"
+        K("recurrent_cell"),
+        frozenset(),
+        recurrent_grid,
+        emit="recurrent:emit_plan",
+        group="recurrent:node_groups",
+        tuning="recurrent",  # rows per program and warps, from the tuned table (not --autotune: no root node)
     ),
 )
 del K

@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from aotc.kernels.emit import KernelBuilder
     from aotc.kernels.fusion import KernelPlan
 
-__all__ = ["Cell", "cells_and_chains", "emit_plan", "node_groups"]
+__all__ = ["Cell", "RecurrentConfig", "cells_and_chains", "chain_cells", "emit_plan", "node_groups"]
 
 MAX_H = 128  # the state's columns one program holds (BLOCK_H)
 MAX_K = 256  # a product's inner dim, loaded whole
@@ -62,7 +62,17 @@ MAX_STEPS = 4  # Triton (3.9, sm_80) compiles 4 unrolled LSTM steps of width 32 
 # 32 rows make, so Triton compiles the kernel in about half the time (the example LSTM's second layer: 5.7 s per
 # target at 32 rows, 3.1 s at 16).
 BLOCK_M = 16
+NUM_WARPS = 4
 _DOT = (DType.float32, DType.float16, DType.bfloat16)
+
+
+@dataclass(frozen=True)
+class RecurrentConfig:
+    """A chain's tiles where the tuned table gives them (aotc/kernels/tuned/): rows per program and warps. The
+    state's columns and each product's K are whole (BLOCK_H, BLOCK_K), so nothing else is the tuner's to vary."""
+
+    block_m: int = BLOCK_M
+    num_warps: int = NUM_WARPS
 
 
 @dataclass(frozen=True)
@@ -318,12 +328,14 @@ class _Axes:
 
 
 def emit_plan(b: KernelBuilder, kp: KernelPlan, name: str, config: KernelConfig, tiles: Any = None) -> Kernel:
-    """The template table's emitter (aotc/ir/templates.py): the chain of ``kp.group``, storing ``kp.outputs``."""
+    """The template table's emitter (aotc/ir/templates.py): the chain of ``kp.group``, storing ``kp.outputs``;
+    ``tiles`` a RecurrentConfig (the tuned table's) or None (BLOCK_M rows, NUM_WARPS warps)."""
     assert kp.group is not None
+    tile = tiles if isinstance(tiles, RecurrentConfig) else RecurrentConfig()
     if isinstance(kp.group.detail, Loop):
-        return _emit_loop(b, kp, kp.group.detail, name)
+        return _emit_loop(b, kp, kp.group.detail, name, tile)
     cells: tuple[Cell, ...] = kp.group.detail
-    axes, rows, h, block_m = _head(b, cells)
+    axes, rows, h, block_m = _head(b, cells, tile.block_m)
     constexprs = axes.constexprs
     stored = {v.id for v in kp.outputs}
     carry = _Carry({})
@@ -334,13 +346,17 @@ def emit_plan(b: KernelBuilder, kp: KernelPlan, name: str, config: KernelConfig,
             carry = _step(b, cell, following, carry, stored, axes, h)
     grid = (floordiv(add(rows, block_m - 1), block_m), 1, 1)
     extra = [b.producers[n.outputs[0].id][0] for c in cells for n in (*c.products, *c.slices)]
-    return b.finish(name, kp.kind, grid, tuple(constexprs), num_warps=4, num_stages=1, extra_nodes=extra)
+    return b.finish(name, kp.kind, grid, tuple(constexprs), num_warps=tile.num_warps, num_stages=1, extra_nodes=extra)
 
 
-def _head(b: KernelBuilder, cells: tuple[Cell, ...], *names: str) -> tuple[_Axes, Any, int, int]:
+def chain_cells(detail: Any) -> tuple[Cell, ...]:
+    """The steps of a chain's group detail (its cells, or a loop's)."""
+    return detail.cells if isinstance(detail, Loop) else detail
+
+
+def _head(b: KernelBuilder, cells: tuple[Cell, ...], block_m: int, *names: str) -> tuple[_Axes, Any, int, int]:
     """The rows and state columns of a chain's program: its axes (with the constexprs), rows, width and BLOCK_M."""
     rows, h = cells[0].slices[0].outputs[0].type.shape
-    block_m = BLOCK_M
     ks = len({p.inputs[1].type.shape[0] for c in cells for p in c.products})
     b.reserve("pid", *names, *(f"{s}_{d}" for s in ("offs", "mask") for d in ("m", "h", *(f"k{j}" for j in range(ks)))))
     b.line("pid = tl.program_id(0)")
@@ -353,12 +369,12 @@ def _head(b: KernelBuilder, cells: tuple[Cell, ...], *names: str) -> tuple[_Axes
     return axes, rows, h, block_m
 
 
-def _emit_loop(b: KernelBuilder, kp: KernelPlan, loop: Loop, name: str) -> Kernel:
+def _emit_loop(b: KernelBuilder, kp: KernelPlan, loop: Loop, name: str, tile: RecurrentConfig) -> Kernel:
     """The chain as ``for step in range(0, T)`` over its template step (``loop.cells[1]``): the state and the
     other carried values in loop-carried tiles from their first values, each step's moving inputs read at its
     offset, its state stored into the stack (if any), the last step's values read elsewhere stored after."""
     cells, cell = loop.cells, loop.cells[1]
-    axes, rows, h, block_m = _head(b, cells, "step", "state")
+    axes, rows, h, block_m = _head(b, cells, tile.block_m, "step", "state")
     for p in cell.products:  # each K axis declared before the loop, once
         if p is not cell.recurrent:
             axes.k(p.inputs[1].type.shape[0])
@@ -407,7 +423,9 @@ def _emit_loop(b: KernelBuilder, kp: KernelPlan, loop: Loop, name: str) -> Kerne
             at = [_ROW, _COL] if view is None else view_rules.forward(b, view, [b.index_var(_ROW, rows), col])
             b.store(v, at, names[carried], _TILE)
     grid = (floordiv(add(rows, block_m - 1), block_m), 1, 1)
-    return b.finish(name, kp.kind, grid, tuple(axes.constexprs), num_warps=4, num_stages=1, extra_nodes=kp.nodes)
+    return b.finish(
+        name, kp.kind, grid, tuple(axes.constexprs), num_warps=tile.num_warps, num_stages=1, extra_nodes=kp.nodes
+    )
 
 
 def _step(

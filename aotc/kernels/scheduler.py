@@ -77,7 +77,7 @@ def schedule_graph(
         arch_launches = []
         # Pointwise and scatter blocks do not depend on the target (KernelConfig.pointwise_block): only
         # contractions, attention and reductions are generated again per target.
-        for arch in archs[1:] if kp.root is not None or kp.reductions else ():
+        for arch in archs[1:] if kp.root is not None or kp.reductions or _tunable(kp) else ():
             # The same kernel for another target: same flag slots, its own tiles.
             flags.count = start
             tile = None if tiles is not None else _tuned(graph, kp, idx, arch, options, sources)
@@ -99,12 +99,18 @@ def _tuned(
     graph: Graph, kp: KernelPlan, idx: int, arch: int, options: Any, sources: dict[tuple[int, str], TileChoice] | None
 ) -> Any:
     """The tuned table's tiles for launch ``idx`` on ``sm_<arch>``, or None (the heuristic's)."""
-    if kp.root is None or not template(kp.kind).tuning:
+    if not _tunable(kp):
         return None
-    choice = table_tiles(graph, kp.root, kp.nodes, f"sm_{arch}", options)
+    choice = table_tiles(graph, kp.root, kp.nodes, f"sm_{arch}", options, kp.group)
     if sources is not None:
         sources[idx, f"sm_{arch}"] = choice
     return choice.tiles
+
+
+def _tunable(kp: KernelPlan) -> bool:
+    """Whether launch ``kp``'s tiles may come from the tuned table: a tuned template's launch rooted at a node, or
+    computing a node group (a recurrence's chain)."""
+    return bool(template(kp.kind).tuning) and (kp.root is not None or kp.group is not None)
 
 
 def _shared(kernel: Kernel, seen: dict[tuple, Kernel], rename: bool = True) -> Kernel:

@@ -55,17 +55,20 @@ def current_toolchain(arch: str, floor: str) -> dict[str, Any] | None:
         return None
 
 
-def table_tiles(graph: Graph, root: Node | None, nodes: Iterable[int], arch: str, options: Any) -> TileChoice:
-    """Where the tiles of a launch rooted at ``root`` computing ``nodes`` come from on ``arch`` ("sm_90"), for a
-    compile with ``options`` (a CompileOptions: its driver floor picks the toolchain, its ``tune_dims`` the
-    shape dynamic dims are bucketed at)."""
-    if root is None:
+def table_tiles(
+    graph: Graph, root: Node | None, nodes: Iterable[int], arch: str, options: Any, group: Any = None
+) -> TileChoice:
+    """Where the tiles of a launch rooted at ``root`` (or computing the node group ``group`` whole: a
+    recurrence) computing ``nodes`` come from on ``arch`` ("sm_90"), for a compile with ``options`` (a
+    CompileOptions: its driver floor picks the toolchain, its ``tune_dims`` the shape dynamic dims are bucketed
+    at)."""
+    if root is None and group is None:
         return TileChoice(HEURISTIC, None, note="not tuned")
     table = load_table(arch)
     if table is None or not table.entries:  # the common case: no key, no toolchain probe
         return TileChoice(HEURISTIC, None, note=f"no tuned table for {arch}")
     dims: Mapping[str, int] = dict(getattr(options, "tune_dims", ()) or ())
-    key = kernel_key(graph, root, sorted(nodes), tuning_env(graph, dims))
+    key = kernel_key(graph, root, sorted(nodes), tuning_env(graph, dims), group)
     if key is None:
         return TileChoice(HEURISTIC, None, note="not tuned")
     floor = getattr(options, "cuda_driver_floor", None)

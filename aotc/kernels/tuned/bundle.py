@@ -46,6 +46,9 @@ GEMM_GRID = (
     (16, 256, 64, 4, 4), (32, 256, 64, 8, 3),
 )  # fmt: skip
 FP32_BLOCK_K = 16
+# A recurrence's (rows per program, warps): fewer rows spread a batch over more SMs, more warps split each step's
+# dots (its steps run one after another, so the launch is latency-bound).
+RECURRENT_GRID = tuple((bm, warps) for bm in (16, 32, 64) for warps in (1, 2, 4, 8))
 
 
 @dataclass
@@ -72,16 +75,17 @@ def key_cases(
 ) -> list[KeyCase]:
     """A KeyCase per distinct key among ``graph``'s tunable launches at the tuning shape ``env`` (``keep``
     filters the keys), each with the heuristic's kernel and every legal grid config, shrunk to the problem."""
+    from aotc.kernels.fusion import plan_fusion
+
     options = SimpleNamespace(targets=(arch,))
     base = schedule_with(graph, options, {})
+    plans = plan_fusion(graph).kernels  # the schedule's launches, one per plan, in order
     out: list[KeyCase] = []
     seen: set[str] = set()
-    for i, k in enumerate(base.kernels):
-        row = template(k.kind)
-        root = next((graph.nodes[n] for n in k.nodes if graph.nodes[n].op in row.roots), None)
-        if not row.tuning or root is None:
+    for i, (k, kp) in enumerate(zip(base.kernels, plans, strict=True)):
+        if not template(k.kind).tuning or (kp.root is None and kp.group is None):
             continue
-        key = kernel_key(graph, root, k.nodes, env)
+        key = kernel_key(graph, kp.root, k.nodes, env, kp.group)
         if key is None or (keep is not None and not keep(key)):
             continue
         text = json.dumps(key, sort_keys=True)
@@ -112,6 +116,8 @@ def schedule_with(graph: Graph, options: Any, tiles: Mapping[int, Any]) -> Any:
 
 def heuristic_tiles(k: Kernel) -> dict[str, int]:
     c = dict(k.constexprs)
+    if k.kind == "recurrent_cell":
+        return {"block_m": c["BLOCK_M"], "num_warps": k.num_warps}
     tiles = {"block_m": c["BLOCK_M"], "block_n": c["BLOCK_N"]}
     if k.kind == "attention":
         return {**tiles, "num_warps": k.num_warps, "num_stages": k.num_stages}
@@ -125,7 +131,9 @@ def grid_tiles(key: Mapping[str, Any], arch: str, heuristic: Mapping[str, int]) 
     seen = [dict(heuristic)]
     out: list[Tile] = []
     b = key["buckets"]
-    if kind == "attention":
+    if kind == "recurrent_cell":
+        raw = [{"block_m": max(16, min(bm, _pow2(b["rows"]))), "num_warps": w} for bm, w in RECURRENT_GRID]
+    elif kind == "attention":
         raw = [
             {"block_m": min(bm, max(16, b["q_len"])), "block_n": min(bn, max(16, b["kv_len"])), "num_warps": w,
              "num_stages": s}
@@ -241,4 +249,13 @@ def _pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 
 
-__all__ = ["ATTENTION_GRID", "GEMM_GRID", "KeyCase", "compile_cases", "grid_tiles", "key_cases", "write_bundle"]
+__all__ = [
+    "ATTENTION_GRID",
+    "GEMM_GRID",
+    "RECURRENT_GRID",
+    "KeyCase",
+    "compile_cases",
+    "grid_tiles",
+    "key_cases",
+    "write_bundle",
+]

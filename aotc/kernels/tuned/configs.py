@@ -12,10 +12,15 @@ from aotc.errors import UnsupportedError
 from aotc.ir.dtypes import DType
 from aotc.ir.tiles import DEFAULT_SHARED, SHARED_LIMIT, TileConfig, check_dot_config
 from aotc.kernels.attention import AttentionConfig
+from aotc.kernels.recurrent import RecurrentConfig
 
-Tile = TileConfig | AttentionConfig
+Tile = TileConfig | AttentionConfig | RecurrentConfig
 GEMM_FIELDS = ("block_m", "block_n", "block_k", "group_m", "num_warps", "num_stages")
 ATTENTION_FIELDS = ("block_m", "block_n", "num_warps", "num_stages")
+RECURRENT_FIELDS = ("block_m", "num_warps")
+RECURRENT_ROWS = (16, 32, 64, 128)  # tl.dot's smallest M up to what one program's state tiles hold
+# Tiles of a recurrence's state one thread holds at once: the state, its cell value, a gate and a product.
+RECURRENT_LIVE_TILES = 4
 MAX_BLOCK = 256
 MAX_STAGES = 6
 WARPS = (1, 2, 4, 8)
@@ -24,11 +29,11 @@ MAX_ACC_PER_THREAD = 256
 
 
 def fields_of(kind: str) -> tuple[str, ...]:
-    return ATTENTION_FIELDS if kind == "attention" else GEMM_FIELDS
+    return {"attention": ATTENTION_FIELDS, "recurrent_cell": RECURRENT_FIELDS}.get(kind, GEMM_FIELDS)
 
 
 def tile_to_json(tile: Tile) -> dict[str, int]:
-    kind = "attention" if isinstance(tile, AttentionConfig) else "matmul"
+    kind = {AttentionConfig: "attention", RecurrentConfig: "recurrent_cell"}.get(type(tile), "matmul")
     return {f: int(getattr(tile, f)) for f in fields_of(kind)}
 
 
@@ -45,6 +50,8 @@ def tile_from_json(kind: str, raw: Any, key: Mapping[str, Any], arch: str) -> Ti
             raise UnsupportedError(f"tiles {f}={v!r}: expected an int")
     if raw["num_warps"] not in WARPS:
         raise UnsupportedError(f"tiles num_warps={raw['num_warps']}: expected one of {list(WARPS)}")
+    if kind == "recurrent_cell":
+        return _recurrent(raw, key, arch)
     if not 1 <= raw["num_stages"] <= MAX_STAGES:
         raise UnsupportedError(f"tiles num_stages={raw['num_stages']}: expected 1 to {MAX_STAGES}")
     for f in ("block_m", "block_n", "block_k"):
@@ -74,6 +81,28 @@ def tile_from_json(kind: str, raw: Any, key: Mapping[str, Any], arch: str) -> Ti
             f"tiles {tile_to_json(tile)} hold {acc} accumulators per thread; at most {MAX_ACC_PER_THREAD} fit "
             "in registers"
         )
+    return tile
+
+
+def _recurrent(raw: Mapping[str, Any], key: Mapping[str, Any], arch: str) -> RecurrentConfig:
+    """A recurrence's rows per program and warps, checked against its state's width and its products' K."""
+    if raw["block_m"] not in RECURRENT_ROWS:
+        raise UnsupportedError(f"tiles block_m={raw['block_m']}: expected one of {list(RECURRENT_ROWS)}")
+    tile = RecurrentConfig(raw["block_m"], raw["num_warps"])
+    static = key["static"]
+    block_h, block_k = max(16, _pow2(int(static["state"]))), max(16, _pow2(max(int(k) for k in static["k"])))
+    acc = RECURRENT_LIVE_TILES * tile.block_m * block_h // (32 * tile.num_warps)
+    if acc > MAX_ACC_PER_THREAD:
+        raise UnsupportedError(
+            f"tiles {tile_to_json(tile)} hold {acc} state elements per thread; at most {MAX_ACC_PER_THREAD} fit "
+            "in registers"
+        )
+    # the widest product's operands, staged in shared memory for tl.dot: the rows' K and the weight's K x H
+    shared = (tile.block_m + block_h) * block_k * DType(key["dtypes"][0]).itemsize
+    cap = int(arch.removeprefix("sm_").rstrip("a"))
+    limit = SHARED_LIMIT.get(cap, DEFAULT_SHARED)
+    if shared > limit:
+        raise UnsupportedError(f"tiles {tile_to_json(tile)} need {shared} bytes of shared memory; {arch} has {limit}")
     return tile
 
 

@@ -28,7 +28,7 @@ from aotc.ir.types import Node
 Size = int | SymExpr
 # What each tunable template's kernel body is: bump one when its code changes enough that tiles tuned for the
 # old body no longer say anything about the new one (a table entry of another revision is stale: ignored).
-REVISIONS = {"matmul": 1, "conv": 1, "attention": 2}
+REVISIONS = {"matmul": 1, "conv": 1, "attention": 2, "recurrent_cell": 1}
 _DOT_DTYPES = (DType.float32, DType.float16, DType.bfloat16)
 
 
@@ -45,11 +45,12 @@ def tuning_env(graph: Graph, dims: Mapping[str, int] | None = None) -> dict[str,
 
 
 def kernel_key(
-    graph: Graph, root: Node, nodes: Sequence[int], env: Mapping[str, int] | None = None
+    graph: Graph, root: Node | None, nodes: Sequence[int], env: Mapping[str, int] | None = None, group: Any = None
 ) -> dict[str, Any] | None:
-    """The key of the tunable launch rooted at ``root`` that computes ``nodes`` (graph node indices), at the
-    tuning shape ``env`` (default: every symbol at its maximum); None when its template is not tuned (or a
-    depthwise convolution, whose direct kernel has no tiles to tune)."""
+    """The key of the tunable launch rooted at ``root`` that computes ``nodes`` (graph node indices), or of the
+    node group ``group`` it computes whole (a recurrence's chain: aotc/kernels/fusion_groups.py), at the tuning
+    shape ``env`` (default: every symbol at its maximum); None when its template is not tuned (or a depthwise
+    convolution, whose direct kernel has no tiles to tune)."""
     env = tuning_env(graph) if env is None else dict(env)
 
     def size(d: Size) -> int:
@@ -60,6 +61,8 @@ def kernel_key(
         except Exception:  # a symbol the env lacks: size for its upper bound
             return bounds(d, graph.ranges)[1]
 
+    if root is None:
+        return _chain_key(group.detail, size) if group is not None and group.kind == "recurrent_cell" else None
     kind = _kind(root)
     if kind is None:
         return None
@@ -117,6 +120,33 @@ def kernel_key(
         "precision": precision,
         "static": static,
         "buckets": buckets,
+    }
+
+
+def _chain_key(detail: Any, size: Any) -> dict[str, Any]:
+    """A recurrence's key: the state's width, each product's K and the steps (and whether they loop) are static;
+    the rows (the batch) are bucketed."""
+    from aotc.kernels.recurrent import chain_cells
+    from aotc.kernels.recurrent_loop import Loop
+
+    cells = chain_cells(detail)
+    rows, h = cells[0].slices[0].outputs[0].type.shape
+    products = [p for c in cells for p in c.products]
+    a = products[0].inputs[0].type.dtype
+    static = {
+        "state": int(h),
+        "k": sorted({int(p.inputs[1].type.shape[0]) for p in products}),
+        "steps": len(cells),
+        "form": "loop" if isinstance(detail, Loop) else "unrolled",
+    }
+    return {
+        "template": "recurrent_cell",
+        "revision": REVISIONS["recurrent_cell"],
+        "epilogue": "none",
+        "dtypes": [a.value, cells[0].gates.outputs[0].type.dtype.value],
+        "precision": dot_precision(products[0].attrs) if a is DType.float32 else "default",
+        "static": static,
+        "buckets": {"rows": bucket(size(rows))},
     }
 
 
