@@ -18,6 +18,7 @@ run, counts as never faster.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -134,12 +135,15 @@ def autotune(
     measure: Measure | None = None,
     compile: Compile | None = None,
     repeats: int = 10,
+    driver_floor: str | None = None,
 ) -> tuple[Schedule, TuneReport]:
     """``schedule`` with each tuned launch's fastest kernel as its arch launch for this GPU's target.
 
     ``dims`` binds the graph's symbols for the timing (default: each at its maximum). ``measure`` times
     every launch of a plan (default: the cuda backend's per-kernel profile on GPU 0 through ``driver``);
-    ``compile`` builds binaries for one target (default: ``compile_kernels``).
+    ``compile`` builds binaries for one target (default: ``compile_kernels``). ``driver_floor``: the compile's
+    CUDA driver floor (default: aotc's), which picks the PTX the candidates are emitted and built for: from 12.7
+    on, sm_90 attention candidates load through tensor descriptors, as the compiled artifact's kernels do.
     """
     from aotc.runtime.backends.cuda import probe
 
@@ -153,7 +157,7 @@ def autotune(
     env = tuning_env(graph, dims)
     feeds = tuning_feeds(graph, env)
     measure = measure or _cuda_measure(driver, repeats)
-    compile = compile or _compile
+    compile = compile or functools.partial(_compile, floor=driver_floor)
     cap = capability(arch)
     tuned = {i: tile_candidates(graph, k, cap) for i, k in enumerate(schedule.kernels) if is_tunable(graph, k)}
     if not tuned:
@@ -166,7 +170,7 @@ def autotune(
     for j in range(rounds):
         tiles = {i: c[j] for i, c in tuned.items() if j < len(c) and c[j] is not None}
         try:
-            plan = schedule_graph(graph, SimpleNamespace(targets=(arch,)), tiles)
+            plan = schedule_graph(graph, SimpleNamespace(targets=(arch,), cuda_driver_floor=driver_floor), tiles)
         except UnsupportedError:
             plan = None
         ran = _run_round(graph, schedule, plan, j, arch, tuned, compile, measure, feeds, env) if plan else None
@@ -374,10 +378,10 @@ def _pow2(n: int) -> int:
 # -- defaults: compile with Triton, time on the GPU --------------------------------------------------
 
 
-def _compile(kernels: Sequence[Kernel], targets: Sequence[str]) -> Mapping[str, KernelBinary]:
-    from aotc.kernels.aot import compile_kernels
+def _compile(kernels: Sequence[Kernel], targets: Sequence[str], floor: str | None = None) -> Mapping[str, KernelBinary]:
+    from aotc.kernels.aot import AotOptions, compile_kernels
 
-    return compile_kernels(kernels, targets=targets)
+    return compile_kernels(kernels, targets=targets, options=AotOptions(cuda_driver_floor=floor) if floor else None)
 
 
 def _cuda_measure(driver: Any, repeats: int) -> Measure:

@@ -239,7 +239,9 @@ def _kernels(lowered: Graph, options: CompileOptions, progress: Progress) -> Ker
         _report(progress, "autotune kernels")
         from aotc.autotune import autotune, autotuned_sources
 
-        schedule, tuning = autotune(lowered, schedule, options.targets, dims=dict(options.tune_dims))
+        schedule, tuning = autotune(
+            lowered, schedule, options.targets, dims=dict(options.tune_dims), driver_floor=options.cuda_driver_floor
+        )
         sources.update(autotuned_sources(schedule, tuning))
     binaries: dict[str, KernelBinary] = {}
     if options.targets:

@@ -137,3 +137,36 @@ def test_errors_name_what_is_wrong() -> None:
 class _NoGpu:
     def __getattr__(self, name: str):
         raise RuntimeError("no CUDA driver")
+
+
+class _Attention(nn.Module):
+    def forward(self, q, k, v):
+        return F.scaled_dot_product_attention(q, k, v)
+
+
+def test_candidates_are_built_at_the_compiles_driver_floor() -> None:
+    """At a CUDA 12.8 floor the sm_90 attention candidates load through tensor descriptors, as the artifact's own
+    kernels do (timing the pointer form would tune another kernel than the one shipped)."""
+    from aotc.kernels.toolchain import choose_toolchain
+
+    try:
+        if choose_toolchain("sm_90", "12.8").ptx_version < 86:
+            pytest.skip("no PTX 8.6 toolchain for sm_90 here")
+    except UnsupportedError as e:
+        pytest.skip(str(e))
+    spec = TensorSpec((1, 2, Dim("seq", min=1, max=64), 64), "bfloat16")
+    g = lower(trace(_Attention(), {"q": spec, "k": spec, "v": spec}), CompileOptions(targets=("sm_90",)))
+    schedule = schedule_graph(g, CompileOptions(targets=("sm_90",), cuda_driver_floor="12.8"))
+    sources: dict[str, list[bool]] = {"12.8": [], "12.4": []}
+    for floor, seen in sources.items():
+
+        def measure(graph, plan, binaries, feeds, env, seen=seen):
+            seen += ["tl.make_tensor_descriptor(" in k.source for k in plan.kernels if k.kind is KernelKind.ATTENTION]
+            return [1.0 for _ in plan.kernels]
+
+        at.autotune(
+            g, schedule, ("sm_90",), driver=FakeDriver(capability=(9, 0)), measure=measure, compile=_fake_compile,
+            driver_floor=None if floor == "12.4" else floor,
+        )  # fmt: skip
+    assert len(sources["12.8"]) > 3 and all(sources["12.8"])
+    assert sources["12.4"] and not any(sources["12.4"])
