@@ -22,9 +22,11 @@ The form is taken only where it is valid and its code assembles:
 - TMA's alignment holds for every binding of the symbols, proven at compile time: the head dim has stride 1,
   the row stride is positive and a multiple of 16 bytes, and so is the base offset of every entry (buffers
   start 16-byte aligned: kernel_writer's ``divisible_args``). A stride or offset may be symbolic (``seq * 3 * H *
-  D``) where each term is a multiple of 16 bytes; a slice starting 8 bytes into a row is not, and keeps pointers.
-A stride-0 row (a broadcast along the keys) keeps pointers: TMA strides must be multiples of 16 bytes, and a
-stride of 0 is no layout a descriptor is meant to take.
+  D``) where each term is a multiple of 16 bytes (a symbol declared ``multiple_of`` counts so); a slice starting
+  8 bytes into a row is not, and keeps pointers.
+A row stride of 0 (a broadcast along the keys) or below (a flip) keeps pointers: the driver's rule for a TMA
+stride (cuTensorMapEncodeTiled: a multiple of 16 bytes below 2**40, unsigned) admits 0, but no GPU run here has
+shown a box load over it. A broadcast over the heads is no descriptor dim at all: it only moves the base.
 """
 
 from __future__ import annotations

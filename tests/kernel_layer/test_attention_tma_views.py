@@ -13,6 +13,10 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
+import aotc
+import aotc.functional as F
+from aotc import Dim, TensorSpec
+from aotc.artifact.reader import read_artifact
 from aotc.artifact.source_bounds import check_source
 from aotc.ir import Builder, DType, Graph, Op, Symbol, TensorType, Value
 from aotc.ir.schedule import Kernel
@@ -292,3 +296,26 @@ def test_the_sm90a_code_loads_views_by_tma_and_keeps_pointers_where_it_must(tmp_
     assert out["attn_packed"].ptx.count("cp.async.bulk.tensor") >= 3, "q, k and v each load by TMA"
     assert out["attn_offset"].meta.arch == "sm_90a" and "cp.async.bulk.tensor" not in out["attn_offset"].ptx
     assert out["attn_packed"].meta.global_scratch_size >= 3 * 128, out["attn_packed"].meta
+
+
+def test_a_model_with_gpt2s_head_split_ships_the_view_descriptors(tmp_path) -> None:
+    """End to end, as models/gpt2.py splits its c_attn output: the sm_90 launch of the file compiled at a 12.8 floor
+    loads q, k, v through descriptors over the packed input, the reader accepts its source at load, and the
+    portable kernel (what the interpreter runs) matches torch."""
+    seq = Dim("seq", min=1, max=512)
+
+    def attend(qkv):
+        b, t, _ = qkv.shape
+        q, k, v = (x.reshape(b, t, 4, 16).transpose(1, 2) for x in qkv.split(64, dim=2))
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    options = CompileOptions(cuda_driver_floor="12.8", targets=("sm_80", "sm_90"))
+    path = tmp_path / "packed.aotc"
+    aotc.compile(attend, {"qkv": TensorSpec((2, seq, 192), "float16")}, options=options).save(str(path))
+    (launch,) = read_artifact(str(path)).variants[0].plan.kernels
+    (hopper,) = [v.kernel for v in launch.arch_launches if v.arch == "sm_90"]
+    assert all(d in hopper.source for d in DESCRIPTORS) and "strides=[192, 1]" in hopper.source
+    x = np.random.default_rng(0).standard_normal((2, 37, 192)).astype(np.float16)
+    got = aotc.load(str(path), device="interpret")(qkv=x)
+    p = Packed(F16, 37, 16, heads=4)
+    check(got, reference(*split(p, x), True), F16, "gpt2 split")
