@@ -58,8 +58,8 @@ def view_chain(builder: Any, value: Value) -> tuple[Value, tuple[Node, ...]] | s
             return value, tuple(chain)
         _, node = builder.producers[value.id]
         if node.op not in VIEW_OPS:
-            what = "a cast" if node.op is Op.CAST else f"a {node.op.value}"
-            return f"the operand is computed in the kernel ({what}), not a strided view of a buffer"
+            what = "a cast" if node.op is Op.CAST else node.op.value
+            return f"the operand is computed in the kernel (through {what}), not a strided view of a buffer"
         chain.append(node)
         value = node.inputs[0]
 

@@ -201,7 +201,7 @@ def test_source_bounds_accept_the_view_descriptors(p: Packed) -> None:
 REFUSED = [
     (Packed(F16, 37, 8, start=4, width=56), "q", "base offset in the buffer, 56*i0*seq + 8*i1 + 4 x 2 bytes"),  # byte 8
     (Packed(F16, 37, 8, width=3 * 16 + 4), "k", "row stride, 52 x 2 bytes, is not a multiple of 16 bytes"),
-    (Packed(F16, 37, 32, layout="cast"), "k", "(a cast), not a strided view"),
+    (Packed(F16, 37, 32, layout="cast"), "k", "(through a cast), not a strided view"),
     (Packed(F16, 37, 32, layout="transposed"), "k", "head dim has stride seq in its buffer"),
     (Packed(F16, 37, 32, layout="broadcast"), "k", "rows have stride 0 in its buffer (a broadcast"),
 ]
