@@ -79,11 +79,13 @@ def window(builder: Any, value: Value, dims: Sequence[int]) -> Window | str:
         return found
     buffer, chain = found
     scratch = _Scratch(builder.graph)
-    index = tuple(scratch.space.var(f"i{k}", d) for k, d in enumerate(value.type.shape))
-    at = source(scratch, chain, index)
-    shape = buffer.type.shape
-    flat = scratch.simplify(flatten([0 if ix.is_one(d) else i for i, d in zip(at, shape)], shape))
-    names = {k: index[k].symbol_name for k in dims}
+    # a dim of size 1 outside the window is read at 0, as the builder's offsets read it
+    shape = value.type.shape
+    var = {k: scratch.space.var(f"i{k}", d) for k, d in enumerate(shape) if k in dims or not ix.is_one(d)}
+    at = source(scratch, chain, tuple(var.get(k, 0) for k in range(len(shape))))
+    held = buffer.type.shape
+    flat = scratch.simplify(flatten([0 if ix.is_one(d) else i for i, d in zip(at, held)], held))
+    names = {k: var[k].symbol_name for k in dims}
     strides = []
     for k in dims:
         stride = _coefficient(flat, names[k])

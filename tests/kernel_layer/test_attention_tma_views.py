@@ -19,13 +19,16 @@ from aotc import Dim, TensorSpec
 from aotc.artifact.reader import read_artifact
 from aotc.artifact.source_bounds import check_source
 from aotc.ir import Builder, DType, Graph, Op, Symbol, TensorType, Value
+from aotc.ir.index import index_var
 from aotc.ir.schedule import Kernel
 from aotc.ir.symbolic import sym
 from aotc.ir.verify import graph_ctx
 from aotc.kernels.attention import AttentionConfig, emit_attention
 from aotc.kernels.attention_tma import why_not_descriptor
+from aotc.kernels.emit import KernelBuilder
 from aotc.kernels.explain import explain
 from aotc.kernels.scheduler import schedule_graph
+from aotc.kernels.strided_views import window
 from aotc.lowering.options import CompileOptions
 from tests.kernel_layer.contraction_kit import anchor_of, builder_for, run_kernel
 from tests.kernel_layer.test_attention import BF16, F16, TOLERANCE, Case, attention_graph
@@ -319,3 +322,35 @@ def test_a_model_with_gpt2s_head_split_ships_the_view_descriptors(tmp_path) -> N
     got = aotc.load(str(path), device="interpret")(qkv=x)
     p = Packed(F16, 37, 16, heads=4)
     check(got, reference(*split(p, x), True), F16, "gpt2 split")
+
+
+def _window_of(view: str) -> tuple | str:
+    """k's window (strides over its last two dims, base) when k is [2, 1, rows, 16], read from the second of the
+    three [16] columns of a [2, 40, 3, 16] buffer through ``view``, every view computed in the kernel."""
+    b = Builder()
+    x = b.new_value(TensorType(F16, (2, 40, 3, 16)))
+    step = 2 if view == "rows-step-2" else 1
+    part = b.op(Op.SLICE, x, starts=(0, 0, 1, 0), stops=(2, 40, 2, 16), steps=(1, step, 1, 1))
+    if view.startswith("flip"):
+        part = b.op(Op.FLIP, part, axes=(1 if view == "flip-rows" else 0,))
+    k = b.permute(part, (0, 2, 1, 3))
+    graph = Graph((x,), ("x",), tuple(b.nodes), (k,), {"tuple": [0]}, (), (), {}, "window")
+    producers = {o.id: (i, n) for i, n in enumerate(graph.nodes) for o in n.outputs}
+    builder = KernelBuilder(graph, set(producers), producers)
+    found = window(builder, k, (2, 3))
+    return found if isinstance(found, str) else (found.strides, found.base)
+
+
+I0 = index_var("i0")  # k's batch index, which the window's base holds
+
+
+@pytest.mark.parametrize(
+    "view,want",
+    [
+        ("rows-step-2", ((96, 1), I0 * 1920 + 16)),  # every other row: twice the buffer's row of 48
+        ("flip-rows", ((-48, 1), I0 * 1920 + 39 * 48 + 16)),  # from the last row down
+        ("flip-batch", ((48, 1), 1920 - I0 * 1920 + 16)),  # a batch flip moves the base only
+    ],
+)
+def test_a_window_is_the_affine_offset_the_views_give(view: str, want: tuple) -> None:
+    assert _window_of(view) == want
