@@ -270,10 +270,11 @@ def emit_attention(
         for term in (f"mask_{axis}[None, :]", f"mask_{axis}[:, None]"):
             r.guard(term, f"offs_{axis}", 0, size)
 
-    tma = why_not_tma(_arch(arch_hint), ptx, dtype)
+    arch = _arch(arch_hint)
+    tma = why_not_tma(arch, ptx, dtype)
     desc: dict[str, bool] = {}
     for role, x in (("q", q), ("k", k), ("v", v)):
-        why = tma or why_not_descriptor(builder, x, _arch(arch_hint), ptx)
+        why = tma or why_not_descriptor(builder, x, arch, ptx)
         desc[role] = why is None
         if tma is None and why is not None:  # a Hopper launch keeping an operand's pointer loads says why (--explain)
             builder.line(f"# {role} keeps pointer loads: {why}")
