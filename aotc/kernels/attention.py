@@ -26,8 +26,9 @@ then ``exp``), so a mask of finfo.min cannot overflow to -inf (HF BERT's fully p
 numpy). Two loops, no ``if``: the source-bounds check reads each loop's range as the bound of its keys.
 
 On Hopper (an sm_90 arch launch whose PTX is 8.6 or newer), q, k and v load through in-kernel tensor descriptors
-(TMA) wherever each is a buffer with 16-byte rows (kernels/attention_tma.py); the portable pointer form stays the
-base kernel, what sm_80 and the interpreter run.
+(TMA) wherever each is a buffer, or a strided view of one (a packed QKV's head split, a GQA head repeat), with
+16-byte aligned rows (kernels/attention_tma.py); an operand that keeps its pointer loads there has a comment saying
+why. The portable pointer form stays the base kernel, what sm_80 and the interpreter run.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from aotc.ir.symbolic_values import bounds
 from aotc.ir.templates import KernelKind
 from aotc.ir.tiles import upper
 from aotc.ir.types import Node, Value
-from aotc.kernels.attention_tma import Descriptor, make_descriptor, why_not_descriptor
+from aotc.kernels.attention_tma import Descriptor, make_descriptor, why_not_descriptor, why_not_tma
 from aotc.kernels.contraction_emit import (
     anchor_index,
     cdiv,
@@ -270,7 +271,13 @@ def emit_attention(
             r.guard(term, f"offs_{axis}", 0, size)
 
     arch = _arch(arch_hint)
-    desc = {role: why_not_descriptor(builder, x, arch, ptx) is None for role, x in (("q", q), ("k", k), ("v", v))}
+    tma = why_not_tma(arch, ptx, dtype)
+    desc: dict[str, bool] = {}
+    for role, x in (("q", q), ("k", k), ("v", v)):
+        why = tma or why_not_descriptor(builder, x, arch, ptx)
+        desc[role] = why is None
+        if tma is None and why is not None:  # a Hopper launch keeping an operand's pointer loads says why (--explain)
+            builder.line(f"# {role} keeps pointer loads: {why}")
     q_mask = mask_and(_col(mask_m), _row(mask_d))
     with builder.reading_as("q"):
         if desc["q"]:

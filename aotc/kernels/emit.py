@@ -23,7 +23,7 @@ from aotc.ir.symbolic import SymExpr, add, mul, sym, to_sexpr
 from aotc.ir.symbolic_values import substitute
 from aotc.ir.types import Node, Shape, Value
 from aotc.kernels import index_text as ix
-from aotc.kernels import view_rules
+from aotc.kernels import strided_views, view_rules
 from aotc.kernels.kernel_writer import KernelWriter
 from aotc.kernels.pointwise_ops import TL_DTYPE, cast, elementwise, is_literal, literal
 
@@ -235,21 +235,26 @@ class KernelBuilder(KernelWriter):
     def descriptor_base(
         self, value: Value, origin: Sequence[IndexItem], region: Sequence[IndexItem], mask: str | None
     ) -> tuple[str, str]:
-        """The pointer arg of memory ``value`` and the offset text of its element at ``origin``, for a tensor
+        """The pointer arg of the buffer under ``value`` (itself, or the buffer its views read: a strided view,
+        kernels/strided_views.py) and the offset text of ``value``'s element at ``origin`` in it, for a tensor
         descriptor whose box loads are clipped to ``region`` (per-dim template variables, in range where
         ``mask`` keeps a lane). The region, not the origin, counts toward the pointer's extents: it is what the
         descriptor's loads can touch, and an origin alone would claim an element of an empty value."""
-        if value.id in self.inline or value.id in self.redirects:
-            raise UnsupportedError(f"a tensor descriptor needs {value} in memory, not computed in the kernel")
-        if value.id not in self.reads:
-            self.reads.append(value.id)
-        if self._role and self._role[-1] not in self._roles.setdefault(value.id, []):
-            self._roles[value.id].append(self._role[-1])
-        ptr = self.pointer_arg(value)
-        base, _ = self._offset_at(value, self._index(value, origin))
-        full = self._index(value, region)
-        _, at = self._offset_at(value, full)
-        self.reach.access(ptr, at, mask, self._unsimplified(value, full))
+        found = strided_views.view_chain(self, value)
+        if isinstance(found, str):
+            raise UnsupportedError(f"a tensor descriptor needs {value} in memory or a view of it: {found}")
+        memory, chain = found
+        for n in chain:  # the views are this kernel's too: their index math is in the descriptor's base
+            self.nodes.add(self.producers[n.outputs[0].id][0])
+        if memory.id not in self.reads:
+            self.reads.append(memory.id)
+        if self._role and self._role[-1] not in self._roles.setdefault(memory.id, []):
+            self._roles[memory.id].append(self._role[-1])
+        ptr = self.pointer_arg(memory)
+        base, _ = self._offset_at(memory, strided_views.source(self, chain, self._index(value, origin)))
+        full = strided_views.source(self, chain, self._index(value, region))
+        _, at = self._offset_at(memory, full)
+        self.reach.access(ptr, at, mask, self._unsimplified(memory, full))
         return ptr, base
 
     def _offset_at(self, value: Value, index: Index) -> tuple[str, int | SymExpr]:
