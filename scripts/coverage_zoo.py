@@ -166,6 +166,7 @@ _SMALL = dict(
     d_kv=16,
     head_dim=16,
     embed_dim=32,
+    out_hidden_size=32,  # a vision tower's merger writes the text model's width (Qwen-VLs; a validator ties them)
     image_size=32,
     patch_size=8,
     num_channels=3,

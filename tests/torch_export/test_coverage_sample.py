@@ -145,6 +145,17 @@ def test_a_transformer_backbone_is_shrunk_and_a_staged_one_keeps_its_sizes() -> 
     assert vit.num_hidden_layers == CONFIG_MAPPING["lw_detr"]().backbone_config.num_hidden_layers
 
 
+def test_a_vision_towers_merger_writes_the_shrunk_text_width() -> None:
+    """LLaVA-OneVision-1.5's validator ties its vision merger's output width to the text model's: left at 4096,
+    the shrink was refused and the fallback built the 7B text model, past the sweep's memory."""
+    transformers_module()
+    from coverage_zoo import _config
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    config, fitted = _config(CONFIG_MAPPING["llava_onevision1_5"])
+    assert not fitted and config.text_config.hidden_size == config.vision_config.out_hidden_size == 32
+
+
 def test_a_speech_tokenizer_is_shrunk_by_its_own_sizes() -> None:
     """VibeVoice's audio tower and semantic encoder are sized by filters and per-stage depths, not _SMALL's names:
     left alone, the model has 1.0B parameters, past the sweep's memory cap."""
