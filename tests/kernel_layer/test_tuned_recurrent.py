@@ -130,4 +130,4 @@ def test_bundle_candidates_are_the_grid_shrunk_to_the_rows() -> None:
             assert dict(c.kernel.constexprs)["BLOCK_M"] == 16 and c.kernel.num_warps == c.tiles["num_warps"]
     big = {**cases[0].key, "buckets": {"rows": 64}}
     tiles = [tile_to_json(t) for t in grid_tiles(big, "sm_90", cases[0].candidates[0].tiles)]
-    assert len(tiles) == len(RECURRENT_GRID) - 1 and {"block_m": 64, "num_warps": 8} in tiles
+    assert len(tiles) == len(RECURRENT_GRID) - 1 and {"block_m": 32, "num_warps": 8} in tiles
