@@ -28,6 +28,7 @@ from aotc.kernels.explain import explain
 from aotc.kernels.scheduler import schedule_graph
 from aotc.lowering.options import CompileOptions
 from aotc.runtime.backends import triton_interp
+from tests.artifact.kernel_kit import meta
 from tests.kernel_layer.contraction_kit import anchor_of, builder_for, run_kernel
 from tests.kernel_layer.test_attention import BF16, F16, TOLERANCE, Case, attention_graph
 from tests.kernel_layer.test_attention_forms import masked_feeds, torch_sdpa
@@ -187,6 +188,20 @@ def test_explain_names_the_tma_store() -> None:
     graph = attention_graph(Case(F16, 37, 50, 64))
     text = explain(graph, schedule_graph(graph, CompileOptions(cuda_driver_floor="12.8")))
     assert "TMA loads of q, k, v, TMA store of out" in text and "pointer stores" not in text, text
+
+
+def test_the_reader_requires_scratch_for_each_descriptor() -> None:
+    """A binary for sm_90 whose source makes four descriptors carries 4 x 128 bytes of scratch per CTA (the launch
+    plan allocates what the metadata says); the portable sm_80 code of the same source needs none."""
+    k = kernel_for(Case(F16, 37, 50, 64, block=(16, 16)))
+    assert k.source.count("tl.make_tensor_descriptor(") == 4
+    good = dataclasses.replace(meta(k, "sm_90a"), global_scratch_size=512, global_scratch_align=128)
+    check_meta(k, good, ("sm_90", "sm_90a"), "four descriptors")
+    check_meta(k, meta(k, "sm_80"), ("sm_80",), "pointer lowering")
+    for size, align in ((384, 128), (512, 16)):  # three descriptors' worth; a misaligned one
+        short = dataclasses.replace(good, global_scratch_size=size, global_scratch_align=align)
+        with pytest.raises(ArtifactError, match=r"makes 4 tensor descriptors, 512 bytes of global scratch"):
+            check_meta(k, short, ("sm_90", "sm_90a"), "short scratch")
 
 
 @pytest.fixture(scope="module")
