@@ -39,6 +39,11 @@ MAX_CTAS = 16
 MAX_SHARED = 1 << 20
 MAX_SCRATCH = 1 << 24
 MAX_SCRATCH_ALIGN = 1 << 12
+# An in-kernel tensor descriptor (tl.make_tensor_descriptor) compiled for sm_90 or newer is a 128-byte CUtensorMap
+# the kernel writes into its CTA's global scratch (KERNELS.md: attention's q, k, v, out take 512 bytes), which the
+# driver reads 64-byte aligned; below sm_90 Triton lowers descriptors to pointer math and needs none.
+DESCRIPTOR_BYTES, DESCRIPTOR_ALIGN, DESCRIPTOR_ARCH = 128, 64, 90
+_MAKES_DESCRIPTOR = re.compile(r"\btl\.make_tensor_descriptor\(")
 # The KernelKind enum codes of schema 3-7 (schema.fbs), by the templates they name; part of the format: never
 # renumber. From schema 8 a kernel's kind is stored as its template's name (KernelCode.kind_name).
 LEGACY_KIND_CODES = {
@@ -213,6 +218,7 @@ def check_meta(k: Kernel, m: LaunchMeta, archs: Iterable[str] | None, what: str,
     for name, value, top in limits:
         if value > top:
             raise fail(what, f"launch metadata {name} {value} is above {top}")
+    _check_descriptor_scratch(k, m, what)
     if not m.triton_version or not m.ptx_version or not isinstance(m.enable_fp_fusion, bool):
         raise fail(what, "launch metadata lacks its versions or fp-fusion flag")
     if bound and tuple(m.constexprs) != tuple(k.constexprs):
@@ -220,4 +226,22 @@ def check_meta(k: Kernel, m: LaunchMeta, archs: Iterable[str] | None, what: str,
             what,
             f"it was compiled with constexprs {dict(m.constexprs)}, but its code says {dict(k.constexprs)}: a binary "
             "bakes its block sizes in, so grids and extents checked against the code's would not hold for it",
+        )
+
+
+def _check_descriptor_scratch(k: Kernel, m: LaunchMeta, what: str) -> None:
+    """A binary for sm_90 or newer whose source makes tensor descriptors has per-CTA global scratch for each (the
+    runtime sizes the launch's scratch from the metadata alone: less would let one CTA's descriptors overwrite
+    the next CTA's, or run past the buffer)."""
+    arch = re.fullmatch(r"sm_(\d+)a?", str(m.arch))
+    count = len(_MAKES_DESCRIPTOR.findall(k.source)) if isinstance(k.source, str) else 0
+    if arch is None or int(arch.group(1)) < DESCRIPTOR_ARCH or not count:
+        return
+    need = count * DESCRIPTOR_BYTES
+    if m.global_scratch_size < need or m.global_scratch_align < DESCRIPTOR_ALIGN:
+        raise fail(
+            what,
+            f"its source makes {count} tensor descriptors, {need} bytes of global scratch per CTA aligned to "
+            f"{DESCRIPTOR_ALIGN}, but its launch metadata gives {m.global_scratch_size} bytes aligned to "
+            f"{m.global_scratch_align}",
         )

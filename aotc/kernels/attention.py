@@ -27,8 +27,8 @@ numpy). Two loops, no ``if``: the source-bounds check reads each loop's range as
 
 On Hopper (an sm_90 arch launch whose PTX is 8.6 or newer), q, k and v load through in-kernel tensor descriptors
 (TMA) wherever each is a buffer, or a strided view of one (a packed QKV's head split, a GQA head repeat), with
-16-byte aligned rows (kernels/attention_tma.py); an operand that keeps its pointer loads there has a comment saying
-why. The portable pointer form stays the base kernel, what sm_80 and the interpreter run.
+16-byte aligned rows (kernels/attention_tma.py), and the output stores through one where its rows are aligned; an
+operand that keeps its pointer loads there (or an output its pointer store) has a comment saying why. The portable pointer form stays the base kernel, what sm_80 and the interpreter run.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from aotc.ir.symbolic_values import bounds
 from aotc.ir.templates import KernelKind
 from aotc.ir.tiles import upper
 from aotc.ir.types import Node, Value
-from aotc.kernels.attention_tma import Descriptor, make_descriptor, why_not_descriptor, why_not_tma
+from aotc.kernels.attention_tma import Descriptor, make_descriptor, store_output, why_not_descriptor, why_not_tma
 from aotc.kernels.contraction_emit import (
     anchor_index,
     cdiv,
@@ -75,7 +75,7 @@ LOG2E = 1.4426950408889634
 FIXED_NAMES = (
     *("pid_m", "pid_b", "tiles", "offs_m", "offs_n", "offs_d", "offs_e", "mask_m", "mask_n", "mask_d", "mask_e"),
     *("q", "kt", "vt", "s", "keep", "m_i", "l_i", "acc", "m_new", "m_use", "alpha", "p", "n0", "hi", "out"),
-    *("offs_t", "mask_t", "lk_full", "band", "q_desc", "k_desc", "v_desc"),
+    *("offs_t", "mask_t", "lk_full", "band", "q_desc", "k_desc", "v_desc", "out_desc"),
 )
 
 
@@ -193,7 +193,8 @@ def emit_attention(
     """Emit the SDPA ``node`` into ``builder`` and return the finished Kernel (kind ATTENTION).
 
     ``ptx``: the PTX ISA version the kernel will be built at (86: 8.6; None: not known). With sm_90 and PTX 8.6
-    or newer, q, k and v load through tensor descriptors where each is valid for it (kernels/attention_tma.py).
+    or newer, q, k and v load, and the output stores, through tensor descriptors where each is valid for it
+    (kernels/attention_tma.py).
 
     ``builder`` is a fresh KernelBuilder whose ``inline`` holds the views (and casts) feeding q, k, v
     and the mask, but not the SDPA output, which the kernel stores. Grid: (query tiles, batch x heads, 1),
@@ -327,7 +328,9 @@ def emit_attention(
         builder.line(f"out = tl.where({lk} > 0, out, 0.0)")  # no keys at all: the reference's empty sum, 0
     out_index = [*out_batch, "offs_m[:, None]", "offs_e[None, :]"]
     result = "out" if dtype is DType.float32 else f"out.to({TL_DTYPE[dtype]})"
-    builder.store(out, out_index, result, mask_and(_col(mask_m), _row(mask_e)))
+    box = ((out_batch, "pid_m * BLOCK_M"), (lq, "offs_m", mask_m), ("offs_e", mask_e), ("BLOCK_M", "BLOCK_E"))
+    if tma is not None or not store_output(builder, out, dtype, *box, result):  # TMA clips the box as masked
+        builder.store(out, out_index, result, mask_and(_col(mask_m), _row(mask_e)))
     return builder.finish(
         name=name,
         kind=KernelKind.ATTENTION,

@@ -1,5 +1,5 @@
-"""The Hopper form of the attention kernel's operand loads: q, k and v through in-kernel tensor descriptors
-(TMA), as Triton's tutorial 06-fused-attention does on sm_90.
+"""The Hopper form of the attention kernel's operand loads and output store: q, k and v, and the output O, through
+in-kernel tensor descriptors (TMA), as Triton's tutorial 06-fused-attention does on sm_90.
 
 A descriptor ``tl.make_tensor_descriptor(base, shape, strides, block_shape)`` covers one (batch..., head)
 entry's [rows, head dim] matrix; ``desc.load([row, 0])`` moves a whole box into shared memory with one
@@ -27,6 +27,14 @@ The form is taken only where it is valid and its code assembles:
 A row stride of 0 (a broadcast along the keys) or below (a flip) keeps pointers: the driver's rule for a TMA
 stride (cuTensorMapEncodeTiled: a multiple of 16 bytes below 2**40, unsigned) admits 0, but no GPU run here has
 shown a box load over it. A broadcast over the heads is no descriptor dim at all: it only moves the base.
+
+The output stores its [BLOCK_M, BLOCK_E] tile with ``desc.store([row, 0], tile)`` under the same conditions, over
+its own row-major buffer: TMA writes only the box elements inside the descriptor's shape, so the rows past the
+query length and the columns past ``e`` stay unwritten, exactly what the pointer form's store masks. The template
+fuses no epilogue and stores no other output; an output also stored through views (a graph output that is a
+permute of it), or whose rows are not 16-byte aligned, keeps the pointer store. Each descriptor is a 128-byte
+CUtensorMap in the CTA's global scratch (q, k, v, O: 512 bytes), which Triton's metadata states and the launch
+plan allocates; the reader checks the metadata gives every descriptor of the source its room (code_checks).
 """
 
 from __future__ import annotations
@@ -41,7 +49,7 @@ from aotc.ir.dtypes import DType
 from aotc.ir.symbolic import to_infix
 from aotc.ir.symbolic_values import bounds, divisor
 from aotc.ir.types import Value
-from aotc.kernels.strided_views import Window, window
+from aotc.kernels.strided_views import Window, own_window, window
 
 __all__ = [
     "DESCRIPTOR_DTYPES",
@@ -49,6 +57,8 @@ __all__ = [
     "Descriptor",
     "make_descriptor",
     "operand_window",
+    "output_window",
+    "store_output",
     "why_not_descriptor",
     "why_not_tma",
 ]
@@ -61,12 +71,16 @@ ALIGN = 16  # bytes: TMA's stride and base alignment
 
 @dataclass(frozen=True, slots=True)
 class Descriptor:
-    """One operand's descriptor: its name in the kernel and the text that loads the box at row ``row``."""
+    """One operand's (or the output's) descriptor: its name in the kernel and the text that moves its box."""
 
     name: str
 
     def load(self, row: str) -> str:
         return f"{self.name}.load([{row}, 0])"
+
+    def store(self, row: str, tile: str) -> str:
+        """The text that stores ``tile`` as the box at row ``row``."""
+        return f"{self.name}.store([{row}, 0], {tile})"
 
 
 def why_not_tma(arch: int, ptx: int | None, dtype: DType) -> str | None:
@@ -88,8 +102,12 @@ def operand_window(builder: Any, value: Value) -> Window | str:
     base offset not proven a multiple of 16 bytes)."""
     rank = value.type.rank
     found = window(builder, value, (rank - 2, rank - 1))
-    if isinstance(found, str):
-        return found
+    return found if isinstance(found, str) else _aligned(builder, value, found)
+
+
+def _aligned(builder: Any, value: Value, found: Window) -> Window | str:
+    """``found``, the [rows, head dim] window of ``value``, with a single row's stride made row-major, if TMA can
+    take it (its head dim contiguous, its row stride and base multiples of 16 bytes), else why not."""
     row, col = found.strides
     size = value.type.dtype.itemsize
     if col != 1:
@@ -127,12 +145,14 @@ def make_descriptor(
     cols: tuple[str, str | None],
     block: tuple[str, str],
     name: str,
+    store: bool = False,
 ) -> Descriptor:
     """Write ``name = tl.make_tensor_descriptor(...)`` over the [rows, head dim] matrix of ``value`` at batch
     index ``batch``, in the buffer under its views. ``rows`` is (the row count's text, the template variable of
     a row, its mask or None), ``cols`` (the head dim's variable, its mask or None): together the region the box
-    loads are clipped to, which counts toward the pointer's extents as the pointer form's masked loads would."""
-    found = operand_window(builder, value)
+    loads (or stores) are clipped to, which counts toward the pointer's extents as the pointer form's masked
+    loads would. ``store``: the descriptor's boxes store ``value``, the kernel's output, into its own buffer."""
+    found = output_window(builder, value) if store else operand_window(builder, value)
     if isinstance(found, str):
         raise UnsupportedError(f"a tensor descriptor for {value}: {found}")
     count, row_var, row_mask = rows
@@ -144,7 +164,7 @@ def make_descriptor(
     stride = builder.index_text(row, builder.wide(row))
     mask = " & ".join(m for m in (row_mask and f"{row_mask}[:, None]", col_mask and f"{col_mask}[None, :]") if m)
     ptr, base = builder.descriptor_base(
-        value, [*batch, 0, 0], [*batch, f"{row_var}[:, None]", f"{col_var}[None, :]"], mask or None
+        value, [*batch, 0, 0], [*batch, f"{row_var}[:, None]", f"{col_var}[None, :]"], mask or None, store
     )
     at = ptr if base == "0" else f"{ptr} + {base}"
     builder.line(
@@ -152,3 +172,41 @@ def make_descriptor(
         f"block_shape=[{block[0]}, {block[1]}])"
     )
     return Descriptor(name)
+
+
+def output_window(builder: Any, value: Value) -> Window | str:
+    """The [rows, head dim] matrix of ``value``, a value the kernel stores, as a window of its own buffer that a
+    descriptor can take, or why it is none."""
+    if builder.stored_through_views(value):  # each view output is one more store, at its own index map
+        return "it is stored through views too (a graph output that is a view of it), which its box would not write"
+    rank = value.type.rank
+    return _aligned(builder, value, own_window(builder.graph, value, (rank - 2, rank - 1)))
+
+
+def store_output(
+    builder: Any,
+    value: Value,
+    dtype: DType,
+    at: tuple[Sequence[str], str],
+    rows: tuple[str, str, str | None],
+    cols: tuple[str, str | None],
+    block: tuple[str, str],
+    tile: str,
+) -> bool:
+    """Store ``tile``, the output tile in ``dtype``, into ``value`` through a tensor descriptor and say True; or
+    write why not as a comment (--explain shows it) and say False, for the caller to store by pointer. ``at``:
+    the batch index and the tile's first row; ``rows``, ``cols`` and ``block`` as ``make_descriptor`` takes
+    them. Only for a kernel whose loads may take descriptors (``why_not_tma``). The pointer store this replaces
+    is one store of the whole tile masked to the rows below the row count and the columns below the head dim,
+    the region TMA clips the box to: the attention template fuses no epilogue and writes no other output, and a
+    view output (another store) keeps pointers."""
+    found = output_window(builder, value)
+    why = found if isinstance(found, str) else None
+    if value.type.dtype is not dtype:  # a box stores its tile's own dtype: no cast on the way
+        why = f"it is {value.type.dtype.value}, and the kernel's tile {dtype.value}"
+    if why is not None:
+        builder.line(f"# out keeps pointer stores: {why}")
+        return False
+    desc = make_descriptor(builder, value, at[0], rows, cols, block, "out_desc", store=True)
+    builder.line(desc.store(at[1], tile))
+    return True

@@ -186,6 +186,10 @@ class KernelBuilder(KernelWriter):
         for n in chain:
             self.nodes.add(self.producers[n.outputs[0].id][0])
 
+    def stored_through_views(self, value: Value) -> bool:
+        """Whether ``store(value)`` writes view outputs too, or only them (``store_view``, ``discard``)."""
+        return bool(self._view_stores.get(value.id)) or value.id in self._discard
+
     def discard(self, value: Value) -> None:
         """``store(value)`` then writes only its view outputs (nothing else reads ``value`` itself)."""
         self._discard.add(value.id)
@@ -233,23 +237,33 @@ class KernelBuilder(KernelWriter):
         return off
 
     def descriptor_base(
-        self, value: Value, origin: Sequence[IndexItem], region: Sequence[IndexItem], mask: str | None
+        self,
+        value: Value,
+        origin: Sequence[IndexItem],
+        region: Sequence[IndexItem],
+        mask: str | None,
+        store: bool = False,
     ) -> tuple[str, str]:
         """The pointer arg of the buffer under ``value`` (itself, or the buffer its views read: a strided view,
         kernels/strided_views.py) and the offset text of ``value``'s element at ``origin`` in it, for a tensor
         descriptor whose box loads are clipped to ``region`` (per-dim template variables, in range where
         ``mask`` keeps a lane). The region, not the origin, counts toward the pointer's extents: it is what the
-        descriptor's loads can touch, and an origin alone would claim an element of an empty value."""
-        found = strided_views.view_chain(self, value)
-        if isinstance(found, str):
-            raise UnsupportedError(f"a tensor descriptor needs {value} in memory or a view of it: {found}")
-        memory, chain = found
+        descriptor's loads can touch, and an origin alone would claim an element of an empty value.
+        ``store``: the descriptor's boxes store ``value``, a value this kernel computes, into its own buffer."""
+        if store:
+            memory, chain = value, ()
+            self.output_arg(value)
+        else:
+            found = strided_views.view_chain(self, value)
+            if isinstance(found, str):
+                raise UnsupportedError(f"a tensor descriptor needs {value} in memory or a view of it: {found}")
+            memory, chain = found
+            if memory.id not in self.reads:
+                self.reads.append(memory.id)
+            if self._role and self._role[-1] not in self._roles.setdefault(memory.id, []):
+                self._roles[memory.id].append(self._role[-1])
         for n in chain:  # the views are this kernel's too: their index math is in the descriptor's base
             self.nodes.add(self.producers[n.outputs[0].id][0])
-        if memory.id not in self.reads:
-            self.reads.append(memory.id)
-        if self._role and self._role[-1] not in self._roles.setdefault(memory.id, []):
-            self._roles[memory.id].append(self._role[-1])
         ptr = self.pointer_arg(memory)
         base, _ = self._offset_at(memory, strided_views.source(self, chain, self._index(value, origin)))
         full = strided_views.source(self, chain, self._index(value, region))

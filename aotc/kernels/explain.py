@@ -11,6 +11,12 @@ from aotc.ir.schedule import Schedule
 from aotc.ir.symbolic import to_infix
 from aotc.kernels.memplan import arena_bytes_at_max
 
+# The Hopper attention's descriptors (kernels/attention_tma.py), the boxes it stores, and the comment saying why an
+# operand keeps its pointer loads (or the output its pointer store)
+MADE = re.compile(r"^\s*(\w+?)_desc = tl\.make_tensor_descriptor\(", re.M)
+STORED = re.compile(r"^\s*(\w+?)_desc\.store\(", re.M)
+KEPT = re.compile(r"^\s*# (\w+) keeps pointer (loads|stores): (.*)$", re.M)
+
 
 def explain(graph: Graph, schedule: Schedule, tile_sources: Sequence[Mapping[str, Any]] = ()) -> str:
     """Readable text: one line per kernel (name, template, what it computes and stores, and for a tuned template
@@ -31,11 +37,10 @@ def explain(graph: Graph, schedule: Schedule, tile_sources: Sequence[Mapping[str
         for v in k.arch_launches:
             tiles = " ".join(f"{n}={x}" for n, x in v.kernel.constexprs)
             vgrid = " x ".join(to_infix(d) for d in v.kernel.grid)
-            tma = re.findall(r"^\s*(\w+?)_desc = tl\.make_tensor_descriptor\(", v.kernel.source, re.M)
-            via = f", TMA loads of {', '.join(tma)}" if tma else ""  # the Hopper attention's descriptors
+            via = _tma(v.kernel.source)
             lines.append(f"        {v.arch}: {v.kernel.name} ({tiles}, {v.kernel.num_warps} warps, grid {vgrid}{via})")
-            for role, why in re.findall(r"^\s*# (\w+) keeps pointer loads: (.*)$", v.kernel.source, re.M):
-                lines.append(f"          pointer loads of {role}: {why}")  # the attention's operands TMA cannot take
+            for role, what, why in KEPT.findall(v.kernel.source):  # what the Hopper attention's TMA cannot take
+                lines.append(f"          pointer {what} of {role}: {why}")
         for row in by_launch.get(i, ()):
             lines.append(f"        tiles for {row['arch']}: {_source_text(row)}")
         for c in k.checks:
@@ -48,6 +53,16 @@ def explain(graph: Graph, schedule: Schedule, tile_sources: Sequence[Mapping[str
         lines.append("declined fusions:")
         lines += [f"  - {d}" for d in schedule.declined]
     return "\n".join(lines) + "\n"
+
+
+def _tma(source: str) -> str:
+    """What the Hopper attention's descriptors move: ", TMA loads of q, k, v, TMA store of out" ("" for none)."""
+    made = MADE.findall(source)
+    stored = set(STORED.findall(source))
+    loads, stores = [n for n in made if n not in stored], [n for n in made if n in stored]
+    return "".join(
+        f", TMA {what} of {', '.join(names)}" for what, names in (("loads", loads), ("store", stores)) if names
+    )
 
 
 def _source_text(row: Mapping[str, Any]) -> str:

@@ -27,7 +27,7 @@ from aotc.ir.types import Node, Value
 from aotc.kernels import index_text as ix
 from aotc.kernels.view_rules import source_index
 
-__all__ = ["VIEW_OPS", "Window", "source", "view_chain", "window"]
+__all__ = ["VIEW_OPS", "Window", "own_window", "source", "view_chain", "window"]
 
 Index = tuple[int | SymExpr, ...]
 # the views with one source element per element, which source_index maps
@@ -78,7 +78,18 @@ def window(builder: Any, value: Value, dims: Sequence[int]) -> Window | str:
     if isinstance(found, str):
         return found
     buffer, chain = found
-    scratch = _Scratch(builder.graph)
+    return _window(builder.graph, value, buffer, chain, dims)
+
+
+def own_window(graph: Graph, value: Value, dims: Sequence[int]) -> Window:
+    """``value`` as a window of its own buffer (a value a kernel stores, row-major): always affine."""
+    found = _window(graph, value, value, (), dims)
+    assert not isinstance(found, str), found
+    return found
+
+
+def _window(graph: Graph, value: Value, buffer: Value, chain: Sequence[Node], dims: Sequence[int]) -> Window | str:
+    scratch = _Scratch(graph)
     # a dim of size 1 outside the window is read at 0, as the builder's offsets read it
     shape = value.type.shape
     var = {k: scratch.space.var(f"i{k}", d) for k, d in enumerate(shape) if k in dims or not ix.is_one(d)}
@@ -93,7 +104,7 @@ def window(builder: Any, value: Value, dims: Sequence[int]) -> Window | str:
             return f"the views leave dim {k} of the operand no fixed stride in its buffer (not an affine view)"
         strides.append(stride)
     base = _without(flat, set(names.values()))
-    return Window(buffer, chain, tuple(dims), tuple(strides), base)
+    return Window(buffer, tuple(chain), tuple(dims), tuple(strides), base)
 
 
 @dataclass
