@@ -30,7 +30,9 @@ def explain(graph: Graph, schedule: Schedule, tile_sources: Sequence[Mapping[str
         ops = ", ".join(_counted(k.fused)) or "no ops"
         outs = ", ".join(f"%{v}" for v in k.outputs)
         grid = " x ".join(to_infix(d) for d in k.grid)
-        lines.append(f"  [{i}] {k.name} ({k.kind.value}, grid {grid}): {ops} -> {outs}")
+        # a compile for sm_90 alone: the launch's own kernel is the Hopper form
+        lines.append(f"  [{i}] {k.name} ({k.kind.value}, grid {grid}{_tma(k.source)}): {ops} -> {outs}")
+        lines += _kept(k.source, "        ")
         where = _where(graph, k.nodes)
         if where:
             lines.append(f"        from {where}")
@@ -39,8 +41,7 @@ def explain(graph: Graph, schedule: Schedule, tile_sources: Sequence[Mapping[str
             vgrid = " x ".join(to_infix(d) for d in v.kernel.grid)
             via = _tma(v.kernel.source)
             lines.append(f"        {v.arch}: {v.kernel.name} ({tiles}, {v.kernel.num_warps} warps, grid {vgrid}{via})")
-            for role, what, why in KEPT.findall(v.kernel.source):  # what the Hopper attention's TMA cannot take
-                lines.append(f"          pointer {what} of {role}: {why}")
+            lines += _kept(v.kernel.source, "          ")
         for row in by_launch.get(i, ()):
             lines.append(f"        tiles for {row['arch']}: {_source_text(row)}")
         for c in k.checks:
@@ -63,6 +64,11 @@ def _tma(source: str) -> str:
     return "".join(
         f", TMA {what} of {', '.join(names)}" for what, names in (("loads", loads), ("store", stores)) if names
     )
+
+
+def _kept(source: str, indent: str) -> list[str]:
+    """What the Hopper attention's TMA cannot take, and why: one line per operand."""
+    return [f"{indent}pointer {what} of {role}: {why}" for role, what, why in KEPT.findall(source)]
 
 
 def _source_text(row: Mapping[str, Any]) -> str:

@@ -25,11 +25,14 @@ class Attention(nn.Module):
         return F.scaled_dot_product_attention(q, k, v)
 
 
-def attention(targets, floor):
+def scheduled(targets, floor):
     spec = TensorSpec((2, 4, Dim("seq", min=1, max=256), 64), "bfloat16")
     g = lower(trace(Attention(), {"q": spec, "k": spec, "v": spec}), CompileOptions(targets=targets))
-    s = schedule_graph(g, SimpleNamespace(targets=targets, cuda_driver_floor=floor, tune_dims=()))
-    return next(k for k in s.kernels if k.kind is KernelKind.ATTENTION)
+    return g, schedule_graph(g, SimpleNamespace(targets=targets, cuda_driver_floor=floor, tune_dims=()))
+
+
+def attention(targets, floor):
+    return next(k for k in scheduled(targets, floor)[1].kernels if k.kind is KernelKind.ATTENTION)
 
 
 @pytest.fixture(autouse=True)
@@ -53,3 +56,11 @@ def test_beside_sm80_the_sm90_arch_launch_takes_them_and_sm80_keeps_pointers() -
     assert TMA not in k.source
     (arch,) = k.arch_launches
     assert arch.arch == "sm_90" and TMA in arch.kernel.source
+
+
+def test_explain_says_what_an_sm90_only_launch_moves_by_tma() -> None:
+    from aotc.kernels.explain import explain
+
+    (line,) = [x for x in explain(*scheduled(("sm_90",), "12.8")).splitlines() if "(attention, grid" in x]
+    assert ", TMA loads of q, k, v, TMA store of out)" in line
+    assert "TMA" not in explain(*scheduled(("sm_90",), "12.4"))
