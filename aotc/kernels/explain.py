@@ -32,10 +32,10 @@ def explain(graph: Graph, schedule: Schedule, tile_sources: Sequence[Mapping[str
             tiles = " ".join(f"{n}={x}" for n, x in v.kernel.constexprs)
             vgrid = " x ".join(to_infix(d) for d in v.kernel.grid)
             tma = re.findall(r"^\s*(\w+?)_desc = tl\.make_tensor_descriptor\(", v.kernel.source, re.M)
-            via = f", TMA loads of {', '.join(tma)}" if tma else ""  # the Hopper attention's descriptors
+            via = f", TMA loads of {', '.join(tma)}" if tma else ""  # a Hopper kernel's descriptors (attention, matmul)
             lines.append(f"        {v.arch}: {v.kernel.name} ({tiles}, {v.kernel.num_warps} warps, grid {vgrid}{via})")
             for role, why in re.findall(r"^\s*# (\w+) keeps pointer loads: (.*)$", v.kernel.source, re.M):
-                lines.append(f"          pointer loads of {role}: {why}")  # the attention's operands TMA cannot take
+                lines.append(f"          pointer loads of {role}: {why}")  # the operands TMA cannot take, and why
         for row in by_launch.get(i, ()):
             lines.append(f"        tiles for {row['arch']}: {_source_text(row)}")
         for c in k.checks:

@@ -10,6 +10,9 @@ run on the accumulator tile before the masked store (the fused epilogue).
 Batch dims broadcast as numpy's matmul does. When B does not vary over the batch (a Linear applied
 to a (batch, seq, d) input) the batch folds into the rows, so a decode step with seq = 1 still fills
 BLOCK_M rows; otherwise the batch is grid axis y.
+
+On Hopper (sm_90 at PTX 8.6 or newer) A and B load through in-kernel tensor descriptors where each is valid for
+it, with no masks (the boxes zero-fill the tails); the store stays masked (kernels/matmul_tma.py).
 """
 
 from __future__ import annotations
