@@ -212,6 +212,41 @@ def test_explain_names_the_tma_loads_and_the_pointer_loads_reasons() -> None:
     assert "TMA loads of a" in text and "pointer loads of b: its row stride in its buffer, 20 x 2 bytes" in text, text
 
 
+def test_a_model_compiled_for_a_cuda_12_8_floor_ships_the_descriptor_form(tmp_path) -> None:
+    """End to end: a bf16 Linear + GELU's sm_90 arch launch loads by TMA, the reader accepts its source when the
+    file loads, and the portable kernel (what the interpreter runs) still matches numpy."""
+    from math import erf
+
+    import numpy as np
+
+    import aotc
+    import aotc.functional as F
+    from aotc import Dim, TensorSpec
+    from aotc.artifact.reader import read_artifact
+
+    seq = Dim("seq", min=1, max=512)
+    inputs = {"x": TensorSpec((2, seq, 64), "bfloat16"), "w": TensorSpec((96, 64), "bfloat16")}
+
+    def layer(x, w):
+        return F.gelu(F.linear(x, w))
+
+    options = CompileOptions(cuda_driver_floor="12.8", targets=("sm_80", "sm_90"))
+    path = tmp_path / "linear.aotc"
+    aotc.compile(layer, inputs, options=options).save(str(path))
+    art = read_artifact(str(path))
+    (launch,) = [k for k in art.variants[0].plan.kernels if "tl.dot(" in k.source]
+    assert "make_tensor_descriptor" not in launch.source
+    (hopper,) = [v.kernel for v in launch.arch_launches if v.arch == "sm_90"]
+    assert A_DESC in hopper.source and B_DESC in hopper.source, hopper.source
+    rng = np.random.default_rng(0)
+    x, w = (rng.standard_normal(s).astype(np.float32) for s in ((2, 37, 64), (96, 64)))
+    got = aotc.load(str(path), device="interpret")(x=x.astype(DType.bfloat16.np), w=w.astype(DType.bfloat16.np))
+    bf = DType.bfloat16.np
+    ref = (x.astype(bf).astype(np.float64) @ w.astype(bf).astype(np.float64).T).astype(bf).astype(np.float64)
+    ref = ref * 0.5 * (1.0 + np.vectorize(erf)(ref / np.sqrt(2.0)))
+    np.testing.assert_allclose(np.asarray(got).astype(np.float64), ref, atol=3e-2, rtol=2e-2)
+
+
 # -- the sm_90a code ---------------------------------------------------------------------------------------------
 
 
