@@ -31,11 +31,12 @@ def explain(graph: Graph, schedule: Schedule, tile_sources: Sequence[Mapping[str
         for v in k.arch_launches:
             tiles = " ".join(f"{n}={x}" for n, x in v.kernel.constexprs)
             vgrid = " x ".join(to_infix(d) for d in v.kernel.grid)
-            tma = re.findall(r"^\s*(\w+?)_desc = tl\.make_tensor_descriptor\(", v.kernel.source, re.M)
-            via = f", TMA loads of {', '.join(tma)}" if tma else ""  # a Hopper kernel's descriptors (attention, matmul)
+            via = _tma(v.kernel.source)
             lines.append(f"        {v.arch}: {v.kernel.name} ({tiles}, {v.kernel.num_warps} warps, grid {vgrid}{via})")
-            for role, why in re.findall(r"^\s*# (\w+) keeps pointer loads: (.*)$", v.kernel.source, re.M):
-                lines.append(f"          pointer loads of {role}: {why}")  # the operands TMA cannot take, and why
+            for role, kind, why in re.findall(
+                r"^\s*# (\w+) keeps pointer (loads|stores): (.*)$", v.kernel.source, re.M
+            ):
+                lines.append(f"          pointer {kind} of {role}: {why}")  # what TMA cannot take, and why
         for row in by_launch.get(i, ()):
             lines.append(f"        tiles for {row['arch']}: {_source_text(row)}")
         for c in k.checks:
@@ -48,6 +49,16 @@ def explain(graph: Graph, schedule: Schedule, tile_sources: Sequence[Mapping[str
         lines.append("declined fusions:")
         lines += [f"  - {d}" for d in schedule.declined]
     return "\n".join(lines) + "\n"
+
+
+def _tma(source: str) -> str:
+    """What a Hopper kernel (attention, matmul) moves through its tensor descriptors: ``, TMA loads of q, k, v``;
+    a descriptor the kernel stores through is a store (the matmul's ``out_desc``)."""
+    names = re.findall(r"^\s*(\w+?)_desc = tl\.make_tensor_descriptor\(", source, re.M)
+    stores = [n for n in names if f"{n}_desc.store(" in source]
+    loads = [n for n in names if n not in stores]
+    parts = [f"TMA loads of {', '.join(loads)}"] * bool(loads) + [f"TMA store of {', '.join(stores)}"] * bool(stores)
+    return "".join(f", {p}" for p in parts)
 
 
 def _source_text(row: Mapping[str, Any]) -> str:

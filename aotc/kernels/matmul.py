@@ -50,7 +50,7 @@ from aotc.kernels.contraction_emit import (
     unravel,
     why_not_epilogue,
 )
-from aotc.kernels.matmul_tma import OperandBox, descriptor_load, make_operand_descriptor, plan_boxes
+from aotc.kernels.matmul_tma import TmaPlan, descriptor_load, make_operand_descriptor, make_output_descriptor, plan_tma
 from aotc.kernels.reach import GRID_X, GRID_Y
 
 if TYPE_CHECKING:
@@ -199,16 +199,17 @@ def emit_matmul(
     mask_m = None if is_multiple(builder, shape.rows, cfg.block_m) else "mask_m[:, None]"
     mask_n = None if is_multiple(builder, shape.n, cfg.block_n) else "mask_n[None, :]"
     tail_k = not is_multiple(builder, shape.k, cfg.block_k)
-    boxes = plan_boxes(builder, node.inputs[0], node.inputs[1], shape.fold, int(check_arch(arch_hint)[3:]), ptx)
+    arch = int(check_arch(arch_hint)[3:])
+    tma = plan_tma(builder, node, outputs, shape.fold, shape.n, cfg, arch, ptx)
     with contextlib.ExitStack() as tile_loop:
         if persistent:
             builder.line("pid = tl.program_id(0)")
             builder.line(f"num_tiles = tl.cdiv({rows}, BLOCK_M) * tl.cdiv({n}, BLOCK_N)")
             # the descriptors cover whole operands (the batch folded into the rows): made once for every tile
-            _emit_descriptors(builder, node, shape, boxes, (rows, n, k), (mask_m, mask_n), tail_k, None)
+            _emit_descriptors(builder, node, outputs, shape, tma, (rows, n, k), (mask_m, mask_n), tail_k, None)
             tile_loop.enter_context(builder.block("for tile in range(pid, num_tiles, NUM_SMS)"))
         _emit_tile(builder, node, epilogue, outputs, shape, cfg, precision, persistent, batch_on_x, tail_k,
-                   (rows, n, k), (mask_m, mask_n), boxes)  # fmt: skip
+                   (rows, n, k), (mask_m, mask_n), tma)  # fmt: skip
     extra = (("NUM_SMS", PERSISTENT_PROGRAMS),) if persistent else ()
     return finish_tiled(builder, name, KernelKind.MATMUL, grid, cfg, node_index, extra)
 
@@ -226,7 +227,7 @@ def _emit_tile(
     tail_k: bool,
     sizes: tuple[str, str, str],
     masks: tuple[str | None, str | None],
-    boxes: tuple[OperandBox | None, OperandBox | None],
+    tma: TmaPlan,
 ) -> None:
     """One output tile: its program ids (``tile`` in the persistent loop), the K loop and the epilogue's stores;
     each operand with a box loads through its descriptor, made here unless the persistent form made it already."""
@@ -247,9 +248,9 @@ def _emit_tile(
     acc_dtype = {DType.int32: "tl.int32", DType.int64: "tl.int64"}.get(dtype, "tl.float32")
     if not persistent:
         batch = None if shape.fold else (a_idx, b_idx, m_idx)
-        _emit_descriptors(builder, node, shape, boxes, sizes, masks, tail_k, batch)
+        _emit_descriptors(builder, node, outputs, shape, tma, sizes, masks, tail_k, batch)
     builder.line(f"acc = tl.zeros((BLOCK_M, BLOCK_N), dtype={acc_dtype})")
-    box_a, box_b = boxes
+    box_a, box_b = tma.a, tma.b
     with builder.block(f"for k0 in range(0, {k}, BLOCK_K)"):
         if box_a is None or box_b is None:
             builder.line("offs_k = k0 + tl.arange(0, BLOCK_K)")
@@ -273,7 +274,12 @@ def _emit_tile(
         else:
             builder.line(f"acc += tl.sum({a_tile}[:, :, None] * {b_tile}[None, :, :], axis=1)")
     out_index = [*out_batch, m_idx, "offs_n[None, :]"]
-    emit_epilogue(builder, anchor, "acc", out_index, mask_and(mask_m, mask_n), outputs)
+
+    def store(v: Value, index: Sequence[IndexItem], var: str, mask: str | None) -> None:
+        # the box is clipped to the output's [rows, N] as ``mask`` clips the pointer store
+        builder.descriptor_store(v, "out_desc", "[pid_m * BLOCK_M, pid_n * BLOCK_N]", var, index, mask)
+
+    emit_epilogue(builder, anchor, "acc", out_index, mask_and(mask_m, mask_n), outputs, store if tma.store else None)
 
 
 def _operand_masks(masks: tuple[str | None, str | None], k: str, tail_k: bool) -> tuple[str | None, str | None]:
@@ -286,18 +292,19 @@ def _operand_masks(masks: tuple[str | None, str | None], k: str, tail_k: bool) -
 def _emit_descriptors(
     builder: KernelBuilder,
     node: Node,
+    outputs: Sequence[Value],
     shape: MatmulShape,
-    boxes: tuple[OperandBox | None, OperandBox | None],
+    tma: TmaPlan,
     sizes: tuple[str, str, str],
     masks: tuple[str | None, str | None],
     tail_k: bool,
     batch: tuple[list[IndexItem], list[IndexItem], IndexItem] | None,
 ) -> None:
-    """``a_desc`` and ``b_desc`` for the operands with boxes. ``batch``: this program's (A's batch indices, B's,
+    """``a_desc`` and ``b_desc`` for the operands with boxes, ``out_desc`` for a descriptor store. ``batch``: this program's (A's batch indices, B's,
     A's row index) where the batch rides on the grid, each descriptor then over its batch entry's matrix; None
     where it folds into the rows, A's descriptor then over [batch x M, K] and B's over its one matrix. Each
     descriptor's region is the index and mask its pointer load would read."""
-    (box_a, box_b), (rows, n, k) = boxes, sizes
+    (box_a, box_b), (rows, n, k) = (tma.a, tma.b), sizes
     a, b = node.inputs
     a_mask, b_mask = _operand_masks(masks, k, tail_k)
     if batch is None:
@@ -315,6 +322,8 @@ def _emit_descriptors(
         region = ([*b_idx, "offs_k[:, None]", "offs_n[None, :]"], b_mask)
         blocks = ("BLOCK_K", "BLOCK_N")
         make_operand_descriptor(builder, b, box_b, (k, n), blocks, [*b_at, 0, 0], region, "b_desc")
+    if tma.store:  # only where the batch folds into the rows: one descriptor over the whole output
+        make_output_descriptor(builder, outputs[0], rows, n)
 
 
 def _folded_rows(builder: KernelBuilder, shape: MatmulShape) -> tuple[list[IndexItem], IndexItem]:

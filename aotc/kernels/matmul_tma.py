@@ -39,9 +39,22 @@ from aotc.kernels import index_text as ix
 from aotc.kernels.attention_tma import ALIGN, DESCRIPTOR_DTYPES, why_not_tma
 from aotc.kernels.strided_views import window
 
-__all__ = ["OperandBox", "descriptor_load", "make_operand_descriptor", "operand_box", "plan_boxes", "why_not_hopper"]
+__all__ = [
+    "OperandBox",
+    "TmaPlan",
+    "descriptor_load",
+    "make_operand_descriptor",
+    "make_output_descriptor",
+    "operand_box",
+    "plan_tma",
+    "why_not_hopper",
+    "why_not_store",
+]
 
 Size = int | SymExpr
+STORE_DTYPES = (*DESCRIPTOR_DTYPES, DType.float32)  # a store writes the tile's own dtype: no rounding
+SHARED_LIMIT = 227 * 1024  # the most dynamic shared memory one block may take on sm_90
+BARRIERS = 1024  # shared bytes beside the tiles for the pipeline's mbarriers, rounded up (24 seen, Triton 3.9)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,13 +117,63 @@ def operand_box(builder: Any, value: Value, fold: bool) -> OperandBox | str:
     return box
 
 
-def plan_boxes(
-    builder: Any, a: Value, b: Value, fold: bool, arch: int, ptx: int | None
-) -> tuple[OperandBox | None, OperandBox | None]:
-    """How A (its batch folded into its rows with ``fold``) and B load on ``sm_<arch>`` at PTX ``ptx``: each its
-    box, or None for pointer loads, with the reason written as a kernel comment on a target that has TMA."""
+@dataclass(frozen=True, slots=True)
+class TmaPlan:
+    """What a matmul kernel moves through descriptors: A's and B's boxes (None: pointer loads) and whether its
+    one output stores through one (``out_desc``)."""
+
+    a: OperandBox | None = None
+    b: OperandBox | None = None
+    store: bool = False
+
+
+def plan_tma(
+    builder: Any, node: Any, outputs: Sequence[Value], fold: bool, n: Size, cfg: Any, arch: int, ptx: int | None
+) -> TmaPlan:
+    """What matmul ``node`` (its batch folded into A's rows with ``fold``; ``n`` columns; tiles ``cfg``) storing
+    ``outputs`` moves through descriptors on ``sm_<arch>`` at PTX ``ptx``, each operand or output that keeps its
+    pointers with the reason written as a kernel comment on a target that has TMA (``--explain`` reads them)."""
     if why_not_hopper(arch, ptx) is not None:
-        return None, None
+        return TmaPlan()
+    a, b = _plan_boxes(builder, node.inputs[0], node.inputs[1], fold)
+    why = why_not_store(builder, outputs, fold, n, cfg, node.inputs[0].type.dtype)
+    if why is not None:
+        builder.line(f"# out keeps pointer stores: {why}")
+    return TmaPlan(a, b, why is None)
+
+
+def why_not_store(builder: Any, outputs: Sequence[Value], fold: bool, n: Size, cfg: Any, dtype: DType) -> str | None:
+    """None when a kernel whose batch folds into its rows (``fold``) may store ``outputs`` ([rows, ``n``] tiles
+    of ``cfg``, the operands in ``dtype``) through one descriptor, else why not. Its box is clipped to [rows,
+    ``n``] as the epilogue's ``mask_m & mask_n`` clips the pointer store, so the output needs no other mask; its
+    rows must be 16-byte aligned, and the staging tile in shared memory must fit beside the operands' ring."""
+    if len(outputs) != 1:
+        return f"the kernel stores {len(outputs)} values, and one descriptor writes one"
+    (out,) = outputs
+    size = out.type.dtype.itemsize
+    if out.type.dtype not in STORE_DTYPES:
+        return f"{out.type.dtype.value} outputs keep the pointer store"
+    if not fold:
+        return (
+            "the product is batched on the grid: one store descriptor covers the output where its batch folds into rows"
+        )
+    if not builder.stores_alone(out):
+        return "its store also writes a view of it (or only the view), which a box of its own rows cannot"
+    if divisor(n, builder.graph.multiples) * size % ALIGN:
+        return f"its rows, {to_infix(n)} x {size} bytes, are not a multiple of {ALIGN} bytes"
+    ring = cfg.num_stages * (cfg.block_m + cfg.block_n) * cfg.block_k * dtype.itemsize
+    staging = cfg.block_m * cfg.block_n * size
+    if ring + staging + BARRIERS > SHARED_LIMIT:
+        return (
+            f"its {cfg.block_m}x{cfg.block_n} staging tile ({staging} bytes) beside the {cfg.num_stages}-stage "
+            f"operand tiles ({ring} bytes) would pass sm_90's {SHARED_LIMIT} bytes of shared memory"
+        )
+    return None
+
+
+def _plan_boxes(builder: Any, a: Value, b: Value, fold: bool) -> tuple[OperandBox | None, OperandBox | None]:
+    """How A (its batch folded into its rows with ``fold``) and B load: each its box, or None for pointer loads,
+    with the reason written as a kernel comment."""
     found = {"a": operand_box(builder, a, fold), "b": operand_box(builder, b, False)}
     if isinstance(found["a"], str) and not isinstance(found["b"], str):
         # b's descriptor, made before the K loop, would give b the kernel's first pointer argument and a the second,
@@ -151,6 +214,16 @@ def make_operand_descriptor(
     builder.line(
         f"{name} = tl.make_tensor_descriptor({at}, shape=[{rows}, {cols}], strides=[{stride}, 1], "
         f"block_shape=[{block_r}, {block_c}])"
+    )
+
+
+def make_output_descriptor(builder: Any, out: Value, rows: str, n: str) -> None:
+    """Write ``out_desc = tl.make_tensor_descriptor(...)`` over output ``out``'s [rows, n] row-major matrix (its
+    batch folded into the rows), which the epilogue stores its tiles through (``KernelBuilder.descriptor_store``)."""
+    ptr = builder.output_arg(out)
+    builder.line(
+        f"out_desc = tl.make_tensor_descriptor({ptr}, shape=[{rows}, {n}], strides=[{n}, 1], "
+        "block_shape=[BLOCK_M, BLOCK_N])"
     )
 
 
