@@ -12,7 +12,8 @@ to a (batch, seq, d) input) the batch folds into the rows, so a decode step with
 BLOCK_M rows; otherwise the batch is grid axis y.
 
 On Hopper (sm_90 at PTX 8.6 or newer) A and B load through in-kernel tensor descriptors where each is valid for
-it, with no masks (the boxes zero-fill the tails); the store stays masked (kernels/matmul_tma.py).
+it, with no masks (the boxes zero-fill the tails), and the epilogue stores through one where a box can take the
+output (kernels/matmul_tma.py).
 """
 
 from __future__ import annotations
@@ -165,8 +166,8 @@ def emit_matmul(
     with more leaves SMs idle). Not for a product batched on the grid.
 
     ``ptx``: the PTX ISA version the kernel will be built at (86: 8.6; None: not known). With sm_90 and PTX 8.6 or
-    newer, A and B load through tensor descriptors where each is valid for it (kernels/matmul_tma.py), in either
-    form; the persistent one then makes them once, before its tile loop."""
+    newer, A and B load (and the output stores) through tensor descriptors where each is valid for it
+    (kernels/matmul_tma.py), in either form; the persistent one then makes them once, before its tile loop."""
     reason = why_not_matmul(node)
     if reason is not None:
         raise UnsupportedError(f"matmul template: {reason}")

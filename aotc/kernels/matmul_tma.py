@@ -1,11 +1,16 @@
-"""The Hopper form of the matmul template's operand loads: A and B through in-kernel tensor descriptors (TMA), as
-Triton's tutorial 09-persistent-matmul does in its descriptor variant.
+"""The Hopper form of the matmul template's loads and store: A, B and the output through in-kernel tensor
+descriptors (TMA), as Triton's tutorial 09-persistent-matmul does in its descriptor variant.
 
 ``desc = tl.make_tensor_descriptor(base, shape, strides, block_shape)`` covers an operand's matrix as its buffer
 lays it out; ``desc.load([r, c])`` moves one box into shared memory with one ``cp.async.bulk.tensor`` and
 zero-fills the box elements outside ``shape``, so the K tail and the M/N edges need no load mask (zeros add
-nothing to the product). The store stays a pointer store: the epilogue's own loads and the output's row stride
-(the 50,257-column lm head's rows are not 16-byte aligned) need it.
+nothing to the product). The epilogue's own loads (bias, residual) stay masked pointer loads.
+
+``out_desc.store([r, c], tile)`` writes the box clipped to the output's [rows, N], which is exactly what the
+epilogue's ``mask_m & mask_n`` keeps, so it needs no other mask. It is taken for one fp16, bf16 or fp32 output
+(stored in its own dtype: nothing rounds) whose batch folds into its rows, stored alone (no view output written
+beside it), with rows of a multiple of 16 bytes (the 50,257-column lm head's are not) and a staging tile that
+fits in shared memory beside the operands' pipeline; otherwise the pointer store stays, its reason a comment.
 
 The box follows the buffer's layout: an operand whose last dim is contiguous (A as [M, K], B as [K, N]) loads
 as the kernel reads it; one whose second-to-last dim is (a Linear's weight, [N, K] seen through a transpose, as

@@ -1,5 +1,5 @@
-"""The Hopper matmul's tensor-descriptor (TMA) operand loads (issue 27): where the form is taken and where an
-operand keeps its pointer loads (with the reason as a comment ``--explain`` shows), its numerics under the Triton
+"""The Hopper matmul's tensor-descriptor (TMA) loads and store (issue 27): where the form is taken and where an
+operand or the output keeps its pointers (with the reason as a comment ``--explain`` shows), its numerics under the Triton
 interpreter (which runs descriptors) against the cpu backend at odd sizes, in the plain and the persistent form,
 the source-bounds proof of its descriptors, the scheduler's choice by driver floor, and its sm_90a code compiled
 here with no GPU (TMA and wgmma in the PTX, registers and shared memory within limits)."""
