@@ -359,3 +359,39 @@ def test_the_sm90a_fp32_kernel_keeps_pointer_loads_and_stores_by_box(compiled, t
     sass = _dump(c.cubin, "-sass", tmp_path)
     assert not re.search(r"\bUTMALDG\b", sass) and re.search(r"\bUTMASTG\b", sass)
     assert c.meta.global_scratch_size >= 128, c.meta
+
+
+def _linear(m: int, n: int, k: int):
+    """``x @ w.T`` with the [N, K] weight a Linear holds, a bf16 GPT-2 layer's shapes."""
+    from aotc.lowering.decompose import decompose
+    from tests.graph_kit import make_graph
+
+    def body(b, x, w):
+        return [b.op(Op.MATMUL, x, b.op(Op.PERMUTE, w, perm=(1, 0)))]
+
+    return decompose(make_graph({"x": TensorType(BF16, (m, k)), "w": TensorType(BF16, (n, k))}, body))
+
+
+@pytest.mark.slow
+def test_every_sm90_tile_compiles_with_descriptors_within_limits(tmp_path) -> None:
+    """Each tile the sm_90 heuristic can pick (and the small-M form's), on a Linear's transposed weight: the TMA
+    loads' barriers and the bf16 store's staging tile keep shared memory and registers within Hopper's limits."""
+    from aotc.ir.tiles import SM90_TILES
+    from aotc.kernels.aot import AotOptions, compile_cubins
+    from tests.kernel_layer.test_attention_sm90 import SHARED_LIMIT, _dump
+
+    g = _linear(8192, 2304, 768)
+    kernels = [
+        kernel_for(g, config=TileConfig(bm, bn, bk, 8, warps, stages), name=f"tile_{bm}x{bn}x{bk}_{warps}w{stages}s")
+        for bm, bn, bk, warps, stages in SM90_TILES
+    ]
+    kernels.append(kernel_for(_linear(16, 2304, 768), config=None, name="small_m"))
+    out = compile_cubins(kernels, "sm_90", AotOptions(cuda_driver_floor="12.8", cache_dir=str(tmp_path / "c")))
+    for k in kernels:
+        c = out[k.name]
+        assert not isinstance(c, str), (k.name, c)
+        assert A_DESC in k.source and B_DESC in k.source and OUT_DESC in k.source, k.name
+        assert "cp.async.bulk.tensor" in c.ptx and re.search(r"\bUTMASTG\b", _dump(c.cubin, "-sass", tmp_path))
+        usage = _dump(c.cubin, "-res-usage", tmp_path)
+        res = {m[0]: int(m[1]) for m in re.findall(r"\b(REG|STACK|LOCAL):(\d+)", usage)}
+        assert res["STACK"] == 0 and res["LOCAL"] == 0 and c.meta.shared <= SHARED_LIMIT, (k.name, usage, c.meta)
