@@ -15,8 +15,8 @@ class KernelConfig:
     """What the heuristics key on: the oldest target's compute capability (kernels serve every target)."""
 
     arch: int = 80
-    # The PTX ISA version the target is built at (86: 8.6), where known: the Hopper attention kernel's tensor
-    # descriptor loads need 8.6 (kernels/attention_tma.py).
+    # The PTX ISA version the target is built at (86: 8.6), where known: the Hopper attention and matmul kernels'
+    # tensor descriptor loads need 8.6 (kernels/attention_tma.py, kernels/matmul_tma.py).
     ptx: int | None = None
 
     @property

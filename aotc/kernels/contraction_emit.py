@@ -8,7 +8,7 @@ Everything here writes Triton text through the KernelBuilder contract (KERNEL_LA
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from aotc.errors import UnsupportedError
@@ -258,9 +258,11 @@ def emit_epilogue(
     index: Sequence[str],
     mask: str | None,
     outputs: Sequence[Value],
+    store: Callable[[Value, Sequence[str], str, str | None], None] | None = None,
 ) -> None:
     """Round the fp32 (or integer) accumulator to the anchor's dtype, apply the epilogue chain and store
-    every output. Rounding first keeps the kernel's numbers those of the graph, where the product is
+    every output (through ``store(value, index, tile, mask)`` when given: a template's descriptor store; else
+    ``builder.store``). Rounding first keeps the kernel's numbers those of the graph, where the product is
     a tensor of the anchor's dtype before any consumer reads it."""
     dtype = anchor.type.dtype
     tile = acc
@@ -270,7 +272,7 @@ def emit_epilogue(
     env = {anchor.id: tile}
     for v in outputs:
         var = tile if v.id == anchor.id else builder.compute(v, index, mask, env)
-        builder.store(v, index, var, mask)
+        (store or builder.store)(v, index, var, mask)
 
 
 def grid_with_batch(tiles: Size, batch: Size, ranges: dict[str, tuple[int, int]]) -> tuple[tuple, bool]:

@@ -194,6 +194,27 @@ class KernelBuilder(KernelWriter):
         """``store(value)`` then writes only its view outputs (nothing else reads ``value`` itself)."""
         self._discard.add(value.id)
 
+    def stores_alone(self, value: Value) -> bool:
+        """Whether ``store(value)`` writes ``value``'s own buffer and nothing else (no view output stored beside it,
+        not discarded): what a template's tensor-descriptor store of it must be (``descriptor_store``)."""
+        return value.id not in self._view_stores and value.id not in self._discard
+
+    def descriptor_store(
+        self, value: Value, desc: str, at: str, var: str, region: Sequence[IndexItem], mask: str | None
+    ) -> None:
+        """``desc.store(at, var)``: tile ``var`` of ``value`` through tensor descriptor ``desc``, which the template
+        made over ``value``'s buffer (``output_arg``). ``region`` (per-dim template variables, in range where
+        ``mask`` keeps a lane) is what the box is clipped to: it counts toward the pointer's extents as the masked
+        ``store`` would. Only for a value that ``stores_alone``."""
+        if not self.stores_alone(value):
+            raise UnsupportedError(f"a descriptor store of {value}: its store writes views of it too, or nothing")
+        ptr = self.output_arg(value)
+        idx = self._index(value, region)
+        _, offset = self._offset_at(value, idx)
+        self.reach.access(ptr, offset, mask, self._unsimplified(value, idx))
+        self._stored.setdefault(var, ptr)
+        self.line(f"{desc}.store({at}, {var})")
+
     def store(self, value: Value, index: Sequence[IndexItem], var: str, mask: str | None) -> None:
         idx = self._index(value, index)
         for output, chain in self._view_stores.get(value.id, ()):

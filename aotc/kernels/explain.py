@@ -11,10 +11,9 @@ from aotc.ir.schedule import Schedule
 from aotc.ir.symbolic import to_infix
 from aotc.kernels.memplan import arena_bytes_at_max
 
-# The Hopper attention's descriptors (kernels/attention_tma.py), the boxes it stores, and the comment saying why an
-# operand keeps its pointer loads (or the output its pointer store)
+# A Hopper kernel's descriptors (kernels/attention_tma.py, matmul_tma.py) and the comment saying why an operand
+# keeps its pointer loads (or the output its pointer store)
 MADE = re.compile(r"^\s*(\w+?)_desc = tl\.make_tensor_descriptor\(", re.M)
-STORED = re.compile(r"^\s*(\w+?)_desc\.store\(", re.M)
 KEPT = re.compile(r"^\s*# (\w+) keeps pointer (loads|stores): (.*)$", re.M)
 
 
@@ -57,9 +56,10 @@ def explain(graph: Graph, schedule: Schedule, tile_sources: Sequence[Mapping[str
 
 
 def _tma(source: str) -> str:
-    """What the Hopper attention's descriptors move: ", TMA loads of q, k, v, TMA store of out" ("" for none)."""
+    """What a Hopper kernel (attention, matmul) moves through its tensor descriptors: ", TMA loads of q, k, v,
+    TMA store of out" ("" for none)."""
     made = MADE.findall(source)
-    stored = set(STORED.findall(source))
+    stored = {n for n in made if f"{n}_desc.store(" in source}
     loads, stores = [n for n in made if n not in stored], [n for n in made if n in stored]
     return "".join(
         f", TMA {what} of {', '.join(names)}" for what, names in (("loads", loads), ("store", stores)) if names
@@ -67,7 +67,7 @@ def _tma(source: str) -> str:
 
 
 def _kept(source: str, indent: str) -> list[str]:
-    """What the Hopper attention's TMA cannot take, and why: one line per operand."""
+    """What a Hopper kernel's TMA cannot take, and why: one line per operand."""
     return [f"{indent}pointer {what} of {role}: {why}" for role, what, why in KEPT.findall(source)]
 
 

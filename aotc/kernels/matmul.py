@@ -10,6 +10,10 @@ run on the accumulator tile before the masked store (the fused epilogue).
 Batch dims broadcast as numpy's matmul does. When B does not vary over the batch (a Linear applied
 to a (batch, seq, d) input) the batch folds into the rows, so a decode step with seq = 1 still fills
 BLOCK_M rows; otherwise the batch is grid axis y.
+
+On Hopper (sm_90 at PTX 8.6 or newer) A and B load through in-kernel tensor descriptors where each is valid for
+it, with no masks (the boxes zero-fill the tails), and the epilogue stores through one where a box can take the
+output (kernels/matmul_tma.py).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from aotc.ir.ops.reduce import check_input_precision, dot_precision
 from aotc.ir.schedule import Kernel
 from aotc.ir.symbolic import SymExpr, add, floordiv, mod, mul, sym
 from aotc.ir.templates import KernelKind
-from aotc.ir.tiles import SM90_SMS, TileConfig, check_dot_config, matmul_config, upper
+from aotc.ir.tiles import SM90_SMS, TileConfig, check_arch, check_dot_config, matmul_config, upper
 from aotc.ir.types import Node, Value
 from aotc.kernels.contraction_emit import (
     anchor_index,
@@ -47,6 +51,7 @@ from aotc.kernels.contraction_emit import (
     unravel,
     why_not_epilogue,
 )
+from aotc.kernels.matmul_tma import TmaPlan, descriptor_load, make_operand_descriptor, make_output_descriptor, plan_tma
 from aotc.kernels.reach import GRID_X, GRID_Y
 
 if TYPE_CHECKING:
@@ -70,7 +75,7 @@ DOT_DTYPES = (DType.float32, DType.float16, DType.bfloat16)
 FIXED_NAMES = (
     *("pid", "pid_b", "tiles", "num_pid_m", "num_pid_n", "num_pid_in_group", "group_id", "first_pid_m"),
     *("group_size_m", "pid_m", "pid_n", "offs_m", "offs_n", "offs_k", "mask_m", "mask_n", "row", "batch_row"),
-    *("acc", "k0", "a", "b", "tile", "num_tiles"),
+    *("acc", "k0", "a", "b", "tile", "num_tiles", "a_desc", "b_desc"),
 )
 # The persistent form's grid: sm_90's SM count (H100 SXM, H200), since the launching GPU's is not known when
 # compiling.
@@ -147,6 +152,7 @@ def emit_matmul(
     name: str = "matmul",
     precision: str | None = None,
     persistent: bool = False,
+    ptx: int | None = None,
 ) -> Kernel:
     """Emit ``node`` (MATMUL) with ``epilogue`` (pointwise nodes on its output, in order) into ``builder``
     and return the finished Kernel. ``outputs`` are the values the kernel stores (default: the last
@@ -157,7 +163,11 @@ def emit_matmul(
     PERSISTENT_PROGRAMS programs, each looping ``for tile in range(pid, num_tiles, NUM_SMS)`` over the grouped tile
     order, so a program's next tile's loads follow its last store with no launch between. The SM count is not known
     when compiling, so the grid is fixed at sm_90's 132 (a GPU with fewer SMs runs some programs after others; one
-    with more leaves SMs idle). Not for a product batched on the grid."""
+    with more leaves SMs idle). Not for a product batched on the grid.
+
+    ``ptx``: the PTX ISA version the kernel will be built at (86: 8.6; None: not known). With sm_90 and PTX 8.6 or
+    newer, A and B load (and the output stores) through tensor descriptors where each is valid for it
+    (kernels/matmul_tma.py), in either form; the persistent one then makes them once, before its tile loop."""
     reason = why_not_matmul(node)
     if reason is not None:
         raise UnsupportedError(f"matmul template: {reason}")
@@ -190,13 +200,17 @@ def emit_matmul(
     mask_m = None if is_multiple(builder, shape.rows, cfg.block_m) else "mask_m[:, None]"
     mask_n = None if is_multiple(builder, shape.n, cfg.block_n) else "mask_n[None, :]"
     tail_k = not is_multiple(builder, shape.k, cfg.block_k)
+    arch = int(check_arch(arch_hint)[3:])
+    tma = plan_tma(builder, node, outputs, shape.fold, shape.n, cfg, arch, ptx)
     with contextlib.ExitStack() as tile_loop:
         if persistent:
             builder.line("pid = tl.program_id(0)")
             builder.line(f"num_tiles = tl.cdiv({rows}, BLOCK_M) * tl.cdiv({n}, BLOCK_N)")
+            # the descriptors cover whole operands (the batch folded into the rows): made once for every tile
+            _emit_descriptors(builder, node, outputs, shape, tma, (rows, n, k), (mask_m, mask_n), tail_k, None)
             tile_loop.enter_context(builder.block("for tile in range(pid, num_tiles, NUM_SMS)"))
         _emit_tile(builder, node, epilogue, outputs, shape, cfg, precision, persistent, batch_on_x, tail_k,
-                   (rows, n, k), (mask_m, mask_n))  # fmt: skip
+                   (rows, n, k), (mask_m, mask_n), tma)  # fmt: skip
     extra = (("NUM_SMS", PERSISTENT_PROGRAMS),) if persistent else ()
     return finish_tiled(builder, name, KernelKind.MATMUL, grid, cfg, node_index, extra)
 
@@ -214,8 +228,10 @@ def _emit_tile(
     tail_k: bool,
     sizes: tuple[str, str, str],
     masks: tuple[str | None, str | None],
+    tma: TmaPlan,
 ) -> None:
-    """One output tile: its program ids (``tile`` in the persistent loop), the K loop and the epilogue's stores."""
+    """One output tile: its program ids (``tile`` in the persistent loop), the K loop and the epilogue's stores;
+    each operand with a box loads through its descriptor, made here unless the persistent form made it already."""
     rows, n, k = sizes
     mask_m, mask_n = masks
     anchor = node.outputs[0]
@@ -231,30 +247,104 @@ def _emit_tile(
     if mask_n:
         builder.line(f"mask_n = offs_n < {n}")
     acc_dtype = {DType.int32: "tl.int32", DType.int64: "tl.int64"}.get(dtype, "tl.float32")
+    if not persistent:
+        batch = None if shape.fold else (a_idx, b_idx, m_idx)
+        _emit_descriptors(builder, node, outputs, shape, tma, sizes, masks, tail_k, batch)
     builder.line(f"acc = tl.zeros((BLOCK_M, BLOCK_N), dtype={acc_dtype})")
+    box_a, box_b = tma.a, tma.b
     with builder.block(f"for k0 in range(0, {k}, BLOCK_K)"):
-        builder.line("offs_k = k0 + tl.arange(0, BLOCK_K)")
-        a_mask = mask_and(mask_m, "offs_k[None, :] < " + k if tail_k else None)
-        b_mask = mask_and("offs_k[:, None] < " + k if tail_k else None, mask_n)
+        if box_a is None or box_b is None:
+            builder.line("offs_k = k0 + tl.arange(0, BLOCK_K)")
+        a_mask, b_mask = _operand_masks(masks, k, tail_k)
         other = "0.0" if dot else "0"
-        a_tile = builder.load(node.inputs[0], [*a_idx, m_idx, "offs_k[None, :]"], a_mask, other)
-        b_tile = builder.load(node.inputs[1], [*b_idx, "offs_k[:, None]", "offs_n[None, :]"], b_mask, other)
-        a_tile = full_tile(builder, a_tile, "(BLOCK_M, BLOCK_K)", node.inputs[0].type.dtype, "a")
-        b_tile = full_tile(builder, b_tile, "(BLOCK_K, BLOCK_N)", node.inputs[1].type.dtype, "b")
+        if box_a is not None:  # the box zero-fills past M and K: no mask
+            builder.line(f"a = {descriptor_load('a_desc', box_a, ('pid_m * BLOCK_M', 'k0'))}")
+            a_tile = "a"
+        else:
+            a_tile = builder.load(node.inputs[0], [*a_idx, m_idx, "offs_k[None, :]"], a_mask, other)
+            a_tile = full_tile(builder, a_tile, "(BLOCK_M, BLOCK_K)", node.inputs[0].type.dtype, "a")
+        if box_b is not None:
+            builder.line(f"b = {descriptor_load('b_desc', box_b, ('k0', 'pid_n * BLOCK_N'))}")
+            b_tile = "b"
+        else:
+            b_tile = builder.load(node.inputs[1], [*b_idx, "offs_k[:, None]", "offs_n[None, :]"], b_mask, other)
+            b_tile = full_tile(builder, b_tile, "(BLOCK_K, BLOCK_N)", node.inputs[1].type.dtype, "b")
         if dot:
             extra = f', input_precision="{precision}"' if dtype is DType.float32 else ""
             builder.line(f"acc = tl.dot({a_tile}, {b_tile}, acc{extra})")
         else:
             builder.line(f"acc += tl.sum({a_tile}[:, :, None] * {b_tile}[None, :, :], axis=1)")
     out_index = [*out_batch, m_idx, "offs_n[None, :]"]
-    emit_epilogue(builder, anchor, "acc", out_index, mask_and(mask_m, mask_n), outputs)
+
+    def store(v: Value, index: Sequence[IndexItem], var: str, mask: str | None) -> None:
+        # the box is clipped to the output's [rows, N] as ``mask`` clips the pointer store
+        builder.descriptor_store(v, "out_desc", "[pid_m * BLOCK_M, pid_n * BLOCK_N]", var, index, mask)
+
+    emit_epilogue(builder, anchor, "acc", out_index, mask_and(mask_m, mask_n), outputs, store if tma.store else None)
+
+
+def _operand_masks(masks: tuple[str | None, str | None], k: str, tail_k: bool) -> tuple[str | None, str | None]:
+    """The masks of A's and B's pointer loads: the M and N edges, and the K tail."""
+    mask_m, mask_n = masks
+    a_mask = mask_and(mask_m, "offs_k[None, :] < " + k if tail_k else None)
+    return a_mask, mask_and("offs_k[:, None] < " + k if tail_k else None, mask_n)
+
+
+def _emit_descriptors(
+    builder: KernelBuilder,
+    node: Node,
+    outputs: Sequence[Value],
+    shape: MatmulShape,
+    tma: TmaPlan,
+    sizes: tuple[str, str, str],
+    masks: tuple[str | None, str | None],
+    tail_k: bool,
+    batch: tuple[list[IndexItem], list[IndexItem], IndexItem] | None,
+) -> None:
+    """``a_desc`` and ``b_desc`` for the operands with boxes, ``out_desc`` for a descriptor store. ``batch``: this program's (A's batch indices, B's,
+    A's row index) where the batch rides on the grid, each descriptor then over its batch entry's matrix; None
+    where it folds into the rows, A's descriptor then over [batch x M, K] and B's over its one matrix. Each
+    descriptor's region is the index and mask its pointer load would read."""
+    (box_a, box_b), (rows, n, k) = (tma.a, tma.b), sizes
+    a, b = node.inputs
+    a_mask, b_mask = _operand_masks(masks, k, tail_k)
+    if batch is None:
+        a_idx, m_idx = _folded_rows(builder, shape)
+        b_idx: list[IndexItem] = ["0"] * shape.b_dims
+        a_at, b_at = ["0"] * shape.a_dims, b_idx
+    else:
+        a_idx, b_idx, m_idx = batch
+        a_at, b_at = a_idx, b_idx
+    if box_a is not None:
+        region = ([*a_idx, m_idx, "offs_k[None, :]"], a_mask)
+        blocks = ("BLOCK_M", "BLOCK_K")
+        make_operand_descriptor(builder, a, box_a, (rows, k), blocks, [*a_at, 0, 0], region, "a_desc")
+    if box_b is not None:
+        region = ([*b_idx, "offs_k[:, None]", "offs_n[None, :]"], b_mask)
+        blocks = ("BLOCK_K", "BLOCK_N")
+        make_operand_descriptor(builder, b, box_b, (k, n), blocks, [*b_at, 0, 0], region, "b_desc")
+    if tma.store:  # only where the batch folds into the rows: one descriptor over the whole output
+        make_output_descriptor(builder, outputs[0], rows, n)
+
+
+def _folded_rows(builder: KernelBuilder, shape: MatmulShape) -> tuple[list[IndexItem], IndexItem]:
+    """A's batch indices and row index of folded row ``offs_m``, as index math (no lines: the persistent form
+    asks before its tile loop, where ``_emit_program_ids`` has written none)."""
+    if not shape.batch:
+        return [], "offs_m[:, None]"
+    folded = builder.index_var("offs_m[:, None]", shape.rows)
+    out_batch = _unravel_index(floordiv(folded, shape.m), shape.batch)
+    return _operand_batch(out_batch, shape.a_batch, shape.a_dims), mod(folded, shape.m)
 
 
 def emit_plan(b: KernelBuilder, kp: KernelPlan, name: str, config: KernelConfig, tiles: Any = None) -> Kernel:
-    """The template table's emitter (aotc/ir/templates.py): ``kp``'s matmul, its epilogue storing ``kp.anchor``."""
+    """The template table's emitter (aotc/ir/templates.py): ``kp``'s matmul, its epilogue storing ``kp.anchor``,
+    loading through tensor descriptors where the target and its PTX (``config.ptx``) allow."""
     assert kp.root is not None
     arch = f"sm_{config.arch}"
-    return emit_matmul(b, kp.root, kp.epilogue, outputs=(kp.anchor,), arch_hint=arch, name=name, config=tiles)
+    return emit_matmul(
+        b, kp.root, kp.epilogue, outputs=(kp.anchor,), arch_hint=arch, name=name, config=tiles, ptx=config.ptx
+    )
 
 
 def _emit_program_ids(

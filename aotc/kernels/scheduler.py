@@ -48,7 +48,7 @@ def schedule_graph(
     """
     archs = _archs(options)
     # the oldest target's PTX too: a compile for sm_90 alone builds its one kernel per launch with the TMA loads
-    # its driver floor allows (kernels/attention_tma.py), as an sm_90 arch launch beside sm_80 would
+    # its driver floor allows (kernels/attention_tma.py, matmul_tma.py), as an sm_90 arch launch beside sm_80 would
     config = KernelConfig(arch=archs[0], ptx=_ptx(archs[0], options) if getattr(options, "targets", None) else None)
     plan = plan_fusion(graph)
     producers = {o.id: (i, n) for i, n in enumerate(graph.nodes) for o in n.outputs}
