@@ -177,7 +177,7 @@ def make_descriptor(
 def output_window(builder: Any, value: Value) -> Window | str:
     """The [rows, head dim] matrix of ``value``, a value the kernel stores, as a window of its own buffer that a
     descriptor can take, or why it is none."""
-    if builder.stored_through_views(value):  # each view output is one more store, at its own index map
+    if not builder.stores_alone(value):  # each view output is one more store, at its own index map
         return "it is stored through views too (a graph output that is a view of it), which its box would not write"
     rank = value.type.rank
     return _aligned(builder, value, own_window(builder.graph, value, (rank - 2, rank - 1)))

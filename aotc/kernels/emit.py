@@ -186,10 +186,6 @@ class KernelBuilder(KernelWriter):
         for n in chain:
             self.nodes.add(self.producers[n.outputs[0].id][0])
 
-    def stored_through_views(self, value: Value) -> bool:
-        """Whether ``store(value)`` writes view outputs too, or only them (``store_view``, ``discard``)."""
-        return bool(self._view_stores.get(value.id)) or value.id in self._discard
-
     def discard(self, value: Value) -> None:
         """``store(value)`` then writes only its view outputs (nothing else reads ``value`` itself)."""
         self._discard.add(value.id)
@@ -197,7 +193,7 @@ class KernelBuilder(KernelWriter):
     def stores_alone(self, value: Value) -> bool:
         """Whether ``store(value)`` writes ``value``'s own buffer and nothing else (no view output stored beside it,
         not discarded): what a template's tensor-descriptor store of it must be (``descriptor_store``)."""
-        return value.id not in self._view_stores and value.id not in self._discard
+        return not self._view_stores.get(value.id) and value.id not in self._discard
 
     def descriptor_store(
         self, value: Value, desc: str, at: str, var: str, region: Sequence[IndexItem], mask: str | None
