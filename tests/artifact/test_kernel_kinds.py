@@ -93,7 +93,7 @@ def test_every_row_names_a_distinct_kind_and_its_hooks_resolve() -> None:
         for ref in (row.emit, row.check, row.group):
             if ref:
                 assert callable(hook(ref)), ref
-        assert row.tuning in ("", "gemm", "attention")
+        assert row.tuning in ("", "gemm", "attention", "recurrent")
         assert not row.epilogue or row.roots, f"{row.kind}: an epilogue needs a root"
 
 
