@@ -50,60 +50,63 @@ def tile_from_json(kind: str, raw: Any, key: Mapping[str, Any], arch: str) -> Ti
             raise UnsupportedError(f"tiles {f}={v!r}: expected an int")
     if raw["num_warps"] not in WARPS:
         raise UnsupportedError(f"tiles num_warps={raw['num_warps']}: expected one of {list(WARPS)}")
+    item = DType(key["dtypes"][0]).itemsize
+    threads = 32 * raw["num_warps"]
     if kind == "recurrent_cell":
-        return _recurrent(raw, key, arch)
+        tile, shared, acc = _recurrent(raw, key, item, threads)
+        held = "state elements"
+    else:
+        tile, shared, acc = _contraction(kind, raw, key, item, threads)
+        held = "accumulators"
+    limit = SHARED_LIMIT.get(int(arch.removeprefix("sm_").rstrip("a")), DEFAULT_SHARED)
+    if shared > limit:
+        raise UnsupportedError(f"tiles {tile_to_json(tile)} need {shared} bytes of shared memory; {arch} has {limit}")
+    if acc > MAX_ACC_PER_THREAD:
+        raise UnsupportedError(
+            f"tiles {tile_to_json(tile)} hold {acc} {held} per thread; at most {MAX_ACC_PER_THREAD} fit in registers"
+        )
+    return tile
+
+
+def _contraction(
+    kind: str, raw: Mapping[str, Any], key: Mapping[str, Any], item: int, threads: int
+) -> tuple[Tile, int, int]:
+    """A matmul's, conv's or attention's tile, with the shared memory and accumulators per thread it needs."""
     if not 1 <= raw["num_stages"] <= MAX_STAGES:
         raise UnsupportedError(f"tiles num_stages={raw['num_stages']}: expected 1 to {MAX_STAGES}")
     for f in ("block_m", "block_n", "block_k"):
         if f in raw and raw[f] > MAX_BLOCK:
             raise UnsupportedError(f"tiles {f}={raw[f]}: expected at most {MAX_BLOCK}")
-    item = DType(key["dtypes"][0]).itemsize
-    cap = int(arch.removeprefix("sm_").rstrip("a"))
-    limit = SHARED_LIMIT.get(cap, DEFAULT_SHARED)
-    threads = 32 * raw["num_warps"]
     if kind == "attention":
         tile: Tile = AttentionConfig(raw["block_m"], raw["block_n"], raw["num_warps"], raw["num_stages"])
         static = key["static"]
         dp, ep = (max(16, _pow2(int(static[n]))) for n in ("head_dim", "value_dim"))
         # Q is loaded once; K and V are pipelined over the stages (d128 at 128x128, 3 stages: 224 KiB, as compiled)
-        shared = (tile.block_m * dp + tile.num_stages * tile.block_n * (dp + ep)) * item
-        acc = tile.block_m * ep // threads
-    else:
-        tile = check_dot_config(TileConfig(*(raw[f] for f in GEMM_FIELDS)))
-        if not 1 <= tile.group_m <= 64:
-            raise UnsupportedError(f"tiles group_m={tile.group_m}: expected 1 to 64")
-        shared = (tile.block_m + tile.block_n) * tile.block_k * item * tile.num_stages
-        acc = tile.block_m * tile.block_n // threads
-    if shared > limit:
-        raise UnsupportedError(f"tiles {tile_to_json(tile)} need {shared} bytes of shared memory; {arch} has {limit}")
-    if acc > MAX_ACC_PER_THREAD:
-        raise UnsupportedError(
-            f"tiles {tile_to_json(tile)} hold {acc} accumulators per thread; at most {MAX_ACC_PER_THREAD} fit "
-            "in registers"
+        return (
+            tile,
+            (tile.block_m * dp + tile.num_stages * tile.block_n * (dp + ep)) * item,
+            tile.block_m * ep // threads,
         )
-    return tile
+    tile = check_dot_config(TileConfig(*(raw[f] for f in GEMM_FIELDS)))
+    if not 1 <= tile.group_m <= 64:
+        raise UnsupportedError(f"tiles group_m={tile.group_m}: expected 1 to 64")
+    shared = (tile.block_m + tile.block_n) * tile.block_k * item * tile.num_stages
+    return tile, shared, tile.block_m * tile.block_n // threads
 
 
-def _recurrent(raw: Mapping[str, Any], key: Mapping[str, Any], arch: str) -> RecurrentConfig:
-    """A recurrence's rows per program and warps, checked against its state's width and its products' K."""
+def _recurrent(
+    raw: Mapping[str, Any], key: Mapping[str, Any], item: int, threads: int
+) -> tuple[RecurrentConfig, int, int]:
+    """A recurrence's rows per program and warps, with the shared memory and state elements per thread its state's
+    width and its products' K need."""
     if raw["block_m"] not in RECURRENT_ROWS:
         raise UnsupportedError(f"tiles block_m={raw['block_m']}: expected one of {list(RECURRENT_ROWS)}")
     tile = RecurrentConfig(raw["block_m"], raw["num_warps"])
     static = key["static"]
     block_h, block_k = max(16, _pow2(int(static["state"]))), max(16, _pow2(max(int(k) for k in static["k"])))
-    acc = RECURRENT_LIVE_TILES * tile.block_m * block_h // (32 * tile.num_warps)
-    if acc > MAX_ACC_PER_THREAD:
-        raise UnsupportedError(
-            f"tiles {tile_to_json(tile)} hold {acc} state elements per thread; at most {MAX_ACC_PER_THREAD} fit "
-            "in registers"
-        )
     # the widest product's operands, staged in shared memory for tl.dot: the rows' K and the weight's K x H
-    shared = (tile.block_m + block_h) * block_k * DType(key["dtypes"][0]).itemsize
-    cap = int(arch.removeprefix("sm_").rstrip("a"))
-    limit = SHARED_LIMIT.get(cap, DEFAULT_SHARED)
-    if shared > limit:
-        raise UnsupportedError(f"tiles {tile_to_json(tile)} need {shared} bytes of shared memory; {arch} has {limit}")
-    return tile
+    shared = (tile.block_m + block_h) * block_k * item
+    return tile, shared, RECURRENT_LIVE_TILES * tile.block_m * block_h // threads
 
 
 def _pow2(n: int) -> int:
