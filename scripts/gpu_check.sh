@@ -125,6 +125,9 @@ if [ "$dry" = 1 ]; then
     "
 else
     run tune 100 "$py scripts/tune_run.py $carry/tune_bundle.zip --out $out/tune_results.json --budget 80"
+    if [ -f $carry/tune_bundle_tma.zip ]; then  # TUNE_TMA=1 gpu_prep.sh: attention's TMA form too
+        run tune 60 "$py scripts/tune_run.py $carry/tune_bundle_tma.zip --out $out/tune_results_tma.json --budget 40"
+    fi
 fi
 
 if [ "$dry" = 1 ]; then

@@ -10,6 +10,7 @@
 #   CARRY/models/     every example model built with the newest Triton, with inputs and cpu outputs
 #   CARRY/tune_bundle.zip  the tuning candidates (scripts/tune_bundle.py: sm_90 cubins of the benchmark kernels'
 #                     heuristic and grid configs, built with the newest Triton), which the tune step times
+#   CARRY/tune_bundle_tma.zip  with TUNE_TMA=1: attention's candidates in their TMA form (a 12.8 driver floor)
 #   CARRY/wheels/     for the GPU image's Python 3.12: blake3 and cryptography (the load step's signed loads), and
 #                     KServe's SDK and tritonclient with what they need beyond the image (the serve step)
 #
@@ -60,6 +61,13 @@ echo "== the tuning bundle with the newest triton ($((SECONDS - start)) s)"
 # ~580 candidates at ~1.7 s each on 2 cores (the kernel cache keeps them: a rebuild is quick). TUNE_LIMIT builds a
 # subset (the heuristics first, then each key's grid in turn).
 .venv/bin/python scripts/tune_bundle.py "$carry/tune_bundle.zip" ${TUNE_LIMIT:+--limit "$TUNE_LIMIT"}
+# TUNE_TMA=1: also the attention candidates in their TMA form (a 12.8 floor, as the tma step compiles them; their
+# keys say loads=descriptor), which the tune step then times after the main bundle. Off by default: ~270 more
+# candidates, and the carry's room for them is not yet measured.
+if [ "${TUNE_TMA:-0}" = 1 ]; then
+    .venv/bin/python scripts/tune_bundle.py "$carry/tune_bundle_tma.zip" --floor 12.8 --only attention \
+        ${TUNE_LIMIT:+--limit "$TUNE_LIMIT"}
+fi
 
 size=$(du -sm "$carry" | cut -f1)
 entries=$(find "$carry/cache" -name '*.json' | wc -l)

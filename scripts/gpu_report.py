@@ -112,6 +112,7 @@ def report(out: Path) -> str:
         lines += profile_section(bench)
     lines += serve_section([r for r in data if r.get("bench") == "serve"])
     lines += tune_section(out / "tune_results.json")
+    lines += tune_section(out / "tune_results_tma.json")  # TUNE_TMA=1: attention's TMA form
     load = out / "load.log"
     if load.exists():
         lines += [

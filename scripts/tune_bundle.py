@@ -6,12 +6,17 @@ compiled to sm_90 cubins.
     python scripts/tune_bundle.py OUT.zip --limit 40      # at most 40 candidates (heuristics first)
     python scripts/tune_bundle.py OUT.zip --only attention --list   # which keys and how many candidates
     python scripts/tune_bundle.py OUT.zip --small --limit 6 --sources   # a dry run's bundle (fake driver)
+    python scripts/tune_bundle.py OUT.zip --floor 12.8 --only attention # the TMA form's candidates
 
 The set (issue 27): attention bf16 and fp16, b4 h16 seq 4k, head dim 64 and 128, causal or not (8 keys);
 the bf16 matmul 8192^3; GPT-2-small's bf16 matmuls at 1x128 and 8x1024 (each distinct key: qkv, attention
 projection, MLP fc and projection, lm head); the fp32 lm head at 8x1024; the example LSTM ensemble's
 recurrences (rows per program and warps) at batch 1 and 64, as the e2e step times it. ``--small`` swaps in tiny
 shapes that the interpreter behind the fake driver runs in seconds.
+
+The candidates are built as a compile at one CUDA driver floor builds them (``--floor``, default aotc's):
+from a 12.7 floor sm_90's PTX takes tensor descriptors, so attention and the 16-bit matmuls are their TMA form,
+and their keys say ``loads: descriptor``; entries timed for one form are never used for the other.
 """
 
 from __future__ import annotations
@@ -27,7 +32,9 @@ sys.path.insert(0, str(ROOT))
 
 import aotc.functional as F  # noqa: E402
 from aotc import Dim, TensorSpec, nn  # noqa: E402
+from aotc.errors import AotcError  # noqa: E402
 from aotc.frontend.trace import trace  # noqa: E402
+from aotc.ir.launch import check_driver_floor  # noqa: E402
 from aotc.kernels.tuned import current_toolchain  # noqa: E402
 from aotc.kernels.tuned.bundle import KeyCase, compile_cases, key_cases, write_bundle  # noqa: E402
 from aotc.lowering.options import CompileOptions  # noqa: E402
@@ -57,30 +64,35 @@ class Project(nn.Module):
         return self.proj(x)
 
 
-def _lowered(model, inputs, precision=None):
-    options = CompileOptions(targets=(ARCH,), **({"precision": precision} if precision else {}))
+DEFAULT_FLOOR = CompileOptions().cuda_driver_floor
+
+
+def _lowered(model, inputs, floor, precision=None):
+    options = CompileOptions(
+        targets=(ARCH,), cuda_driver_floor=floor, **({"precision": precision} if precision else {})
+    )
     return lower(trace(model, inputs), options)
 
 
-def attention_cases(small: bool) -> list[KeyCase]:
+def attention_cases(small: bool, floor: str) -> list[KeyCase]:
     out = []
     b, h, seq = (1, 2, 128) if small else (4, 16, 4096)
     for dtype in ("bfloat16", "float16"):
         for d in (64, 128):
             for causal in (False, True):
                 spec = TensorSpec((b, h, Dim("seq", min=1, max=seq), d), dtype)
-                g = _lowered(Attention(causal), {"q": spec, "k": spec, "v": spec})
-                out += key_cases(g, {"seq": seq}, f"attn_{dtype}_d{d}{'_causal' if causal else ''}", ARCH)
+                g = _lowered(Attention(causal), {"q": spec, "k": spec, "v": spec}, floor)
+                out += key_cases(g, {"seq": seq}, f"attn_{dtype}_d{d}{'_causal' if causal else ''}", ARCH, floor=floor)
     return out
 
 
-def matmul_cases(small: bool) -> list[KeyCase]:
+def matmul_cases(small: bool, floor: str) -> list[KeyCase]:
     m = k = n = 64 if small else 8192
-    g = _lowered(Project(k, n, "bfloat16"), {"x": TensorSpec((m, k), "bfloat16")})
-    return key_cases(g, {}, f"matmul_{m}x{k}x{n}", ARCH)
+    g = _lowered(Project(k, n, "bfloat16"), {"x": TensorSpec((m, k), "bfloat16")}, floor)
+    return key_cases(g, {}, f"matmul_{m}x{k}x{n}", ARCH, floor=floor)
 
 
-def gpt2_cases(small: bool) -> list[KeyCase]:
+def gpt2_cases(small: bool, floor: str) -> list[KeyCase]:
     from aotc_cli.loader import import_file
 
     gpt2 = import_file(ROOT / "models" / "gpt2.py")
@@ -91,24 +103,24 @@ def gpt2_cases(small: bool) -> list[KeyCase]:
     out: list[KeyCase] = []
     for precision in ("bf16", "fp32"):
         model, inputs = gpt2.build(**config)
-        g = _lowered(model, inputs, precision)
+        g = _lowered(model, inputs, floor, precision)
         for env in shapes if precision == "bf16" else shapes[-1:]:
             label = f"gpt2_{precision}_{env['batch']}x{env['seq']}"
             # fp32: the lm head only (vocab-wide N), the one fp32 matmul issue 27 tunes
             keep = None if precision == "bf16" else (lambda key: key["static"].get("n") == config["vocab_size"])
-            out += key_cases(g, env, label, ARCH, keep)
+            out += key_cases(g, env, label, ARCH, keep, floor)
     return out
 
 
-def lstm_cases(small: bool) -> list[KeyCase]:
+def lstm_cases(small: bool, floor: str) -> list[KeyCase]:
     from aotc_cli.loader import import_file
 
     lstm = import_file(ROOT / "models" / "lstm_ensemble.py")
     model, inputs = lstm.build(**({"hidden_size": 8, "members": 1, "steps": 3} if small else {}))
-    g = _lowered(model, inputs)
+    g = _lowered(model, inputs, floor)
     out: list[KeyCase] = []
     for batch in (2,) if small else LSTM_BATCHES:
-        out += key_cases(g, {"batch": batch}, f"lstm_ensemble_b{batch}", ARCH, _recurrence)
+        out += key_cases(g, {"batch": batch}, f"lstm_ensemble_b{batch}", ARCH, _recurrence, floor)
     return out
 
 
@@ -148,11 +160,16 @@ def main() -> None:
     parser.add_argument("--sources", action="store_true", help="also each candidate's Kernel (the fake driver's)")
     parser.add_argument("--list", action="store_true", help="print the keys and candidate counts, compile nothing")
     parser.add_argument("--jobs", type=int, help="compile workers (default: every core)")
+    parser.add_argument("--floor", default=DEFAULT_FLOOR, help=f"the CUDA driver floor to build for ({DEFAULT_FLOOR})")
     args = parser.parse_args()
+    try:
+        floor = check_driver_floor(args.floor)
+    except AotcError as err:
+        parser.error(f"--floor: {err}")
     start = time.perf_counter()
     cases: list[KeyCase] = []
     for name in args.only or GROUPS:
-        cases += GROUPS[name](args.small)
+        cases += GROUPS[name](args.small, floor)
     cases = limited(cases, args.limit)
     total = sum(len(c.candidates) for c in cases)
     prepared = time.perf_counter() - start
@@ -161,11 +178,12 @@ def main() -> None:
         print(f"  {c.label}: {len(c.candidates)} candidates", flush=True)
     if args.list:
         return
-    compiled, seconds = compile_cases(cases, ARCH, args.jobs)
+    compiled, seconds = compile_cases(cases, ARCH, args.jobs, floor)
     failed = sum(isinstance(r, str) for r in compiled.values())
     built = {"candidates": total, "failed": failed, "compile_s": round(seconds, 1),
-             "compile_s_per_candidate": round(seconds / max(total, 1), 3), "small": args.small}  # fmt: skip
-    chain = current_toolchain(ARCH, CompileOptions().cuda_driver_floor) or {}
+             "compile_s_per_candidate": round(seconds / max(total, 1), 3), "small": args.small,
+             "cuda_driver_floor": floor}  # fmt: skip
+    chain = current_toolchain(ARCH, floor) or {}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_bundle(args.out, cases, ARCH, compiled, chain, built, args.sources)
     size = args.out.stat().st_size

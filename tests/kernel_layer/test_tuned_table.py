@@ -88,7 +88,7 @@ def test_bucket_is_next_power_of_two():
 def test_matmul_key_static_dims_exact_dynamic_bucketed():
     g = lowered_linear(k=48, n=40, max_rows=100)
     key = key_of(g)
-    assert key["template"] == "matmul" and key["static"] == {"n": 40, "k": 48}
+    assert key["template"] == "matmul" and key["static"] == {"n": 40, "k": 48, "loads": "pointer"}
     assert key["buckets"] == {"rows": 128, "batch": 1}  # 100 rows at most: the 128 bucket
     assert key["dtypes"] == ["float32", "float32", "float32"] and key["precision"] == "ieee"
     assert key["epilogue"] == "vector"  # the bias
@@ -108,7 +108,8 @@ def test_attention_key():
     g = lower(trace(Attn(), {"q": spec, "k": spec, "v": spec}), CompileOptions(targets=()))
     key = key_of(g, Op.SDPA)
     assert key["template"] == "attention" and key["precision"] == "default"
-    assert key["static"] == {"head_dim": 64, "value_dim": 64, "causal": True, "mask": "none", "layout": "batch2"}
+    assert key["static"] == {"head_dim": 64, "value_dim": 64, "causal": True, "mask": "none", "layout": "batch2",
+                             "loads": "pointer"}  # fmt: skip
     assert key["buckets"] == {"batch": 8, "q_len": 512, "kv_len": 512}
     assert key["dtypes"] == ["bfloat16", "bfloat16"]
 

@@ -68,12 +68,14 @@ def table_tiles(
     if table is None or not table.entries:  # the common case: no key, no toolchain probe
         return TileChoice(HEURISTIC, None, note=f"no tuned table for {arch}")
     dims: Mapping[str, int] = dict(getattr(options, "tune_dims", ()) or ())
-    key = kernel_key(graph, root, sorted(nodes), tuning_env(graph, dims), group)
-    if key is None:
-        return TileChoice(HEURISTIC, None, note="not tuned")
     floor = getattr(options, "cuda_driver_floor", None)
     if floor is None:
         from aotc.ir.launch import DEFAULT_DRIVER_FLOOR
 
         floor = DEFAULT_DRIVER_FLOOR
-    return choose(key["template"], key, arch, current_toolchain(arch, floor))
+    chain = current_toolchain(arch, floor)
+    target = (int(arch.removeprefix("sm_").rstrip("a")), chain["ptx_version"] if chain else None)
+    key = kernel_key(graph, root, sorted(nodes), tuning_env(graph, dims), group, target)
+    if key is None:
+        return TileChoice(HEURISTIC, None, note="not tuned")
+    return choose(key["template"], key, arch, chain)

@@ -25,6 +25,7 @@ from typing import Any
 from aotc.errors import UnsupportedError
 from aotc.ir.digest import seal
 from aotc.ir.graph import Graph
+from aotc.ir.launch import DEFAULT_DRIVER_FLOOR
 from aotc.ir.schedule import ArgKind, Kernel
 from aotc.ir.symbolic_values import evaluate
 from aotc.ir.templates import template
@@ -72,13 +73,23 @@ class KeyCase:
 
 
 def key_cases(
-    graph: Graph, env: Mapping[str, int], label: str, arch: str = "sm_90", keep: Callable[[dict], bool] | None = None
+    graph: Graph,
+    env: Mapping[str, int],
+    label: str,
+    arch: str = "sm_90",
+    keep: Callable[[dict], bool] | None = None,
+    floor: str = DEFAULT_DRIVER_FLOOR,
 ) -> list[KeyCase]:
     """A KeyCase per distinct key among ``graph``'s tunable launches at the tuning shape ``env`` (``keep``
-    filters the keys), each with the heuristic's kernel and every legal grid config, shrunk to the problem."""
+    filters the keys), each with the heuristic's kernel and every legal grid config, shrunk to the problem, as
+    a compile at the CUDA driver floor ``floor`` emits them (its PTX version picks the load form: the key's
+    ``loads``)."""
     from aotc.kernels.fusion import plan_fusion
+    from aotc.kernels.tuned import current_toolchain
 
-    options = SimpleNamespace(targets=(arch,))
+    options = SimpleNamespace(targets=(arch,), cuda_driver_floor=floor)
+    chain = current_toolchain(arch, floor)
+    target = (int(arch.removeprefix("sm_").rstrip("a")), chain["ptx_version"] if chain else None)
     base = schedule_with(graph, options, {})
     plans = plan_fusion(graph).kernels  # the schedule's launches, one per plan, in order
     out: list[KeyCase] = []
@@ -86,7 +97,7 @@ def key_cases(
     for i, (k, kp) in enumerate(zip(base.kernels, plans, strict=True)):
         if not template(k.kind).tuning or (kp.root is None and kp.group is None):
             continue
-        key = kernel_key(graph, kp.root, k.nodes, env, kp.group)
+        key = kernel_key(graph, kp.root, k.nodes, env, kp.group, target)
         if key is None or (keep is not None and not keep(key)):
             continue
         text = json.dumps(key, sort_keys=True)
@@ -201,13 +212,17 @@ def write_bundle(
     return index
 
 
-def compile_cases(cases: Sequence[KeyCase], arch: str, jobs: int | None = None) -> tuple[dict[str, Any], float]:
-    """Every candidate's cubin (through the kernel cache), and the wall seconds it took."""
+def compile_cases(
+    cases: Sequence[KeyCase], arch: str, jobs: int | None = None, floor: str = DEFAULT_DRIVER_FLOOR
+) -> tuple[dict[str, Any], float]:
+    """Every candidate's cubin (through the kernel cache) built with the toolchain of the driver floor ``floor``
+    (the one ``key_cases`` emitted them for), and the wall seconds it took."""
     from aotc.kernels.aot import AotOptions, compile_cubins
 
     start = time.perf_counter()
     kernels = [c.kernel for case in cases for c in case.candidates]
-    return compile_cubins(kernels, arch, AotOptions(jobs=jobs)), time.perf_counter() - start
+    options = AotOptions(jobs=jobs, cuda_driver_floor=floor)
+    return compile_cubins(kernels, arch, options), time.perf_counter() - start
 
 
 def _args(case: KeyCase, k: Kernel, buffers: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:

@@ -5,6 +5,11 @@ between two calls of the same kernel.
   epilogue class (``none``; ``vector``: bias-like reads; ``tile``: another full [M, N] tile read, a residual);
 - the dtypes (operands, then what it stores) and the dot's input precision;
 - static dims exact (a matmul's N and K, a head dim, causal, the mask's kind, the operands' layout);
+- for attention and matmul, how the operands load (``loads``): ``descriptor`` where the target and toolchain
+  let the kernel take tensor descriptors (TMA: sm_90+, PTX 8.6+, fp16 or bf16 operands), else ``pointer``.
+  The two are different kernels (a TMA ring in shared memory, no address registers), so tiles timed for one
+  say little about the other; and since a relaxed lookup ignores the toolchain (whose PTX version picks the
+  form), the form must be in the key itself;
 - dynamic dims bucketed to the next power of two of their value at the tuning shape: each symbol at its
   maximum (what the heuristics size for) or at ``CompileOptions.tune_dims``.
 
@@ -45,12 +50,18 @@ def tuning_env(graph: Graph, dims: Mapping[str, int] | None = None) -> dict[str,
 
 
 def kernel_key(
-    graph: Graph, root: Node | None, nodes: Sequence[int], env: Mapping[str, int] | None = None, group: Any = None
+    graph: Graph,
+    root: Node | None,
+    nodes: Sequence[int],
+    env: Mapping[str, int] | None = None,
+    group: Any = None,
+    target: tuple[int, int | None] | None = None,
 ) -> dict[str, Any] | None:
     """The key of the tunable launch rooted at ``root`` that computes ``nodes`` (graph node indices), or of the
     node group ``group`` it computes whole (a recurrence's chain: aotc/kernels/fusion_groups.py), at the tuning
-    shape ``env`` (default: every symbol at its maximum); None when its template is not tuned (or a depthwise
-    convolution, whose direct kernel has no tiles to tune)."""
+    shape ``env`` (default: every symbol at its maximum), for a kernel built for ``target``: (compute capability,
+    PTX version or None), which picks the load form (None: a target without TMA). None when its template is not
+    tuned (or a depthwise convolution, whose direct kernel has no tiles to tune)."""
     env = tuning_env(graph) if env is None else dict(env)
 
     def size(d: Size) -> int:
@@ -79,6 +90,7 @@ def kernel_key(
             "causal": bool(root.attrs.get("is_causal", False)),
             "mask": "none" if mask is None else ("bool" if mask.type.dtype is DType.bool else "float"),
             "layout": f"batch{len(s.batch)}" + ("-broadcast_kv" if gqa else ""),
+            "loads": _loads(target, q.type.dtype),
         }
         batch = 1
         for d in s.batch:
@@ -109,6 +121,8 @@ def kernel_key(
         a = root.inputs[0].type.dtype
         if a not in _DOT_DTYPES:
             return None  # integer products: one register-tile config, nothing to tune
+        if kind == "matmul":  # the convolution template has no descriptor form
+            static["loads"] = _loads(target, a)
         dtypes = [a.value, root.inputs[1].type.dtype.value, root.outputs[0].type.dtype.value]
         precision = dot_precision(root.attrs) if a is DType.float32 else "default"
         epilogue = epilogue_class(graph, root, nodes)
@@ -121,6 +135,18 @@ def kernel_key(
         "static": static,
         "buckets": buckets,
     }
+
+
+def _loads(target: tuple[int, int | None] | None, dtype: DType) -> str:
+    """``descriptor`` where a kernel for ``target`` with ``dtype`` operands may load them through tensor
+    descriptors (the target's and toolchain's part of the rule; an operand whose layout TMA cannot take still
+    keeps its pointers inside such a kernel, and says why in its comment), else ``pointer``."""
+    from aotc.kernels.attention_tma import why_not_tma
+
+    if target is None:
+        return "pointer"
+    arch, ptx = target
+    return "pointer" if why_not_tma(arch, ptx, dtype) is not None else "descriptor"
 
 
 def _chain_key(detail: Any, size: Any) -> dict[str, Any]:
