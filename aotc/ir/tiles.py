@@ -43,6 +43,9 @@ class TileConfig:
     group_m: int = 8
     num_warps: int = 4
     num_stages: int = 3
+    # a matmul's persistent form (kernels/matmul.py): a fixed grid of sm_90's SM count, each program looping over
+    # tiles. Only the tuned table picks it, where it was timed faster; no heuristic does, none having been measured.
+    persistent: bool = False
 
     def __post_init__(self) -> None:
         for name in ("block_m", "block_n", "block_k"):

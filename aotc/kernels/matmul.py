@@ -342,9 +342,13 @@ def emit_plan(b: KernelBuilder, kp: KernelPlan, name: str, config: KernelConfig,
     loading through tensor descriptors where the target and its PTX (``config.ptx``) allow."""
     assert kp.root is not None
     arch = f"sm_{config.arch}"
+    # the persistent form where the tiles ask for it (a tuned entry: configs.tile_from_json admits it only for a
+    # product whose batch folds into its rows, which this check repeats for a config from elsewhere)
+    persistent = bool(getattr(tiles, "persistent", False)) and matmul_shape(kp.root).batch_count == 1
     return emit_matmul(
-        b, kp.root, kp.epilogue, outputs=(kp.anchor,), arch_hint=arch, name=name, config=tiles, ptx=config.ptx
-    )
+        b, kp.root, kp.epilogue, outputs=(kp.anchor,), arch_hint=arch, name=name, config=tiles,
+        persistent=persistent, ptx=config.ptx,
+    )  # fmt: skip
 
 
 def _emit_program_ids(

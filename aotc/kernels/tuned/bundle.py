@@ -29,6 +29,7 @@ from aotc.ir.launch import DEFAULT_DRIVER_FLOOR
 from aotc.ir.schedule import ArgKind, Kernel
 from aotc.ir.symbolic_values import evaluate
 from aotc.ir.templates import template
+from aotc.ir.tiles import SM90_SMS, SM90_TILES
 from aotc.kernels.tuned.configs import Tile, tile_from_json, tile_to_json
 from aotc.kernels.tuned.keys import kernel_key
 
@@ -161,6 +162,8 @@ def grid_tiles(key: Mapping[str, Any], arch: str, heuristic: Mapping[str, int]) 
              "num_stages": s}
             for bm, bn, bk, w, s in GEMM_GRID
         ]  # fmt: skip
+        if kind == "matmul" and b["batch"] == 1:
+            raw += [dict(t, persistent=True) for t in _persistent_tiles(m, n, kk, fp32)]
     for tiles in raw:
         if tiles in seen:
             continue
@@ -169,6 +172,20 @@ def grid_tiles(key: Mapping[str, Any], arch: str, heuristic: Mapping[str, int]) 
             out.append(tile_from_json(kind, tiles, key, arch))
         except UnsupportedError:
             continue
+    return out
+
+
+def _persistent_tiles(m: int, n: int, k: int, fp32: bool) -> list[dict[str, int]]:
+    """The persistent form's candidates for an m x n x k product: Inductor's persistent-mm tiles (SM90_TILES),
+    each where it makes more tiles than the fixed grid has programs (with fewer, each program runs one tile at
+    most and the form only adds its loop)."""
+    out = []
+    for bm, bn, bk, w, s in SM90_TILES:
+        tiles = {"block_m": max(16, min(bm, _pow2(m))), "block_n": max(16, min(bn, _pow2(n))),
+                 "block_k": max(16, min(FP32_BLOCK_K if fp32 else bk, _pow2(k))), "group_m": 8, "num_warps": w,
+                 "num_stages": s}  # fmt: skip
+        if -(-m // tiles["block_m"]) * -(-n // tiles["block_n"]) > SM90_SMS:  # matmul.PERSISTENT_PROGRAMS
+            out.append(tiles)
     return out
 
 

@@ -18,6 +18,8 @@ Tile = TileConfig | AttentionConfig | RecurrentConfig
 GEMM_FIELDS = ("block_m", "block_n", "block_k", "group_m", "num_warps", "num_stages")
 ATTENTION_FIELDS = ("block_m", "block_n", "num_warps", "num_stages")
 RECURRENT_FIELDS = ("block_m", "num_warps")
+# A matmul config's one optional field: its persistent form (true), where the product's batch folds into its rows.
+PERSISTENT = "persistent"
 RECURRENT_ROWS = (16, 32, 64, 128)  # tl.dot's smallest M up to what one program's state tiles hold
 # Tiles of a recurrence's state one thread holds at once: the state, its cell value, a gate and a product.
 RECURRENT_LIVE_TILES = 4
@@ -34,16 +36,29 @@ def fields_of(kind: str) -> tuple[str, ...]:
 
 def tile_to_json(tile: Tile) -> dict[str, int]:
     kind = {AttentionConfig: "attention", RecurrentConfig: "recurrent_cell"}.get(type(tile), "matmul")
-    return {f: int(getattr(tile, f)) for f in fields_of(kind)}
+    out = {f: int(getattr(tile, f)) for f in fields_of(kind)}
+    if getattr(tile, "persistent", False):  # absent when off: the tables written before it read the same
+        out[PERSISTENT] = True
+    return out
 
 
 def tile_from_json(kind: str, raw: Any, key: Mapping[str, Any], arch: str) -> Tile:
     """The config ``raw`` (a JSON object) for a ``kind`` launch with tuning key ``key`` on ``arch`` ("sm_90");
     UnsupportedError naming the field, the value and what was expected when it is outside the legal space."""
     names = fields_of(kind)
-    if not isinstance(raw, Mapping) or set(raw) != set(names):
+    optional = {PERSISTENT} if kind == "matmul" else set()
+    if not isinstance(raw, Mapping) or not set(names) <= set(raw) <= set(names) | optional:
         got = sorted(raw) if isinstance(raw, Mapping) else type(raw).__name__
-        raise UnsupportedError(f"tiles {got}: a {kind} config has exactly the fields {list(names)}")
+        extra = f" (and optionally {sorted(optional)})" if optional else ""
+        raise UnsupportedError(f"tiles {got}: a {kind} config has exactly the fields {list(names)}{extra}")
+    persistent = raw.get(PERSISTENT, False)
+    if not isinstance(persistent, bool):
+        raise UnsupportedError(f"tiles {PERSISTENT}={persistent!r}: expected true or false")
+    if persistent and key["buckets"].get("batch", 1) != 1:
+        raise UnsupportedError(
+            f"tiles {PERSISTENT}=true for a product batched over {key['buckets']['batch']} entries on the grid: the "
+            "persistent form takes only a product whose batch folds into its rows"
+        )
     for f in names:
         v = raw[f]
         if isinstance(v, bool) or not isinstance(v, int):
@@ -87,7 +102,7 @@ def _contraction(
             (tile.block_m * dp + tile.num_stages * tile.block_n * (dp + ep)) * item,
             tile.block_m * ep // threads,
         )
-    tile = check_dot_config(TileConfig(*(raw[f] for f in GEMM_FIELDS)))
+    tile = check_dot_config(TileConfig(*(raw[f] for f in GEMM_FIELDS), persistent=raw.get(PERSISTENT, False)))
     if not 1 <= tile.group_m <= 64:
         raise UnsupportedError(f"tiles group_m={tile.group_m}: expected 1 to 64")
     shared = (tile.block_m + tile.block_n) * tile.block_k * item * tile.num_stages
