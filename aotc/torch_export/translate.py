@@ -7,9 +7,10 @@ trace (``importer`` for an ExportedProgram, ``module`` for a torch.nn.Module) de
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from aotc.errors import AotcError, ShapeError, TraceError, UnsupportedError
@@ -59,6 +60,19 @@ def node_loc(node: Any) -> str:
     outside = [f for f in frames if not os.path.abspath(f[0]).startswith(torch_dir)]
     path, line = (outside or frames)[-1]
     return f"{source_path(path)}:{line}"
+
+
+@contextlib.contextmanager
+def _at_first_use(placeholder: Any) -> Iterator[None]:
+    """A parameter, buffer or constant that cannot be stored (a complex64 buffer) is refused at the model's
+    source line that first reads it, naming the op that does: the placeholder itself has no line."""
+    try:
+        yield
+    except UnsupportedError as e:
+        user = next((u for u in placeholder.users if u.op == "call_function" and node_loc(u)), None)
+        if user is None:
+            raise
+        raise UnsupportedError(f"{node_loc(user)}: {user.target}: {e}") from None
 
 
 def refuse_mutations(ep: Any) -> None:
@@ -130,10 +144,12 @@ class Translator:
             if kind == "USER_INPUT":
                 self.env[node.name] = next(users)
             elif kind in ("BUFFER", "CONSTANT_TENSOR") and node.name in self.written:
-                self.env[node.name] = self._state(spec.target, kind)
+                with _at_first_use(node):
+                    self.env[node.name] = self._state(spec.target, kind)
                 self.alias[node.name] = (self.env[node.name], ())
             elif kind in ("PARAMETER", "BUFFER", "CONSTANT_TENSOR"):
-                self.env[node.name] = self._stored_tensor(spec.target, kind)
+                with _at_first_use(node):
+                    self.env[node.name] = self._stored_tensor(spec.target, kind)
             else:
                 raise UnsupportedError(f"input {node.name!r} of kind {kind} is not supported")
         out_node = None
