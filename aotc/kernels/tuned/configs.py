@@ -49,8 +49,12 @@ def tile_from_json(kind: str, raw: Any, key: Mapping[str, Any], arch: str) -> Ti
     optional = {PERSISTENT} if kind == "matmul" else set()
     if not isinstance(raw, Mapping) or not set(names) <= set(raw) <= set(names) | optional:
         got = sorted(raw) if isinstance(raw, Mapping) else type(raw).__name__
-        extra = f" (and optionally {sorted(optional)})" if optional else ""
-        raise UnsupportedError(f"tiles {got}: a {kind} config has exactly the fields {list(names)}{extra}")
+        want = (
+            f"the fields {list(names)}, and optionally {sorted(optional)}"
+            if optional
+            else f"exactly the fields {list(names)}"
+        )
+        raise UnsupportedError(f"tiles {got}: a {kind} config has {want}")
     persistent = raw.get(PERSISTENT, False)
     if not isinstance(persistent, bool):
         raise UnsupportedError(f"tiles {PERSISTENT}={persistent!r}: expected true or false")
