@@ -291,7 +291,7 @@ def sweep(
             if r["status"] in ("timeout", "crash", "memory"):
                 worker.close()  # a worker that ran out of memory may hold it still
                 worker = Worker(memory_gb)
-            results[f"{suite}:{name}"] = r
+            results[f"{suite}:{name}"] = r | {"swept": time.strftime("%Y-%m-%d")}
             if save is not None:
                 save.write_text(json.dumps(results, indent=1))
             print(
@@ -425,6 +425,7 @@ def main(argv: list[str] | None = None) -> int:
         total = sum(s == suite for s, _ in jobs)
         if ran < total:  # say so: a partial sweep's percentages are of the models it reached
             notes.append(f"Suite {suite}: {ran} of its {total} models swept so far; the rest are not in this table.")
+    notes += _sweep_dates(results)
     note = "\n".join(notes)
     aten = [] if args.no_aten else aten_rows()
     command = "python scripts/torch_coverage.py " + " ".join(argv if argv is not None else sys.argv[1:])
@@ -439,6 +440,16 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         print(f"torch_coverage: {len(bad)} wrong answers or untyped errors: {', '.join(bad[:10])}", file=sys.stderr)
     return 1 if bad else 0
+
+
+def _sweep_dates(results: dict[str, dict[str, Any]]) -> list[str]:
+    """When the rows come from more than one sweep (a resumed or partly re-run one), how many each date gave; rows
+    from before the results held a date are counted as such."""
+    dates = Counter(r.get("swept", "") for r in results.values())
+    if len(dates) < 2:
+        return []
+    parts = [f"{d}: {n}" if d else f"an undated earlier sweep: {n}" for d, n in sorted(dates.items(), reverse=True)]
+    return [f"Rows by the date they were swept: {'; '.join(parts)}."]
 
 
 def carry(path: Path) -> tuple[dict[str, dict[str, Any]], str]:

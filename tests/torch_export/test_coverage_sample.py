@@ -328,3 +328,15 @@ def test_a_model_that_needs_a_mask_under_export_is_given_one_of_ones(monkeypatch
             assert "an all-ones attention_mask given" in table({"hf:mask/Model": r}, [], "cmd", "")
         else:
             assert r["status"] == "refused" and "test_coverage_sample.py" in r["where"] and "unmasked" not in r, r
+
+
+def test_a_table_of_several_sweeps_says_how_many_rows_each_date_gave() -> None:
+    from torch_coverage import _sweep_dates
+
+    rows = {
+        "a": {"status": "pass"},
+        "b": {"status": "pass", "swept": "2026-12-07"},
+        "c": {"status": "skip", "swept": "2026-12-07"},
+    }
+    assert _sweep_dates(rows) == ["Rows by the date they were swept: 2026-12-07: 2; an undated earlier sweep: 1."]
+    assert _sweep_dates({k: r for k, r in rows.items() if k != "a"}) == []  # one sweep: nothing to say
