@@ -39,6 +39,7 @@ __all__ = [
     "kernel_key",
     "load_table",
     "table_tiles",
+    "tuning_target",
 ]
 
 
@@ -53,6 +54,13 @@ def current_toolchain(arch: str, floor: str) -> dict[str, Any] | None:
         return {"triton": triton_version(), "ptxas": chain.ptxas.version, "ptx_version": chain.ptx_version}
     except UnsupportedError:
         return None
+
+
+def tuning_target(arch: str, floor: str) -> tuple[dict[str, Any] | None, tuple[int, int | None]]:
+    """The toolchain a compile at driver floor ``floor`` builds ``arch`` ("sm_90") with (``current_toolchain``),
+    and the (compute capability, PTX version) a kernel key takes its load form from."""
+    chain = current_toolchain(arch, floor)
+    return chain, (int(arch.removeprefix("sm_").rstrip("a")), chain["ptx_version"] if chain else None)
 
 
 def table_tiles(
@@ -73,8 +81,7 @@ def table_tiles(
         from aotc.ir.launch import DEFAULT_DRIVER_FLOOR
 
         floor = DEFAULT_DRIVER_FLOOR
-    chain = current_toolchain(arch, floor)
-    target = (int(arch.removeprefix("sm_").rstrip("a")), chain["ptx_version"] if chain else None)
+    chain, target = tuning_target(arch, floor)
     key = kernel_key(graph, root, sorted(nodes), tuning_env(graph, dims), group, target)
     if key is None:
         return TileChoice(HEURISTIC, None, note="not tuned")

@@ -86,11 +86,10 @@ def key_cases(
     a compile at the CUDA driver floor ``floor`` emits them (its PTX version picks the load form: the key's
     ``loads``)."""
     from aotc.kernels.fusion import plan_fusion
-    from aotc.kernels.tuned import current_toolchain
+    from aotc.kernels.tuned import tuning_target
 
     options = SimpleNamespace(targets=(arch,), cuda_driver_floor=floor)
-    chain = current_toolchain(arch, floor)
-    target = (int(arch.removeprefix("sm_").rstrip("a")), chain["ptx_version"] if chain else None)
+    _, target = tuning_target(arch, floor)
     base = schedule_with(graph, options, {})
     plans = plan_fusion(graph).kernels  # the schedule's launches, one per plan, in order
     out: list[KeyCase] = []
