@@ -69,10 +69,11 @@ def _at_first_use(placeholder: Any) -> Iterator[None]:
     try:
         yield
     except UnsupportedError as e:
-        user = next((u for u in placeholder.users if u.op == "call_function" and node_loc(u)), None)
-        if user is None:
+        found = next(((u, loc) for u in placeholder.users if u.op == "call_function" and (loc := node_loc(u))), None)
+        if found is None:
             raise
-        raise UnsupportedError(f"{node_loc(user)}: {user.target}: {e}") from None
+        user, loc = found
+        raise UnsupportedError(f"{loc}: {user.target}: {e}") from None
 
 
 def refuse_mutations(ep: Any) -> None:

@@ -155,12 +155,7 @@ def grid_tiles(key: Mapping[str, Any], arch: str, heuristic: Mapping[str, int]) 
         static = key["static"]
         m, n, kk = b["rows"], static.get("n", b.get("n", 1)), static.get("k", b.get("k", 1))
         fp32 = key["dtypes"][0] == "float32"
-        raw = [
-            {"block_m": max(16, min(bm, _pow2(m))), "block_n": max(16, min(bn, _pow2(n))),
-             "block_k": max(16, min(FP32_BLOCK_K if fp32 else bk, _pow2(kk))), "group_m": 8, "num_warps": w,
-             "num_stages": s}
-            for bm, bn, bk, w, s in GEMM_GRID
-        ]  # fmt: skip
+        raw = [_gemm_tiles(row, m, n, kk, fp32) for row in GEMM_GRID]
         if kind == "matmul" and b["batch"] == 1:
             raw += [dict(t, persistent=True) for t in _persistent_tiles(m, n, kk, fp32)]
     for tiles in raw:
@@ -178,14 +173,18 @@ def _persistent_tiles(m: int, n: int, k: int, fp32: bool) -> list[dict[str, int]
     """The persistent form's candidates for an m x n x k product: Inductor's persistent-mm tiles (SM90_TILES),
     each where it makes more tiles than the fixed grid has programs (with fewer, each program runs one tile at
     most and the form only adds its loop)."""
-    out = []
-    for bm, bn, bk, w, s in SM90_TILES:
-        tiles = {"block_m": max(16, min(bm, _pow2(m))), "block_n": max(16, min(bn, _pow2(n))),
-                 "block_k": max(16, min(FP32_BLOCK_K if fp32 else bk, _pow2(k))), "group_m": 8, "num_warps": w,
-                 "num_stages": s}  # fmt: skip
-        if -(-m // tiles["block_m"]) * -(-n // tiles["block_n"]) > SM90_SMS:  # matmul.PERSISTENT_PROGRAMS
-            out.append(tiles)
-    return out
+    tiles = [_gemm_tiles(row, m, n, k, fp32) for row in SM90_TILES]
+    # SM90_SMS: matmul.PERSISTENT_PROGRAMS, the persistent form's fixed grid
+    return [t for t in tiles if -(-m // t["block_m"]) * -(-n // t["block_n"]) > SM90_SMS]
+
+
+def _gemm_tiles(row: tuple[int, ...], m: int, n: int, k: int, fp32: bool) -> dict[str, int]:
+    """A (block_m, block_n, block_k, warps, stages) grid row shrunk to an m x n x k product (fp32, an FMA dot,
+    steps K by FP32_BLOCK_K)."""
+    bm, bn, bk, w, s = row
+    return {"block_m": max(16, min(bm, _pow2(m))), "block_n": max(16, min(bn, _pow2(n))),
+            "block_k": max(16, min(FP32_BLOCK_K if fp32 else bk, _pow2(k))), "group_m": 8, "num_warps": w,
+            "num_stages": s}  # fmt: skip
 
 
 def write_bundle(
