@@ -248,10 +248,11 @@ class Worker:
 
 
 def aten_rows() -> list[dict[str, Any]]:
-    """Every overload of PyTorch's core ATen opset (``torch.Tag.core``): translated by the importer's table, or
-    not."""
+    """Every overload of PyTorch's core ATen opset (``torch.Tag.core``): translated by the importer's table (or,
+    for the ops only complex tensors take, its complex one), or not."""
     import torch
 
+    from aotc.torch_export.ops_complex import COMPLEX
     from aotc.torch_export.table import ATEN
 
     rows = []
@@ -262,7 +263,7 @@ def aten_rows() -> list[dict[str, Any]]:
         for overload in packet.overloads():
             if torch.Tag.core in getattr(packet, overload).tags:
                 key = f"aten.{name}.{overload}"
-                rows.append({"op": key, "supported": key in ATEN})
+                rows.append({"op": key, "supported": key in ATEN or key in COMPLEX})
     return rows
 
 

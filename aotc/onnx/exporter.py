@@ -63,8 +63,8 @@ def export_graph(graph: Graph, path: str | os.PathLike | None = None, *, weights
 
 
 def _without_unread_constants(graph: Graph) -> Graph:
-    """``graph`` less the constants nothing reads: a torch module's ``num_batches_tracked`` buffers come through
-    the importer as weights, and each would be an initializer no node reads, which onnxruntime warns about."""
+    """``graph`` less the constants nothing reads (the torch importer stores none, but a rewritten graph may keep
+    some): each would be an initializer no node reads, which onnxruntime warns about."""
     read = {v.id for n in graph.nodes for v in n.inputs} | {v.id for v in graph.outputs}
     nodes = tuple(n for n in graph.nodes if n.op is not Op.CONSTANT or n.outputs[0].id in read)
     if len(nodes) == len(graph.nodes):

@@ -26,6 +26,7 @@ from aotc.ir.symbolic_values import evaluate
 from aotc.torch_export._torch import aotc_dtype, require_torch, to_numpy
 from aotc.torch_export.inplace import functional_twin, inplace_plan, link
 from aotc.torch_export.local_writes import Followed, read, write_back
+from aotc.torch_export.ops_complex import Complex, ComplexOf, is_complex_op, touches_complex, translation
 from aotc.torch_export.state_writes import (
     IDENTITY_ALIASES,
     VIEWS,
@@ -60,6 +61,11 @@ def node_loc(node: Any) -> str:
     outside = [f for f in frames if not os.path.abspath(f[0]).startswith(torch_dir)]
     path, line = (outside or frames)[-1]
     return f"{source_path(path)}:{line}"
+
+
+def _storage_key(t: Any) -> tuple:
+    """What makes two named tensors one stored tensor: the same elements of the same storage."""
+    return (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()), str(t.dtype))
 
 
 @contextlib.contextmanager
@@ -101,6 +107,7 @@ class Translator:
         self.env: dict[str, Any] = {}
         self.node: Any = None
         self._stored: dict[tuple, Tensor] = {}
+        self._first_name: dict[tuple, str] = {}
         self.written = written_placeholders(ep)  # buffers (and lifted tensors) the program writes: states
         plan = inplace_plan(ep.graph, self.written)
         self.inplace = plan.twins if plan else frozenset()  # in-place nodes run as their functional twins
@@ -139,6 +146,11 @@ class Translator:
         placeholders = [n for n in graph.nodes if n.op == "placeholder"]
         specs = {s.arg.name: s for s in self.ep.graph_signature.input_specs}
         users = iter(user_inputs)
+        for node in placeholders:  # each storage's first name, read or not: the name it is stored under
+            spec = specs[node.name]
+            t = self._stored_value(spec.target, str(spec.kind).rsplit(".", 1)[-1]) if spec.target else None
+            if t is not None:
+                self._first_name.setdefault(_storage_key(t), spec.target)
         for node in placeholders:
             spec = specs[node.name]
             kind = str(spec.kind).rsplit(".", 1)[-1]
@@ -148,6 +160,8 @@ class Translator:
                 with _at_first_use(node):
                     self.env[node.name] = self._state(spec.target, kind)
                 self.alias[node.name] = (self.env[node.name], ())
+            elif kind in ("PARAMETER", "BUFFER", "CONSTANT_TENSOR") and not node.users:
+                continue  # read by no node (a vision tower's weights under text-only inputs): nothing to store
             elif kind in ("PARAMETER", "BUFFER", "CONSTANT_TENSOR"):
                 with _at_first_use(node):
                     self.env[node.name] = self._stored_tensor(spec.target, kind)
@@ -203,17 +217,28 @@ class Translator:
             )
         self.tracer.write_state(state, v)
 
-    def _stored_tensor(self, target: str, kind: str) -> Tensor:
-        """A parameter, buffer or lifted constant, stored once however many names share its storage."""
+    def _stored_value(self, target: str, kind: str) -> Any:
         t = self.ep.state_dict.get(target) if kind != "CONSTANT_TENSOR" else None
-        if t is None:
-            t = self.ep.constants.get(target)
+        return self.ep.constants.get(target) if t is None else t
+
+    def _stored_tensor(self, target: str, kind: str) -> Tensor | Complex:
+        """A parameter, buffer or lifted constant, stored once however many names share its storage, under the
+        first of them (a tied embedding is "embed.weight", whichever name the graph reads)."""
+        t = self._stored_value(target, kind)
         if t is None:
             raise UnsupportedError(f"{kind.lower()} {target!r} has no stored value in the exported program")
-        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()), str(t.dtype))
+        name = self._first_name.get(_storage_key(t), target)
+        if t.is_complex():  # carried as its two float parts (ops_complex.py)
+            return Complex(
+                self._stored_part(t.real, f"{name}.real", kind), self._stored_part(t.imag, f"{name}.imag", kind)
+            )
+        return self._stored_part(t, name, kind)
+
+    def _stored_part(self, t: Any, name: str, kind: str) -> Tensor:
+        key = _storage_key(t)
         if key not in self._stored:
-            arr = to_numpy(t, f"{kind.lower()} {target!r}", share=True)
-            self._stored[key] = ew.wrap(self.tracer.constant(t, arr, name=target), self.tracer)
+            arr = to_numpy(t, f"{kind.lower()} {name!r}", share=True)
+            self._stored[key] = ew.wrap(self.tracer.constant(t, arr, name=name), self.tracer)
         return self._stored[key]
 
     def _value(self, a: Any) -> Any:
@@ -235,9 +260,11 @@ class Translator:
         if isinstance(a, (list, tuple)):
             return [self._value(x) for x in a]
         if isinstance(a, torch.dtype):
-            return aotc_dtype(a)
+            return ComplexOf(aotc_dtype(a.to_real())) if a.is_complex else aotc_dtype(a)
         if isinstance(a, (torch.device, torch.layout, torch.memory_format)):
             return None
+        if isinstance(a, torch.Tensor) and a.is_complex():
+            return Complex(self._value(a.real.clone()), self._value(a.imag.clone()))
         if isinstance(a, torch.Tensor):
             return ew.wrap(self.tracer.constant(a, to_numpy(a, "a tensor argument")), self.tracer)
         return a
@@ -276,6 +303,8 @@ class Translator:
         fn = ATEN.get(name)
         if fn is None and node.name in self.inplace:
             fn = ATEN.get(functional_twin(name) or "")
+        if touches_complex(node) and (fn is not None or is_complex_op(name)):  # else: not an op aotc has at all
+            fn = self._complex_translation(node, name, where)
         if fn is None:
             near = nearby(name)
             hint = (
@@ -295,6 +324,15 @@ class Translator:
                 raise TraceError(msg if name in msg else f"{msg} (in {name})") from None
             except AotcError as e:
                 raise type(e)(f"{where}{name}: {e}") from None
+
+    def _complex_translation(self, node: Any, name: str, where: str) -> Any:
+        """An op on complex tensors, which aotc carries as their float parts: written in place, it is refused."""
+        base = getattr(node.args[0] if node.args else None, "name", None)
+        if node.name in self.local_roots or base in self.local or base in self.alias:
+            raise UnsupportedError(f"{where}{name}: writing a complex tensor in place is not supported by aotc")
+        if node.name in self.inplace:
+            name = functional_twin(name) or name
+        return translation(name, where)
 
     def _state_op(self, node: Any, name: str, loc: str, where: str) -> tuple[bool, Any]:
         """An op on a state or a view of one: a write (done, its result a fresh read), or a view recorded as one."""
@@ -358,24 +396,32 @@ class Translator:
         sizes is a bug in a translation and stops the import."""
         torch = require_torch()
         val = node.meta.get("val")
+        if isinstance(out, Complex) and isinstance(val, torch.Tensor) and val.is_complex():
+            part = val.dtype.to_real()
+            return Complex(
+                self._conform_tensor(out.real, part, val.shape), self._conform_tensor(out.imag, part, val.shape)
+            )
         if isinstance(out, Tensor) and isinstance(val, torch.Tensor):
-            want = aotc_dtype(val.dtype)
-            if out.dtype is not want:
-                out = ew.cast(out, want)
-            got = out._v().type.shape
-            hints = self.tracer.ctx.hints
-            if len(got) != val.dim():
-                raise UnsupportedError(f"aotc's translation has rank {len(got)}, torch's result rank {val.dim()}")
-            for a, b in zip(got, val.shape):
-                hint = _hint(b)
-                if hint is not None and evaluate(a, hints) != hint:
-                    raise UnsupportedError(
-                        f"aotc's translation has shape {tuple(str(d) for d in got)} where torch has "
-                        f"{tuple(val.shape)} at the example sizes"
-                    )
-            return out
+            return self._conform_tensor(out, val.dtype, val.shape)
         if isinstance(out, (tuple, list)) and isinstance(val, (tuple, list)) and len(out) == len(val):
             return type(out)(self._conform_item(node, name, o, v) for o, v in zip(out, val))
+        return out
+
+    def _conform_tensor(self, out: Tensor, dtype: Any, shape: Sequence[Any]) -> Tensor:
+        want = aotc_dtype(dtype)
+        if out.dtype is not want:
+            out = ew.cast(out, want)
+        got = out._v().type.shape
+        hints = self.tracer.ctx.hints
+        if len(got) != len(shape):
+            raise UnsupportedError(f"aotc's translation has rank {len(got)}, torch's result rank {len(shape)}")
+        for a, b in zip(got, shape):
+            hint = _hint(b)
+            if hint is not None and evaluate(a, hints) != hint:
+                raise UnsupportedError(
+                    f"aotc's translation has shape {tuple(str(d) for d in got)} where torch has "
+                    f"{tuple(shape)} at the example sizes"
+                )
         return out
 
     def _conform_item(self, node: Any, name: str, out: Any, val: Any) -> Any:
@@ -390,6 +436,12 @@ class Translator:
         v = self._value(x) if isinstance(x, torch.fx.Node) else x
         if isinstance(v, Tensor):
             return v
+        if isinstance(v, Complex):
+            loc = node_loc(x) if hasattr(x, "meta") else ""
+            raise UnsupportedError(
+                f"{loc + ': ' if loc else ''}output {i} is a complex tensor: aotc's outputs are real "
+                "tensors; return torch.view_as_real(...) of it (its real and imaginary parts in a last dim of 2)"
+            )
         if isinstance(v, (int, SymInt)):
             return T.full((), v, dtype=DType.int64)
         if v is None:

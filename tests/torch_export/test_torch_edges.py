@@ -60,31 +60,6 @@ def test_a_refusal_lists_only_supported_ops_of_the_same_name_stem() -> None:
     assert nearby("aten.sort.default") == [] and nearby("aten._fft_r2c.default") == []
 
 
-def test_an_argument_aotc_cannot_hold_is_refused_at_the_models_line_and_op() -> None:
-    class Spectral(nn.Module):
-        def forward(self, x: Any) -> Any:
-            return x.to(torch.complex64).real  # FNet's FFT mixing starts so
-
-    with pytest.raises(aotc.UnsupportedError) as info:
-        aotc.compile(Spectral(), {"x": TensorSpec((Dim("batch", min=1, max=4), 8))})
-    assert re.match(rf".*{HERE}:\d+: aten\._to_copy\.default: a tensor has dtype complex64", str(info.value)), info
-
-
-def test_a_buffer_aotc_cannot_hold_is_refused_at_the_line_that_reads_it() -> None:
-    class Rotary(nn.Module):  # Llama 4's vision rotary embedding keeps its frequencies so
-        def __init__(self) -> None:
-            super().__init__()
-            self.register_buffer("freqs", torch.polar(torch.ones(8), torch.arange(8.0)), persistent=False)
-
-        def forward(self, x: Any) -> Any:
-            return x * self.freqs.real
-
-    with pytest.raises(aotc.UnsupportedError) as info:
-        aotc.compile(Rotary(), {"x": TensorSpec((Dim("batch", min=1, max=4), 8))})
-    msg = str(info.value)
-    assert re.match(rf".*{HERE}:\d+: (aten\.\w+\.\w+): buffer 'freqs' has dtype complex64", msg), msg
-
-
 def test_a_model_torch_export_cannot_capture_is_refused_at_the_models_line() -> None:
     class MissingMask(nn.Module):  # LongT5 and Switch Transformers fail inside torch.export so
         def forward(self, x: Any) -> Any:

@@ -17,6 +17,8 @@ from torch_kit import torch_module
 
 import aotc
 from aotc import Dim, TensorSpec
+from aotc.ir.ops import Op
+from aotc.ir.types import Attrs, Value
 from aotc.torch_export import import_torch, is_torch_model
 from aotc.torch_export.table import ATEN, decomposition_table
 
@@ -143,7 +145,7 @@ def test_a_guard_aotc_cannot_express_is_refused_not_dropped() -> None:
 
 class Spectrum(nn.Module):
     def forward(self, x: Any) -> Any:
-        return torch.fft.rfft(x).abs()
+        return torch.fft.irfft(x)
 
 
 class NonZero(nn.Module):
@@ -192,7 +194,7 @@ HERE = Path(__file__).name
         (
             Spectrum,
             aotc.UnsupportedError,
-            rf"{HERE}:\d+: aten\._fft_r2c\.default is not supported by aotc \(no supported op shares its name",
+            rf"{HERE}:\d+: aten\._fft_c2r\.default is not supported by aotc \(no supported op shares its name",
         ),
         (NonZero, aotc.TraceError, rf"{HERE}:\d+: aten\.nonzero\.default gives a data-dependent shape"),
         (Specialized, aotc.TraceError, rf"{HERE}:\d+: dim 'batch' .* specialized it to the constant 8"),
@@ -412,14 +414,21 @@ def test_the_compiler_imports_torch_only_for_a_torch_model() -> None:
 def test_export_onnx_writes_no_initializer_that_no_node_reads(
     tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    """Batch norm's num_batches_tracked buffer comes through as a weight no node reads: the exported file
-    leaves it out (onnxruntime warns about each unread initializer) and still computes what torch does."""
+    """Batch norm's num_batches_tracked buffer is in torch's program but no node reads it: the graph and the
+    exported file leave it out (onnxruntime warns about each unread initializer) and still computes what torch does."""
     onnx = pytest.importorskip("onnx")
     ort = pytest.importorskip("onnxruntime")
     torch.manual_seed(0)
     net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU()).eval()
     graph = import_torch(net, {"input": TensorSpec((Dim("batch", min=1, max=4), 3, 8, 8))})
-    assert "1.num_batches_tracked" in graph.constants
+    assert "num_batches_tracked" in str(torch.export.export(net, (torch.ones(2, 3, 8, 8),)).graph)
+    assert "1.num_batches_tracked" not in graph.constants  # read by no node: the importer stores none of it
+    # a graph that does hold a constant no node reads (as the importer once kept this one): the file still leaves it out
+    kept = next(n for n in graph.nodes if n.op is Op.CONSTANT)
+    fresh = max(v.id for n in graph.nodes for v in (*n.inputs, *n.outputs)) + 1
+    unread = kept.replace(outputs=(Value(fresh, kept.outputs[0].type),), attrs=Attrs({"name": "1.num_batches_tracked"}))
+    spare = {"1.num_batches_tracked": graph.constants[kept.attrs["name"]]}
+    graph = graph.replace(nodes=(unread, *graph.nodes), constants={**graph.constants, **spare})
     aotc.onnx.export_graph(graph, tmp_path / "bn.onnx")
     model = onnx.load(tmp_path / "bn.onnx")
     read = {i for n in model.graph.node for i in n.input}
