@@ -60,6 +60,7 @@ SAMPLE = (
     "hf:albert/AlbertModel",
     "hf:electra/ElectraModel",
     "hf:mistral/MistralModel",
+    "hf:llama4_text/Llama4TextModel",  # complex rotary embedding: polar, view_as_complex, view_as_real
     "hf:vit/ViTModel",
     "hf:convnext/ConvNextModel",
 )
@@ -382,7 +383,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", action="append", default=[], help="a model name within the suites (repeatable)")
     ap.add_argument("--sample", action="store_true", help="the fixed CI-sized sample instead of whole suites")
     ap.add_argument("--limit", type=int, default=0, help="at most this many models per suite")
-    ap.add_argument("--slice", help="K/N: only the K-th of N equal consecutive parts of the models chosen")
+    ap.add_argument(
+        "--slice", help="K/N: only the K-th of N equal parts of the models chosen (every N-th, from the K-th)"
+    )
     ap.add_argument("--resume", help="a results JSON: run only models missing there, and save there after each")
     ap.add_argument("--rerun", default="", help="with --resume: statuses to run again, e.g. error,mismatch")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per model (default 600)")
@@ -402,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
             jobs += [(suite, n) for n in (listed[: args.limit] if args.limit else listed)]
     if args.slice:
         k, n = _slice(ap, args.slice)
-        jobs = jobs[(k - 1) * len(jobs) // n : k * len(jobs) // n]
+        jobs = sliced(jobs, k, n)
     if not jobs:
         ap.error("no model matches --suite/--only")
     save = Path(args.resume) if args.resume else None
@@ -465,6 +468,12 @@ def carry(path: Path) -> tuple[dict[str, dict[str, Any]], str]:
             r = dict(zip(keys, (c.replace("\\|", "|") for c in cells[1:])))
             rows[cells[0]] = {k: v for k, v in r.items() if v or k == "status"}
     return rows, f"`{made.group(1)}` on {made.group(2)}" if made else str(path)
+
+
+def sliced(jobs: list[Any], k: int, n: int) -> list[Any]:
+    """The K-th of N parts, each every N-th model: the slow ones (multimodal models sit together in the name order)
+    spread over the parts, so N processes on a shared machine finish together."""
+    return jobs[k - 1 :: n]
 
 
 def _slice(ap: argparse.ArgumentParser, text: str) -> tuple[int, int]:

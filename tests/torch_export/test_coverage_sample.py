@@ -16,7 +16,7 @@ from torch_kit import torchvision_module, transformers_module
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 sys.path.insert(0, str(SCRIPTS))
 
-from torch_coverage import SAMPLE, _leaves, carry, run_case, table  # noqa: E402
+from torch_coverage import SAMPLE, _leaves, carry, run_case, sliced, table  # noqa: E402
 
 
 @pytest.mark.parametrize("job", SAMPLE)
@@ -35,6 +35,13 @@ def test_leaves_name_outputs_by_key_and_position() -> None:
     a, b = np.zeros(2), np.ones(3)
     assert set(_leaves({"out": a, "aux": (b, None)})) == {"out", "aux[0]"}
     assert list(_leaves(a)) == [""]
+
+
+def test_slices_interleave_and_together_hold_every_model_once() -> None:
+    jobs = list(range(10))
+    parts = [sliced(jobs, k, 3) for k in (1, 2, 3)]
+    assert parts[0] == [0, 3, 6, 9] and parts[1] == [1, 4, 7]
+    assert sorted(j for part in parts for j in part) == jobs
 
 
 def test_the_table_counts_what_ran_and_leaves_skips_out() -> None:
