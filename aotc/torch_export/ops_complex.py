@@ -98,7 +98,7 @@ def as_complex(x: Any) -> Complex:
     if isinstance(x, Tensor):
         return Complex(x, T.zeros_like(x))
     if isinstance(x, (int, float, complex)):
-        return Complex(complex(x).real, complex(x).imag)  # type: ignore[arg-type]
+        return Complex(complex(x).real, complex(x).imag)
     raise UnsupportedError(f"a complex op got {type(x).__name__} {x!r}, which is not a tensor or a number")
 
 
