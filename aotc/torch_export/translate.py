@@ -8,8 +8,6 @@ trace (``importer`` for an ExportedProgram, ``module`` for a torch.nn.Module) de
 from __future__ import annotations
 
 import contextlib
-import os
-import re
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -17,7 +15,6 @@ from aotc.errors import AotcError, ShapeError, TraceError, UnsupportedError
 from aotc.frontend import elementwise as ew
 from aotc.frontend import functions as T
 from aotc.frontend.context import Tracer, source_loc
-from aotc.frontend.source_paths import source_path
 from aotc.frontend.symint import SymInt, as_dim
 from aotc.frontend.tensor import Tensor
 from aotc.ir.dtypes import DType
@@ -26,6 +23,7 @@ from aotc.ir.symbolic_values import evaluate
 from aotc.torch_export._torch import aotc_dtype, require_torch, to_numpy
 from aotc.torch_export.inplace import functional_twin, inplace_plan, link
 from aotc.torch_export.local_writes import Followed, read, write_back
+from aotc.torch_export.locations import node_loc, node_module, storage_key
 from aotc.torch_export.ops_complex import Complex, ComplexOf, is_complex_op, touches_complex, translation
 from aotc.torch_export.state_writes import (
     IDENTITY_ALIASES,
@@ -39,33 +37,6 @@ from aotc.torch_export.state_writes import (
     written_placeholders,
 )
 from aotc.torch_export.table import ATEN, nearby, target_name
-
-_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
-
-
-def node_module(node: Any) -> str:
-    """The path of the innermost submodule whose forward recorded the node ("encoder.layer.0.attention"), from
-    torch.export's ``nn_module_stack``; "" for the root module or when torch recorded none."""
-    stack = node.meta.get("nn_module_stack") or {}
-    path = list(stack.values())[-1][0] if stack else ""
-    return path if isinstance(path, str) else ""
-
-
-def node_loc(node: Any) -> str:
-    """``file:line`` of the innermost frame of the node's stack trace outside torch itself: the model's source
-    line (a Hugging Face modeling file, torchvision, or the user's own)."""
-    frames = _FRAME.findall(node.meta.get("stack_trace") or "")
-    if not frames:
-        return ""
-    torch_dir = os.path.dirname(require_torch().__file__) + os.sep
-    outside = [f for f in frames if not os.path.abspath(f[0]).startswith(torch_dir)]
-    path, line = (outside or frames)[-1]
-    return f"{source_path(path)}:{line}"
-
-
-def _storage_key(t: Any) -> tuple:
-    """What makes two named tensors one stored tensor: the same elements of the same storage."""
-    return (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()), str(t.dtype))
 
 
 @contextlib.contextmanager
@@ -150,7 +121,7 @@ class Translator:
             spec = specs[node.name]
             t = self._stored_value(spec.target, str(spec.kind).rsplit(".", 1)[-1]) if spec.target else None
             if t is not None:
-                self._first_name.setdefault(_storage_key(t), spec.target)
+                self._first_name.setdefault(storage_key(t), spec.target)
         for node in placeholders:
             spec = specs[node.name]
             kind = str(spec.kind).rsplit(".", 1)[-1]
@@ -190,9 +161,7 @@ class Translator:
         return _unflatten(self.ep.call_spec.out_spec, iter(leaves))
 
     def _state(self, target: str, kind: str) -> ImportedState:
-        t = self.ep.state_dict.get(target) if kind != "CONSTANT_TENSOR" else None
-        if t is None:
-            t = self.ep.constants.get(target)
+        t = self._stored_value(target, kind)
         if t is None:
             raise UnsupportedError(f"{kind.lower()} {target!r} has no stored value in the exported program")
         arr = to_numpy(t, f"buffer {target!r}")
@@ -227,7 +196,7 @@ class Translator:
         t = self._stored_value(target, kind)
         if t is None:
             raise UnsupportedError(f"{kind.lower()} {target!r} has no stored value in the exported program")
-        name = self._first_name.get(_storage_key(t), target)
+        name = self._first_name.get(storage_key(t), target)
         if t.is_complex():  # carried as its two float parts (ops_complex.py)
             return Complex(
                 self._stored_part(t.real, f"{name}.real", kind), self._stored_part(t.imag, f"{name}.imag", kind)
@@ -235,7 +204,7 @@ class Translator:
         return self._stored_part(t, name, kind)
 
     def _stored_part(self, t: Any, name: str, kind: str) -> Tensor:
-        key = _storage_key(t)
+        key = storage_key(t)
         if key not in self._stored:
             arr = to_numpy(t, f"{kind.lower()} {name!r}", share=True)
             self._stored[key] = ew.wrap(self.tracer.constant(t, arr, name=name), self.tracer)
